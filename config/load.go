@@ -1,0 +1,307 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"regexp/syntax"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/v2"
+)
+
+// Load reads the HCL file at path and parses it with the process's
+// environment (see Parse).
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, src, os.Environ())
+}
+
+// Parse decodes an HCL configuration, applies the MIRRORD_ overrides found
+// in environ ("NAME=value" entries, as os.Environ returns them), fills in
+// defaults and validates the result. filename is used in messages. On any
+// problem it returns nil and one error that lists every problem (see
+// Problem); the error matches ErrInvalid.
+func Parse(filename string, src []byte, environ []string) (*Config, error) {
+	ps := &problems{}
+	d := newDecoder(filename, src, ps)
+	body := d.parse()
+	if body == nil {
+		return nil, ps.err()
+	}
+
+	// Layer 1: the file.
+	values := map[string]any{}
+	d.body(body, rootSpec, "", values)
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(values, ""), nil); err != nil {
+		return nil, fmt.Errorf("load file values: %w", err)
+	}
+
+	// Layer 2: the environment.
+	overrides := d.environment(environ, values)
+	var accepted []string
+	for _, kv := range environ {
+		if name, _, _ := strings.Cut(kv, "="); overrides[name].path != "" {
+			accepted = append(accepted, kv)
+		}
+	}
+	err := k.Load(env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return accepted },
+		TransformFunc: func(name, _ string) (string, any) {
+			o := overrides[name]
+			return o.path, o.value
+		},
+	}), nil)
+	if err != nil {
+		return nil, fmt.Errorf("load environment overrides: %w", err)
+	}
+
+	// Merged values → file config → runtime config.
+	var fc fileConfig
+	err = k.UnmarshalWithConf("", &fc, koanf.UnmarshalConf{DecoderConfig: &mapstructure.DecoderConfig{
+		TagName:     "koanf",
+		ErrorUnused: true,
+	}})
+	if err != nil {
+		// Every value was type-checked on the way in.
+		return nil, fmt.Errorf("unmarshal config: %w", err)
+	}
+	cfg := d.build(&fc, environ)
+	cfg.File = filename
+	validate(cfg, d.where, ps)
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Validate checks a Config built in code (Default and changes to it) by the
+// rules Parse applies. Problems have no position; their keys are the HCL
+// key paths.
+func (c *Config) Validate() error {
+	ps := &problems{}
+	validate(c, func(string) origin { return origin{} }, ps)
+	return ps.err()
+}
+
+// The file config: the merged values as written, nil where unset.
+type fileConfig struct {
+	Agent   fileAgent              `koanf:"agent"`
+	Cluster map[string]fileCluster `koanf:"cluster"`
+	Link    map[string]fileLink    `koanf:"link"`
+}
+
+type fileAgent struct {
+	Name      *string `koanf:"name"`
+	Listen    *string `koanf:"listen"`
+	LogLevel  *string `koanf:"log_level"`
+	LogFormat *string `koanf:"log_format"`
+}
+
+type fileCluster struct {
+	BootstrapServers []string `koanf:"bootstrap_servers"`
+	ClientID         *string  `koanf:"client_id"`
+	ClusterID        *string  `koanf:"cluster_id"`
+	TLS              fileTLS  `koanf:"tls"`
+	SASL             fileSASL `koanf:"sasl"`
+}
+
+type fileTLS struct {
+	Enabled            *bool   `koanf:"enabled"`
+	CAFile             *string `koanf:"ca_file"`
+	CertFile           *string `koanf:"cert_file"`
+	KeyFile            *string `koanf:"key_file"`
+	ServerName         *string `koanf:"server_name"`
+	InsecureSkipVerify *bool   `koanf:"insecure_skip_verify"`
+}
+
+type fileSASL struct {
+	Mechanism   *string `koanf:"mechanism"`
+	Username    *string `koanf:"username"`
+	Password    *string `koanf:"password"`
+	PasswordEnv *string `koanf:"password_env"`
+}
+
+type fileLink struct {
+	Source                      *string        `koanf:"source"`
+	Destination                 *string        `koanf:"destination"`
+	Topics                      fileTopics     `koanf:"topics"`
+	Rename                      *string        `koanf:"rename"`
+	StartFrom                   *string        `koanf:"start_from"`
+	StateTopic                  *string        `koanf:"state_topic"`
+	StateTopicPartitions        *int64         `koanf:"state_topic_partitions"`
+	StateTopicReplicationFactor *int64         `koanf:"state_topic_replication_factor"`
+	CheckpointInterval          *time.Duration `koanf:"checkpoint_interval"`
+	SessionTimeout              *time.Duration `koanf:"session_timeout"`
+	MaxBufferedBytes            *int64         `koanf:"max_buffered_bytes"`
+	OnOffsetOutOfRange          *string        `koanf:"on_offset_out_of_range"`
+	ProducerStateExpiry         *time.Duration `koanf:"producer_state_expiry"`
+}
+
+type fileTopics struct {
+	Include []string `koanf:"include"`
+	Exclude []string `koanf:"exclude"`
+}
+
+func or[T any](p *T, def T) T {
+	if p != nil {
+		return *p
+	}
+	return def
+}
+
+// build turns the file config into the runtime config: defaults, compiled
+// patterns, the password read from password_env. Range and consistency
+// checks are left to validate.
+func (d *decoder) build(fc *fileConfig, environ []string) *Config {
+	cfg := &Config{
+		Agent: Agent{
+			Name:      or(fc.Agent.Name, DefaultAgentName),
+			Listen:    or(fc.Agent.Listen, DefaultListen),
+			LogLevel:  or(fc.Agent.LogLevel, DefaultLogLevel),
+			LogFormat: or(fc.Agent.LogFormat, DefaultLogFormat),
+		},
+		Clusters: map[string]*Cluster{},
+	}
+	for _, name := range d.labels["cluster"] {
+		cfg.Clusters[name] = d.buildCluster(name, fc.Cluster[name], environ)
+	}
+	for _, name := range d.labels["link"] {
+		cfg.Links = append(cfg.Links, d.buildLink(name, fc.Link[name]))
+	}
+	return cfg
+}
+
+func (d *decoder) buildCluster(name string, fc fileCluster, environ []string) *Cluster {
+	key := "cluster." + name
+	_, hasTLS := d.origins[key+".tls"]
+	c := &Cluster{
+		Name:             name,
+		BootstrapServers: fc.BootstrapServers,
+		ClientID:         or(fc.ClientID, DefaultClientID),
+		ClusterID:        or(fc.ClusterID, ""),
+		TLS: TLS{
+			Enabled:            or(fc.TLS.Enabled, hasTLS),
+			CAFile:             or(fc.TLS.CAFile, ""),
+			CertFile:           or(fc.TLS.CertFile, ""),
+			KeyFile:            or(fc.TLS.KeyFile, ""),
+			ServerName:         or(fc.TLS.ServerName, ""),
+			InsecureSkipVerify: or(fc.TLS.InsecureSkipVerify, false),
+		},
+		SASL: SASL{
+			Mechanism:   or(fc.SASL.Mechanism, ""),
+			Username:    or(fc.SASL.Username, ""),
+			Password:    or(fc.SASL.Password, ""),
+			PasswordEnv: or(fc.SASL.PasswordEnv, ""),
+		},
+	}
+	if fc.SASL.PasswordEnv != nil {
+		envKey := key + ".sasl.password_env"
+		at := d.where(envKey)
+		d.ps.fail(key + ".sasl.password") // reported here, if at all
+		switch value, set := lookupEnv(environ, c.SASL.PasswordEnv); {
+		case d.ps.hasFailed(envKey):
+		case fc.SASL.Password != nil:
+			d.ps.add(at, envKey, "password and password_env are both set", "keep one of them")
+		case c.SASL.PasswordEnv == "":
+			d.ps.add(at, envKey, "must not be empty", "name the environment variable that holds the password")
+		case !set:
+			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is not set", c.SASL.PasswordEnv),
+				"export it before starting mirrord, or set password instead")
+		case value == "":
+			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is empty", c.SASL.PasswordEnv),
+				"put the password in it")
+		default:
+			c.SASL.Password = value
+		}
+	}
+	return c
+}
+
+// lookupEnv finds name in environ; the last entry wins, as in os.Getenv.
+func lookupEnv(environ []string, name string) (string, bool) {
+	value, found := "", false
+	for _, kv := range environ {
+		if n, v, ok := strings.Cut(kv, "="); ok && n == name {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+func (d *decoder) buildLink(name string, fl fileLink) *Link {
+	key := "link." + name
+	l := &Link{
+		Name:                        name,
+		Source:                      or(fl.Source, ""),
+		Destination:                 or(fl.Destination, ""),
+		Include:                     d.patterns(key+".topics.include", fl.Topics.Include),
+		Exclude:                     d.patterns(key+".topics.exclude", fl.Topics.Exclude),
+		Rename:                      or(fl.Rename, DefaultRename),
+		StartFrom:                   or(fl.StartFrom, DefaultStartFrom),
+		StateTopic:                  or(fl.StateTopic, DefaultStateTopic),
+		StateTopicPartitions:        DefaultStateTopicPartitions,
+		StateTopicReplicationFactor: DefaultStateTopicReplicationFactor,
+		CheckpointInterval:          or(fl.CheckpointInterval, DefaultCheckpointInterval),
+		SessionTimeout:              or(fl.SessionTimeout, DefaultSessionTimeout),
+		ProducerStateExpiry:         or(fl.ProducerStateExpiry, DefaultProducerStateExpiry),
+		MaxBufferedBytes:            or(fl.MaxBufferedBytes, DefaultMaxBufferedBytes),
+		OnOffsetOutOfRange:          or(fl.OnOffsetOutOfRange, DefaultOnOffsetOutOfRange),
+	}
+	if p := fl.StateTopicPartitions; p != nil {
+		if *p < 1 || *p > math.MaxInt32 {
+			k := key + ".state_topic_partitions"
+			d.ps.add(d.where(k), k, fmt.Sprintf("%d is out of range", *p), "use 1 to 2147483647")
+			d.ps.fail(k)
+		} else {
+			l.StateTopicPartitions = int32(*p)
+		}
+	}
+	if rf := fl.StateTopicReplicationFactor; rf != nil {
+		if *rf < -1 || *rf == 0 || *rf > math.MaxInt16 {
+			k := key + ".state_topic_replication_factor"
+			d.ps.add(d.where(k), k, fmt.Sprintf("%d is out of range", *rf), "use -1 for the broker's default, or 1 to 32767")
+			d.ps.fail(k)
+		} else {
+			l.StateTopicReplicationFactor = int16(*rf)
+		}
+	}
+	return l
+}
+
+// patterns compiles topic patterns, reporting each bad one at its element.
+func (d *decoder) patterns(key string, exprs []string) []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for i, expr := range exprs {
+		re, err := TopicPattern(expr)
+		if err != nil {
+			ekey := fmt.Sprintf("%s[%d]", key, i)
+			d.ps.add(d.where(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
+				"use Go RE2 syntax; the pattern is matched against the whole topic name")
+			d.ps.fail(key)
+			continue
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// reasonOf shortens a regexp error to what is wrong ("missing closing )").
+func reasonOf(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		return string(se.Code)
+	}
+	return err.Error()
+}

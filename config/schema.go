@@ -1,0 +1,201 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// kind is the type of a key's value.
+type kind int
+
+const (
+	kindString   kind = iota
+	kindBool          // true | false
+	kindInt           // a whole number
+	kindDuration      // a Go duration string: "5s", "1h30m"
+	kindSize          // a byte count: a whole number or a string such as "64MiB"
+	kindList          // a list of strings
+)
+
+type keySpec struct {
+	name   string
+	kind   kind
+	secret bool // the value never appears in a message
+}
+
+// blockSpec describes one block type: its keys and nested blocks.
+type blockSpec struct {
+	typ      string
+	labelled bool // cluster "name" {} and link "name" {}
+	keys     []keySpec
+	blocks   []*blockSpec
+}
+
+var (
+	tlsSpec = &blockSpec{typ: "tls", keys: []keySpec{
+		{name: "enabled", kind: kindBool},
+		{name: "ca_file"},
+		{name: "cert_file"},
+		{name: "key_file"},
+		{name: "server_name"},
+		{name: "insecure_skip_verify", kind: kindBool},
+	}}
+	saslSpec = &blockSpec{typ: "sasl", keys: []keySpec{
+		{name: "mechanism"},
+		{name: "username"},
+		{name: "password", secret: true},
+		{name: "password_env"},
+	}}
+	topicsSpec = &blockSpec{typ: "topics", keys: []keySpec{
+		{name: "include", kind: kindList},
+		{name: "exclude", kind: kindList},
+	}}
+	agentSpec = &blockSpec{typ: "agent", keys: []keySpec{
+		{name: "name"},
+		{name: "listen"},
+		{name: "log_level"},
+		{name: "log_format"},
+	}}
+	clusterSpec = &blockSpec{typ: "cluster", labelled: true, keys: []keySpec{
+		{name: "bootstrap_servers", kind: kindList},
+		{name: "client_id"},
+		{name: "cluster_id"},
+	}, blocks: []*blockSpec{tlsSpec, saslSpec}}
+	linkSpec = &blockSpec{typ: "link", labelled: true, keys: []keySpec{
+		{name: "source"},
+		{name: "destination"},
+		{name: "rename"},
+		{name: "start_from"},
+		{name: "state_topic"},
+		{name: "state_topic_partitions", kind: kindInt},
+		{name: "state_topic_replication_factor", kind: kindInt},
+		{name: "checkpoint_interval", kind: kindDuration},
+		{name: "session_timeout", kind: kindDuration},
+		{name: "max_buffered_bytes", kind: kindSize},
+		{name: "on_offset_out_of_range"},
+		{name: "producer_state_expiry", kind: kindDuration},
+	}, blocks: []*blockSpec{topicsSpec}}
+	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
+)
+
+func (b *blockSpec) key(name string) (keySpec, bool) {
+	for _, k := range b.keys {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return keySpec{}, false
+}
+
+func (b *blockSpec) block(typ string) (*blockSpec, bool) {
+	for _, s := range b.blocks {
+		if s.typ == typ {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// hcl returns the schema that hcl.Body.Content checks a body against.
+func (b *blockSpec) hcl() *hcl.BodySchema {
+	s := &hcl.BodySchema{}
+	for _, k := range b.keys {
+		s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: k.name})
+	}
+	for _, sub := range b.blocks {
+		h := hcl.BlockHeaderSchema{Type: sub.typ}
+		if sub.labelled {
+			h.LabelNames = []string{"name"}
+		}
+		s.Blocks = append(s.Blocks, h)
+	}
+	return s
+}
+
+// unknownHint says what may be written where an unknown key or block was
+// found: the closest allowed name, or the list of them.
+func (b *blockSpec) unknownHint(name string, wantBlock bool) string {
+	if _, ok := b.block(name); ok && !wantBlock {
+		return fmt.Sprintf("%s is a block: write %s { ... } without '='", name, name)
+	}
+	if _, ok := b.key(name); ok && wantBlock {
+		return fmt.Sprintf("%s is a key: write %s = value", name, name)
+	}
+	var names []string
+	if wantBlock {
+		for _, s := range b.blocks {
+			names = append(names, s.typ)
+		}
+	} else {
+		for _, k := range b.keys {
+			names = append(names, k.name)
+		}
+	}
+	if s := closest(name, names); s != "" {
+		return "did you mean " + s + "?"
+	}
+	what := "keys"
+	if wantBlock {
+		what = "blocks"
+	}
+	if len(names) == 0 {
+		return "no " + what + " are allowed here"
+	}
+	return fmt.Sprintf("allowed %s here: %s", what, strings.Join(names, ", "))
+}
+
+// closest returns the candidate nearest to name by edit distance if it is
+// near enough to be a likely typo, else "".
+func closest(name string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(name), c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// labelRE is what a cluster or link name may look like: it becomes part of
+// environment variable names (levels split by "__"), destination topic
+// names ({source}), metric labels and the link's transactional.id.
+var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*$`)
+
+const labelHint = "use letters, digits, '-' and single '_', starting with a letter or digit"
+
+// oneOf formats allowed values: "a, b or c".
+func oneOf(values []string) string {
+	switch len(values) {
+	case 0:
+		return ""
+	case 1:
+		return values[0]
+	}
+	return strings.Join(values[:len(values)-1], ", ") + " or " + values[len(values)-1]
+}
+
+func contains(values []string, v string) bool { return slices.Contains(values, v) }
