@@ -1,0 +1,415 @@
+package statestore
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+)
+
+// RecordType is the int16 that opens every state record key (DESIGN §9).
+type RecordType int16
+
+// The record types of the state topic.
+const (
+	TypeLink         RecordType = 0 // MirrorLinkKey → MirrorLinkValue
+	TypeCheckpoint   RecordType = 1 // MirrorCheckpointKey → MirrorCheckpointValue
+	TypePIDReset     RecordType = 2 // MirrorPidResetKey → MirrorPidResetValue
+	TypePIDCollision RecordType = 3 // MirrorPidCollisionKey → MirrorPidCollisionValue
+)
+
+// String is the schema name of the type without its Key/Value suffix.
+func (t RecordType) String() string {
+	switch t {
+	case TypeLink:
+		return "MirrorLink"
+	case TypeCheckpoint:
+		return "MirrorCheckpoint"
+	case TypePIDReset:
+		return "MirrorPidReset"
+	case TypePIDCollision:
+		return "MirrorPidCollision"
+	}
+	return fmt.Sprintf("unknown(%d)", int16(t))
+}
+
+// valueVersion is the only value version this build reads and writes.
+const valueVersion int16 = 0
+
+// Link states, as the MirrorLinkValue State field carries them (DESIGN §8).
+const (
+	Stopped   int8 = 0
+	Preparing int8 = 1
+	Mirroring int8 = 2
+	Paused    int8 = 3
+	Failed    int8 = 4
+)
+
+// StateName is the upper-case name of a link state, for logs and dumps.
+func StateName(s int8) string {
+	switch s {
+	case Stopped:
+		return "STOPPED"
+	case Preparing:
+		return "PREPARING"
+	case Mirroring:
+		return "MIRRORING"
+	case Paused:
+		return "PAUSED"
+	case Failed:
+		return "FAILED"
+	}
+	return fmt.Sprintf("STATE(%d)", s)
+}
+
+// Sentinel errors of the codec.
+var (
+	// ErrUnknownRecord: the key's record type or the value's version is
+	// not one this build knows. A newer agent may have written it; the
+	// replay skips it with a warning.
+	ErrUnknownRecord = errors.New("unknown state record type or version")
+	// ErrCorrupt: the bytes do not decode as the schema says.
+	ErrCorrupt = errors.New("corrupt state record")
+)
+
+// UUID is a Kafka UUID such as a topic ID. Its text form is Kafka's: 22
+// characters of unpadded base64url.
+type UUID [16]byte
+
+func (u UUID) String() string { return base64.RawURLEncoding.EncodeToString(u[:]) }
+
+// MarshalJSON writes the Kafka text form.
+func (u UUID) MarshalJSON() ([]byte, error) { return []byte(`"` + u.String() + `"`), nil }
+
+// Key is the key of a state record: LinkKey, CheckpointKey, PIDResetKey or
+// PIDCollisionKey. The set is closed.
+type Key interface {
+	Type() RecordType
+	appendKey(dst []byte) []byte
+	check() error
+}
+
+// Value is the value of a state record, of the same type as its key. A nil
+// Value in a Record is a tombstone.
+type Value interface {
+	Type() RecordType
+	appendValue(dst []byte) []byte
+}
+
+// LinkKey is MirrorLinkKey: one per link.
+type LinkKey struct {
+	LinkName string `json:"LinkName"`
+}
+
+// LinkValue is MirrorLinkValue: the link's state as of its session's last
+// commit, and the lease that commit renewed.
+type LinkValue struct {
+	State                int8   `json:"State"`
+	SessionEpoch         int16  `json:"SessionEpoch"`
+	SourceClusterID      string `json:"SourceClusterId"`
+	DestinationClusterID string `json:"DestinationClusterId"`
+	LeaseExpiresMs       int64  `json:"LeaseExpiresMs"`
+	TimestampMs          int64  `json:"TimestampMs"`
+}
+
+// CheckpointKey is MirrorCheckpointKey: one per link and destination
+// partition.
+type CheckpointKey struct {
+	LinkName  string `json:"LinkName"`
+	TopicID   UUID   `json:"TopicId"`
+	Partition int32  `json:"Partition"`
+}
+
+// CheckpointValue is MirrorCheckpointValue: every forwarded source batch
+// below SourceNextOffset is in the destination below DestNextOffset.
+type CheckpointValue struct {
+	SourceTopic      string `json:"SourceTopic"`
+	SourcePartition  int32  `json:"SourcePartition"`
+	SourceNextOffset int64  `json:"SourceNextOffset"`
+	DestNextOffset   int64  `json:"DestNextOffset"`
+	TimestampMs      int64  `json:"TimestampMs"`
+}
+
+// PIDResetKey is MirrorPidResetKey: the latest MIRROR_PID_RESET barrier of
+// a destination partition.
+type PIDResetKey struct {
+	TopicID   UUID  `json:"TopicId"`
+	Partition int32 `json:"Partition"`
+}
+
+// PIDResetValue is MirrorPidResetValue, which is also the value of the
+// barrier's control-record wire form (package barrier).
+type PIDResetValue struct {
+	SourceClusterID string `json:"SourceClusterId"`
+	TimestampMs     int64  `json:"TimestampMs"`
+}
+
+// PIDCollisionKey is MirrorPidCollisionKey of spec 000.
+type PIDCollisionKey struct {
+	TopicID         UUID   `json:"TopicId"`
+	Partition       int32  `json:"Partition"`
+	SourceClusterID string `json:"SourceClusterId"`
+	OriginalPID     int64  `json:"OriginalPid"`
+}
+
+// PIDCollisionValue is MirrorPidCollisionValue of spec 000.
+type PIDCollisionValue struct {
+	Salt               int64  `json:"Salt"`
+	CollidingClusterID string `json:"CollidingClusterId"`
+	TimestampMs        int64  `json:"TimestampMs"`
+}
+
+func (LinkKey) Type() RecordType           { return TypeLink }
+func (LinkValue) Type() RecordType         { return TypeLink }
+func (CheckpointKey) Type() RecordType     { return TypeCheckpoint }
+func (CheckpointValue) Type() RecordType   { return TypeCheckpoint }
+func (PIDResetKey) Type() RecordType       { return TypePIDReset }
+func (PIDResetValue) Type() RecordType     { return TypePIDReset }
+func (PIDCollisionKey) Type() RecordType   { return TypePIDCollision }
+func (PIDCollisionValue) Type() RecordType { return TypePIDCollision }
+
+// Keys are non-flexible: strings carry an int16 length.
+
+func (k LinkKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeLink))
+	return kbin.AppendString(b, k.LinkName)
+}
+
+func (k CheckpointKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeCheckpoint))
+	b = kbin.AppendString(b, k.LinkName)
+	b = kbin.AppendUuid(b, k.TopicID)
+	return kbin.AppendInt32(b, k.Partition)
+}
+
+func (k PIDResetKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypePIDReset))
+	b = kbin.AppendUuid(b, k.TopicID)
+	return kbin.AppendInt32(b, k.Partition)
+}
+
+func (k PIDCollisionKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypePIDCollision))
+	b = kbin.AppendUuid(b, k.TopicID)
+	b = kbin.AppendInt32(b, k.Partition)
+	b = kbin.AppendString(b, k.SourceClusterID)
+	return kbin.AppendInt64(b, k.OriginalPID)
+}
+
+// checkString rejects a string that an int16 length cannot carry.
+func checkString(field, s string) error {
+	if len(s) > math.MaxInt16 {
+		return fmt.Errorf("%s is %d bytes; a key string holds at most %d", field, len(s), math.MaxInt16)
+	}
+	return nil
+}
+
+func (k LinkKey) check() error       { return checkString("LinkName", k.LinkName) }
+func (k CheckpointKey) check() error { return checkString("LinkName", k.LinkName) }
+func (k PIDResetKey) check() error   { return nil }
+func (k PIDCollisionKey) check() error {
+	return checkString("SourceClusterId", k.SourceClusterID)
+}
+
+// Values are flexible (version 0+): compact strings, then an empty tagged
+// field section.
+
+func appendVersion(b []byte) []byte { return kbin.AppendInt16(b, valueVersion) }
+
+func appendNoTags(b []byte) []byte { return kbin.AppendUvarint(b, 0) }
+
+func (v LinkValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendInt8(b, v.State)
+	b = kbin.AppendInt16(b, v.SessionEpoch)
+	b = kbin.AppendCompactString(b, v.SourceClusterID)
+	b = kbin.AppendCompactString(b, v.DestinationClusterID)
+	b = kbin.AppendInt64(b, v.LeaseExpiresMs)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
+func (v CheckpointValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendCompactString(b, v.SourceTopic)
+	b = kbin.AppendInt32(b, v.SourcePartition)
+	b = kbin.AppendInt64(b, v.SourceNextOffset)
+	b = kbin.AppendInt64(b, v.DestNextOffset)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
+func (v PIDResetValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendCompactString(b, v.SourceClusterID)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
+func (v PIDCollisionValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendInt64(b, v.Salt)
+	b = kbin.AppendCompactString(b, v.CollidingClusterID)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
+// EncodeKey returns the wire bytes of a key. It fails only for a string
+// longer than an int16 length can say.
+func EncodeKey(k Key) ([]byte, error) {
+	if k == nil {
+		return nil, errors.New("encode key: nil key")
+	}
+	if err := k.check(); err != nil {
+		return nil, fmt.Errorf("encode %s key: %w", k.Type(), err)
+	}
+	return k.appendKey(nil), nil
+}
+
+// EncodeValue returns the wire bytes of a value; nil (a tombstone) encodes
+// to nil.
+func EncodeValue(v Value) []byte {
+	if v == nil {
+		return nil
+	}
+	return v.appendValue(nil)
+}
+
+// DecodeKey decodes a key. An unknown record type is ErrUnknownRecord;
+// anything that does not decode is ErrCorrupt.
+func DecodeKey(b []byte) (Key, error) {
+	r := kbin.Reader{Src: b}
+	t := RecordType(r.Int16())
+	if !r.Ok() {
+		return nil, fmt.Errorf("key of %d bytes has no record type: %w", len(b), ErrCorrupt)
+	}
+	var k Key
+	switch t {
+	case TypeLink:
+		k = LinkKey{LinkName: r.String()}
+	case TypeCheckpoint:
+		k = CheckpointKey{LinkName: r.String(), TopicID: r.Uuid(), Partition: r.Int32()}
+	case TypePIDReset:
+		k = PIDResetKey{TopicID: r.Uuid(), Partition: r.Int32()}
+	case TypePIDCollision:
+		k = PIDCollisionKey{TopicID: r.Uuid(), Partition: r.Int32(), SourceClusterID: r.String(), OriginalPID: r.Int64()}
+	default:
+		return nil, fmt.Errorf("key record type %d: %w", int16(t), ErrUnknownRecord)
+	}
+	if !r.Ok() {
+		return nil, fmt.Errorf("%s key of %d bytes is truncated: %w", t, len(b), ErrCorrupt)
+	}
+	if len(r.Src) != 0 {
+		return nil, fmt.Errorf("%s key has %d trailing bytes: %w", t, len(r.Src), ErrCorrupt)
+	}
+	return k, nil
+}
+
+// DecodeValue decodes the value of a record of type t. A nil b is a
+// tombstone and decodes to a nil Value. A version other than 0 is
+// ErrUnknownRecord; anything that does not decode is ErrCorrupt. Unknown
+// tagged fields are skipped, as Kafka's flexible versions require.
+func DecodeValue(t RecordType, b []byte) (Value, error) {
+	if b == nil {
+		return nil, nil
+	}
+	r := kbin.Reader{Src: b}
+	version := r.Int16()
+	if !r.Ok() {
+		return nil, fmt.Errorf("%s value of %d bytes has no version: %w", t, len(b), ErrCorrupt)
+	}
+	if version != valueVersion {
+		return nil, fmt.Errorf("%s value version %d: %w", t, version, ErrUnknownRecord)
+	}
+	var v Value
+	switch t {
+	case TypeLink:
+		v = LinkValue{
+			State:                r.Int8(),
+			SessionEpoch:         r.Int16(),
+			SourceClusterID:      r.CompactString(),
+			DestinationClusterID: r.CompactString(),
+			LeaseExpiresMs:       r.Int64(),
+			TimestampMs:          r.Int64(),
+		}
+	case TypeCheckpoint:
+		v = CheckpointValue{
+			SourceTopic:      r.CompactString(),
+			SourcePartition:  r.Int32(),
+			SourceNextOffset: r.Int64(),
+			DestNextOffset:   r.Int64(),
+			TimestampMs:      r.Int64(),
+		}
+	case TypePIDReset:
+		v = PIDResetValue{SourceClusterID: r.CompactString(), TimestampMs: r.Int64()}
+	case TypePIDCollision:
+		v = PIDCollisionValue{Salt: r.Int64(), CollidingClusterID: r.CompactString(), TimestampMs: r.Int64()}
+	default:
+		return nil, fmt.Errorf("value record type %d: %w", int16(t), ErrUnknownRecord)
+	}
+	skipTags(&r)
+	if !r.Ok() {
+		return nil, fmt.Errorf("%s value of %d bytes is truncated: %w", t, len(b), ErrCorrupt)
+	}
+	if len(r.Src) != 0 {
+		return nil, fmt.Errorf("%s value has %d trailing bytes: %w", t, len(r.Src), ErrCorrupt)
+	}
+	return v, nil
+}
+
+// skipTags reads a tagged-field section and drops its fields. Tags must be
+// strictly increasing, as in Kafka's flexible encoding.
+func skipTags(r *kbin.Reader) {
+	n := r.Uvarint()
+	last := int64(-1)
+	for i := uint32(0); i < n && r.Ok(); i++ {
+		tag := int64(r.Uvarint())
+		if tag <= last {
+			// Force the reader invalid: out-of-order or repeated tag.
+			r.Span(-1)
+			return
+		}
+		last = tag
+		r.Span(int(r.Uvarint()))
+	}
+}
+
+// Record is one state-topic record. A nil Value is a tombstone.
+type Record struct {
+	Key   Key
+	Value Value
+
+	// Where the record was read; -1 and -1 for records not read from the
+	// topic.
+	Partition int32
+	Offset    int64
+}
+
+// Decode decodes a key and a value (nil: tombstone) into a Record whose
+// position is unset. Its errors wrap ErrUnknownRecord or ErrCorrupt.
+func Decode(key, value []byte) (Record, error) {
+	k, err := DecodeKey(key)
+	if err != nil {
+		return Record{}, err
+	}
+	v, err := DecodeValue(k.Type(), value)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Key: k, Value: v, Partition: -1, Offset: -1}, nil
+}
+
+// encode returns the key and value bytes of a record to write, checking
+// that the value is of the key's type.
+func (r Record) encode() (key, value []byte, err error) {
+	key, err = EncodeKey(r.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Value != nil && r.Value.Type() != r.Key.Type() {
+		return nil, nil, fmt.Errorf("encode record: %s key with a %s value", r.Key.Type(), r.Value.Type())
+	}
+	return key, EncodeValue(r.Value), nil
+}
