@@ -2,18 +2,27 @@ package transform
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kafkatest"
 )
 
 // Test helpers for the batch codec. The encoder here is independent of the
@@ -620,4 +629,251 @@ func FuzzParseHeader(f *testing.F) {
 			t.Fatalf("ParseHeader accepted %d bytes", len(recs))
 		}
 	})
+}
+
+// Helpers for tests against in-process kfake brokers.
+
+// testTopic is a topic created on a test cluster.
+type testTopic struct {
+	name string
+	id   [16]byte
+}
+
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	// A generous deadline only so that a broken test cannot hang the run.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func createTestTopic(t testing.TB, cl *kgo.Client, name string, partitions int32, configs map[string]*string) testTopic {
+	t.Helper()
+	resp, err := kadm.NewClient(cl).CreateTopic(testCtx(t), partitions, 1, configs, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	return testTopic{name: name, id: resp.ID}
+}
+
+// leaderOf returns the connection to the leader of the partition.
+func leaderOf(t testing.TB, cl *kgo.Client, topic string, partition int32) *kgo.Broker {
+	t.Helper()
+	md, err := kadm.NewClient(cl).Metadata(testCtx(t), topic)
+	if err != nil {
+		t.Fatalf("metadata %s: %v", topic, err)
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok || p.Err != nil {
+		t.Fatalf("metadata %s/%d: missing or %v", topic, partition, p.Err)
+	}
+	return cl.Broker(int(p.Leader))
+}
+
+// fetchedPartition is everything a READ_COMMITTED raw fetch of a partition
+// returned, from an offset to the last stable offset.
+type fetchedPartition struct {
+	batches [][]byte
+	aborted []kmsg.FetchResponseTopicPartitionAbortedTransaction
+}
+
+// fetchRaw reads the raw batches of a partition with kmsg.FetchRequest,
+// READ_COMMITTED, from offset from up to the last stable offset. The request
+// MaxBytes is the partition MaxBytes, so that kfake's request-level cut
+// (DESIGN §11) never drops the aborted-transaction list.
+func fetchRaw(t testing.TB, cl *kgo.Client, tp testTopic, partition int32, from int64) fetchedPartition {
+	t.Helper()
+	const partMax = 4 << 20
+	var out fetchedPartition
+	broker := leaderOf(t, cl, tp.name, partition)
+	for range 1000 {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 0
+		req.MinBytes = 0
+		req.MaxBytes = partMax
+		req.IsolationLevel = 1
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = tp.name, tp.id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, from, partMax
+		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		kresp, err := broker.Request(testCtx(t), req)
+		if err != nil {
+			t.Fatalf("fetch %s/%d at %d: %v", tp.name, partition, from, err)
+		}
+		resp := kresp.(*kmsg.FetchResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("fetch %s/%d at %d: response has %d topics (error %d)", tp.name, partition, from, len(resp.Topics), resp.ErrorCode)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			t.Fatalf("fetch %s/%d at %d: %v", tp.name, partition, from, err)
+		}
+		out.aborted = append(out.aborted, p.AbortedTransactions...)
+		batches, truncated, err := Split(p.RecordBatches, nil)
+		if err != nil || truncated != 0 {
+			t.Fatalf("split fetch of %s/%d at %d: truncated %d, %v", tp.name, partition, from, truncated, err)
+		}
+		for _, b := range batches {
+			h, err := ParseHeader(b)
+			if err != nil {
+				t.Fatalf("fetched batch of %s/%d: %v", tp.name, partition, err)
+			}
+			from = h.NextOffset()
+		}
+		out.batches = append(out.batches, batches...)
+		if from >= p.LastStableOffset {
+			return out
+		}
+		if len(batches) == 0 {
+			t.Fatalf("fetch %s/%d at %d returned nothing below the last stable offset %d", tp.name, partition, from, p.LastStableOffset)
+		}
+	}
+	t.Fatalf("fetch %s/%d did not reach the end", tp.name, partition)
+	return out
+}
+
+// committedData drops control batches and batches of aborted transactions,
+// as a READ_COMMITTED consumer does with the fetch response's aborted list.
+func committedData(t testing.TB, f fetchedPartition) [][]byte {
+	t.Helper()
+	open := map[int64]bool{} // producer ID -> inside an aborted transaction
+	next := 0
+	aborted := slices.Clone(f.aborted)
+	slices.SortFunc(aborted, func(a, b kmsg.FetchResponseTopicPartitionAbortedTransaction) int {
+		return cmp.Compare(a.FirstOffset, b.FirstOffset)
+	})
+	var out [][]byte
+	for _, b := range f.batches {
+		h := mustHeader(t, b)
+		for next < len(aborted) && aborted[next].FirstOffset <= h.NextOffset()-1 {
+			open[aborted[next].ProducerID] = true
+			next++
+		}
+		switch {
+		case h.Control():
+			delete(open, h.ProducerID) // the abort (or commit) marker ends it
+		case h.Transactional() && open[h.ProducerID]:
+		default:
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// produceRaw sends one batch to a partition with a raw kmsg.ProduceRequest
+// (Topic and TopicID both set; kgo puts the client's acks, all, into it) and
+// returns the partition's error.
+func produceRaw(t testing.TB, cl *kgo.Client, tp testTopic, partition int32, batch []byte) error {
+	t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 30_000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = tp.name, tp.id
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = partition, batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := leaderOf(t, cl, tp.name, partition).Request(testCtx(t), req)
+	if err != nil {
+		t.Fatalf("produce to %s/%d: %v", tp.name, partition, err)
+	}
+	resp := kresp.(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("produce to %s/%d: response has %d topics", tp.name, partition, len(resp.Topics))
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		msg := ""
+		if p.ErrorMessage != nil {
+			msg = *p.ErrorMessage
+		}
+		return fmt.Errorf("produce to %s/%d: %w (%s)", tp.name, partition, err, msg)
+	}
+	return nil
+}
+
+// produceFlushed produces recs with a ManualFlushing client and flushes, so
+// that the records of one call form one batch per partition.
+func produceFlushed(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var errs []error
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("record %q to %s/%d: %w", r.Key, r.Topic, r.Partition, err))
+				mu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// consumeTestRecords reads n records of topic with a kgo consumer
+// (READ_COMMITTED, from the start) and returns them by partition.
+func consumeTestRecords(t testing.TB, c *kfake.Cluster, topic string, n int) map[int32][]*kgo.Record {
+	t.Helper()
+	cl := kafkatest.Client(t, c, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx := testCtx(t)
+	out := map[int32][]*kgo.Record{}
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consume %s: %d of %d records before %v", topic, got, n, err)
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			out[r.Partition] = append(out[r.Partition], r)
+			got++
+		})
+	}
+	if got != n {
+		t.Fatalf("consumed %d records of %s, want %d", got, topic, n)
+	}
+	return out
+}
+
+// diffKgoRecord says how a consumed record differs from the one produced:
+// key, value, headers and timestamp.
+func diffKgoRecord(got, want *kgo.Record) string {
+	var d []string
+	if !sameBytes(got.Key, want.Key) {
+		d = append(d, fmt.Sprintf("key %q != %q", got.Key, want.Key))
+	}
+	if !sameBytes(got.Value, want.Value) {
+		d = append(d, fmt.Sprintf("value %.40q != %.40q", got.Value, want.Value))
+	}
+	if !got.Timestamp.Equal(want.Timestamp) {
+		d = append(d, fmt.Sprintf("timestamp %v != %v", got.Timestamp, want.Timestamp))
+	}
+	if len(got.Headers) != len(want.Headers) {
+		d = append(d, fmt.Sprintf("%d headers != %d", len(got.Headers), len(want.Headers)))
+	} else {
+		for i := range got.Headers {
+			if got.Headers[i].Key != want.Headers[i].Key || !sameBytes(got.Headers[i].Value, want.Headers[i].Value) {
+				d = append(d, fmt.Sprintf("header %d differs", i))
+			}
+		}
+	}
+	return strings.Join(d, "; ")
 }
