@@ -1,0 +1,183 @@
+package link
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/internal/batchtest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+const walkCluster = "AAAAAAAAAAAAAAAAAAAAKg" // region 42
+
+func clock() time.Time { return time.Unix(1_700_000_000, 0) }
+
+// appended is what the destination holds for a source batch: the pipeline's
+// rewrite, then the broker's base offset.
+func appended(src []byte, mapped int64, destOffset int64) []byte {
+	b := append([]byte(nil), src...)
+	h, _ := transform.ParseHeader(b)
+	if !h.Dense() {
+		out, _, err := transform.NewReencoder().Reencode(nil, b, mapped)
+		if err != nil {
+			panic(err)
+		}
+		b = out
+	} else {
+		transform.Rewrite(b, mapped)
+	}
+	binary.BigEndian.PutUint64(b, uint64(destOffset))
+	return b
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// walkAll drives a walker the way the link does: each destination batch is
+// compared with source batches until one matches, is foreign or the source
+// runs out.
+func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
+	t.Helper()
+	var steps []walkStep
+	si := 0
+	for _, d := range dst {
+		for {
+			if si == len(src) {
+				if err := w.foreignRest(d); err != nil {
+					t.Fatal(err)
+				}
+				steps = append(steps, stepForeign)
+				break
+			}
+			st, err := w.compare(clone(src[si]), d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, st)
+			if st == stepSkip || st == stepMatch {
+				si++
+			}
+			if st != stepSkip {
+				break
+			}
+		}
+	}
+	return steps
+}
+
+// Guards reconciliation: which destination batches are recognised as the
+// pipeline's own and where mirroring resumes, for the cases a restart meets.
+func TestWalker(t *testing.T) {
+	m := transform.MapPID(3, 42)
+	s0 := batchtest.Simple(100, 3, 0, 0, 5)  // offsets 100-104
+	s1 := batchtest.Simple(107, 3, 0, 5, 5)  // 107-111 (a control batch at 105-106 was filtered)
+	s2 := batchtest.Simple(112, 3, 0, 10, 5) // 112-116
+	foreign := batchtest.Simple(0, 77, 0, 0, 2)
+	binary.BigEndian.PutUint64(foreign, 55)
+	gappy := batchtest.Build(batchtest.Spec{BaseOffset: 117, PID: 3, BaseSequence: 15, Codec: 3, FirstTimestamp: 5, LastOffsetDelta: 4,
+		Records: []batchtest.Record{{Key: []byte("a"), OffsetDelta: 0}, {Key: []byte("c"), OffsetDelta: 2}}})
+	empty := batchtest.Build(batchtest.Spec{BaseOffset: 117, PID: 3, BaseSequence: 15, FirstTimestamp: 5})
+
+	for _, tc := range []struct {
+		name             string
+		src, dst         [][]byte
+		steps            []walkStep
+		srcNext, dstNext int64
+		foreign          int
+	}{
+		{
+			name:    "tail fully ours",
+			src:     [][]byte{s0, s1, s2},
+			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
+			steps:   []walkStep{stepMatch, stepMatch},
+			srcNext: 112, dstNext: 60,
+		},
+		{
+			name:    "foreign batch in between",
+			src:     [][]byte{s0, s1, s2},
+			dst:     [][]byte{appended(s0, m, 50), foreign, appended(s1, m, 57)},
+			steps:   []walkStep{stepMatch, stepForeign, stepMatch},
+			srcNext: 112, dstNext: 62, foreign: 1,
+		},
+		{
+			name:    "destination holds more than the source has",
+			src:     [][]byte{s0},
+			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
+			steps:   []walkStep{stepMatch, stepForeign},
+			srcNext: 105, dstNext: 60, foreign: 1,
+		},
+		{
+			name:    "same records under another PID are not ours",
+			src:     [][]byte{s0},
+			dst:     [][]byte{appended(s0, transform.MapPID(3, 43), 50)},
+			steps:   []walkStep{stepForeign},
+			srcNext: 100, dstNext: 55, foreign: 1,
+		},
+		{
+			name:    "compacted source batch matches its re-encoding",
+			src:     [][]byte{s2, gappy},
+			dst:     [][]byte{appended(s2, m, 50), appended(gappy, m, 55)},
+			steps:   []walkStep{stepMatch, stepMatch},
+			srcNext: 122, dstNext: 57,
+		},
+		{
+			name:    "batch without records is skipped",
+			src:     [][]byte{empty, s2},
+			dst:     [][]byte{appended(s2, m, 50)},
+			steps:   []walkStep{stepSkip, stepMatch},
+			srcNext: 117, dstNext: 55,
+		},
+		{
+			name:    "duplicate source batch is skipped",
+			src:     [][]byte{s0, batchtest.Simple(105, 3, 0, 0, 5), s1},
+			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
+			steps:   []walkStep{stepMatch, stepSkip, stepMatch},
+			srcNext: 112, dstNext: 60,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 100, 50, clock)
+			steps := walkAll(t, w, tc.src, tc.dst)
+			if fmt.Sprint(steps) != fmt.Sprint(tc.steps) {
+				t.Errorf("steps %v, want %v", steps, tc.steps)
+			}
+			if w.srcNext != tc.srcNext || w.dstNext != tc.dstNext || w.foreign != tc.foreign {
+				t.Errorf("srcNext %d dstNext %d foreign %d; want %d %d %d", w.srcNext, w.dstNext, w.foreign, tc.srcNext, tc.dstNext, tc.foreign)
+			}
+		})
+	}
+}
+
+// Guards the salt rule during reconciliation: a replayed salt maps the
+// origin as the crashed session did; a collision without a committed salt
+// means the batch, and everything after it, was never appended.
+func TestWalkerSalts(t *testing.T) {
+	// PID 5 and 5+2^31 from one cluster clash after masking.
+	a := batchtest.Simple(10, 5, 0, 0, 2)
+	b := batchtest.Simple(12, 5+1<<31, 0, 0, 2)
+	a2 := batchtest.Simple(14, 5, 0, 2, 2)
+
+	t.Run("salt replayed", func(t *testing.T) {
+		psm := transform.NewPSM(transform.PSMConfig{})
+		psm.AddSalt(transform.Origin{Cluster: walkCluster, PID: 5 + 1<<31}, 9, clock())
+		w := newWalker(psm, walkCluster, 42, transform.NewReencoder(), 10, 0, clock)
+		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(b, transform.MapPIDSalted(5, 42, 9), 2), appended(a2, transform.MapPID(5, 42), 4)}
+		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match match match]" {
+			t.Errorf("steps %v", steps)
+		}
+		if w.srcNext != 16 || w.dstNext != 6 {
+			t.Errorf("srcNext %d dstNext %d", w.srcNext, w.dstNext)
+		}
+	})
+	t.Run("salt never committed", func(t *testing.T) {
+		w := newWalker(transform.NewPSM(transform.PSMConfig{Rand: func() int64 { return 1 }}), walkCluster, 42, transform.NewReencoder(), 10, 0, clock)
+		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(a2, transform.MapPID(5, 42), 2)}
+		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match stop]" {
+			t.Errorf("steps %v", steps)
+		}
+		if w.srcNext != 12 || w.foreign != 1 || !w.stopped {
+			t.Errorf("srcNext %d foreign %d stopped %v; want 12, 1, true", w.srcNext, w.foreign, w.stopped)
+		}
+	})
+}
