@@ -1,0 +1,335 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrFenced: a newer session of the same link took the link's
+// transactional.id, so this session may never write again. Every Commit of
+// a fenced session returns it, forever after.
+var ErrFenced = errors.New("state session fenced by a newer session of the link")
+
+// TransactionalID is the transactional.id of a link's sessions.
+func TransactionalID(link string) string { return "mirrord." + link }
+
+// isFencing reports whether a transactional error means that the session
+// lost the transactional.id. Kafka answers a zombie's EndTxn and
+// AddPartitionsToTxn with PRODUCER_FENCED and its Produce with
+// INVALID_PRODUCER_EPOCH; INVALID_PRODUCER_ID_MAPPING follows when the new
+// session's epoch bump ran out of epochs and the coordinator moved the
+// transactional.id to a new producer ID. INVALID_TXN_STATE is what kfake
+// (and a broker's KIP-890 retry check) answers the zombie's EndTxn when the
+// fencer's InitProducerId aborted the transaction it had open: a session
+// that began a transaction and did not end it learns that someone else
+// ended it. TRANSACTIONAL_ID_AUTHORIZATION_FAILED is not fencing but an ACL
+// problem that no new session fixes; it fails the session like any other
+// error, without ErrFenced.
+func isFencing(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.InvalidProducerIDMapping) ||
+		errors.Is(err, kerr.InvalidTxnState)
+}
+
+// SessionOpt sets an optional field of a session.
+type SessionOpt func(*sessionOpts)
+
+type sessionOpts struct {
+	source, destination string
+}
+
+// SourceCluster sets the source cluster ID that the session's link records
+// carry.
+func SourceCluster(id string) SessionOpt { return func(o *sessionOpts) { o.source = id } }
+
+// DestinationCluster sets the destination cluster ID that the session's link
+// records carry (a pinned cluster_id). Without it, Begin asks the
+// destination for its cluster ID.
+func DestinationCluster(id string) SessionOpt { return func(o *sessionOpts) { o.destination = id } }
+
+// Session is one link session's claim on the link's state (DESIGN §7): a
+// transactional producer holding transactional.id mirrord.<link>. Begin's
+// InitProducerId bumped the producer epoch, which fenced the previous
+// session and aborted whatever transaction it had open. Every state write is
+// one transaction that also carries the link record and so renews the lease.
+//
+// Commit and Close are for the one goroutine that owns the session (the
+// link); LeaseValid may be called from any goroutine (the appenders).
+type Session struct {
+	store   *Store
+	link    string
+	timeout time.Duration
+	cl      *kgo.Client
+	log     hclog.Logger
+	now     func() time.Time
+
+	producerID int64
+	epoch      int16
+	source     string
+	dest       string
+
+	// base is the monotonic origin of lastSent.
+	base time.Time
+	// lastSent is when the last successful commit was sent, as
+	// nanoseconds since base; -1 before the first commit and once the
+	// session committed STOPPED.
+	lastSent atomic.Int64
+	// dead is set once the session failed, was fenced or was closed.
+	dead atomic.Bool
+
+	mu     sync.Mutex // serializes Commit and Close
+	err    error      // the failure that ended the session; sticky
+	fenced bool
+	open   bool // a transaction was begun and not ended
+	closed bool
+
+	// Of the commit in progress: when it was sent, and whether it
+	// commits STOPPED.
+	pendingSent time.Time
+	stopping    bool
+
+	// testBeforeEnd, when set, runs between produce and EndTxn.
+	testBeforeEnd func()
+}
+
+// Begin starts a session of link: it builds a transactional client with
+// transactional.id mirrord.<link> and a transaction timeout of
+// sessionTimeout, and calls InitProducerId, which fences the previous
+// session of the link and aborts its open transaction. The caller replays
+// the state topic after Begin (so that it sees the fenced session's last
+// commit) and waits View.LeaseWait before appending.
+func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Duration, opts ...SessionOpt) (*Session, error) {
+	if link == "" {
+		return nil, errors.New("begin state session: empty link name")
+	}
+	if sessionTimeout < time.Millisecond {
+		return nil, fmt.Errorf("begin state session of link %q: session timeout %v is below 1ms", link, sessionTimeout)
+	}
+	if err := checkString("link name", link); err != nil {
+		return nil, fmt.Errorf("begin state session: %w", err)
+	}
+	var o sessionOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("begin state session of link %q: state store %w", link, ErrClosed)
+	}
+
+	copts := append(append([]kgo.Opt{}, s.deps.ClientOpts...),
+		kgo.TransactionalID(TransactionalID(link)),
+		kgo.TransactionTimeout(sessionTimeout),
+		kgo.DefaultProduceTopic(s.cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// The key partitioner keeps every key in one partition, as
+		// compaction needs; it hashes like Kafka's Java client.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	)
+	cl, err := kgo.NewClient(copts...)
+	if err != nil {
+		return nil, fmt.Errorf("begin state session of link %q: client: %w", link, err)
+	}
+	if o.destination == "" {
+		md, err := kadm.NewClient(cl).Metadata(ctx)
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("begin state session of link %q: destination cluster ID: %w", link, err)
+		}
+		o.destination = md.Cluster
+	}
+	// InitProducerId: the epoch bump that fences the previous session.
+	id, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("begin state session of link %q: init producer id for transactional.id %s: %w", link, TransactionalID(link), err)
+	}
+	now := s.deps.Now()
+	sess := &Session{
+		store:      s,
+		link:       link,
+		timeout:    sessionTimeout,
+		cl:         cl,
+		log:        s.log.With("link", link),
+		now:        s.deps.Now,
+		producerID: id,
+		epoch:      epoch,
+		source:     o.source,
+		dest:       o.destination,
+		base:       now,
+	}
+	sess.lastSent.Store(-1)
+	sess.log.Info("began state session", "transactional_id", TransactionalID(link), "producer_id", id, "epoch", epoch)
+	return sess, nil
+}
+
+// Link is the session's link name.
+func (s *Session) Link() string { return s.link }
+
+// Epoch is the producer epoch InitProducerId gave the session; it is the
+// SessionEpoch of the session's link records.
+func (s *Session) Epoch() int16 { return s.epoch }
+
+// LeaseValid reports whether the session may still append at now: it has
+// committed at least once, it was not fenced, did not fail and did not
+// commit STOPPED, and less than the session timeout has passed since its
+// last successful commit was sent. The times are compared on the monotonic
+// clock when both carry a reading.
+func (s *Session) LeaseValid(now time.Time) bool {
+	if s.dead.Load() {
+		return false
+	}
+	sent := s.lastSent.Load()
+	if sent < 0 {
+		return false
+	}
+	return now.Sub(s.base)-time.Duration(sent) < s.timeout
+}
+
+// Commit writes recs and the link record {state, session epoch, cluster IDs,
+// LeaseExpiresMs = send time + session timeout, TimestampMs = send time} in
+// one transaction. On success the lease counts from the send time. A record
+// that does not encode fails the call before anything is sent and leaves
+// the session usable. Any other failure ends the session: a fenced session
+// returns an error wrapping ErrFenced, then and on every later call; a
+// session that cannot tell whether its transaction committed must not guess,
+// so it stops too, and the link begins a new one. Committing STOPPED gives
+// the lease up before the commit is sent.
+func (s *Session) Commit(ctx context.Context, state int8, recs ...Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.produce(ctx, state, recs); err != nil {
+		return err
+	}
+	return s.end(ctx)
+}
+
+// produce begins a transaction and produces recs and the link record into
+// it, without committing. Callers hold s.mu.
+func (s *Session) produce(ctx context.Context, state int8, recs []Record) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	krecs := make([]*kgo.Record, 0, len(recs)+1)
+	for i, r := range recs {
+		k, v, err := r.encode()
+		if err != nil {
+			return fmt.Errorf("state commit of link %q: record %d: %w", s.link, i, err)
+		}
+		krecs = append(krecs, &kgo.Record{Topic: s.store.cfg.Topic, Key: k, Value: v})
+	}
+	sent := s.now()
+	lk, lv, err := Record{Key: LinkKey{LinkName: s.link}, Value: LinkValue{
+		State:                state,
+		SessionEpoch:         s.epoch,
+		SourceClusterID:      s.source,
+		DestinationClusterID: s.dest,
+		LeaseExpiresMs:       sent.Add(s.timeout).UnixMilli(),
+		TimestampMs:          sent.UnixMilli(),
+	}}.encode()
+	if err != nil {
+		return fmt.Errorf("state commit of link %q: link record: %w", s.link, err)
+	}
+	krecs = append(krecs, &kgo.Record{Topic: s.store.cfg.Topic, Key: lk, Value: lv})
+	s.pendingSent = sent
+	s.stopping = state == Stopped
+	if s.stopping {
+		// The new session will not wait for a STOPPED session's
+		// lease, so appending ends before the record is sent.
+		s.lastSent.Store(-1)
+	}
+
+	if err := s.cl.BeginTransaction(); err != nil {
+		return s.fail("begin transaction", err)
+	}
+	s.open = true
+	if err := s.cl.ProduceSync(ctx, krecs...).FirstErr(); err != nil {
+		return s.fail("produce", err)
+	}
+	return nil
+}
+
+// end commits the open transaction. Callers hold s.mu.
+func (s *Session) end(ctx context.Context) error {
+	if s.testBeforeEnd != nil {
+		s.testBeforeEnd()
+	}
+	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return s.fail("end transaction", err)
+	}
+	s.open = false
+	if !s.stopping {
+		s.lastSent.Store(int64(s.pendingSent.Sub(s.base)))
+	}
+	s.store.commits.Add(1)
+	return nil
+}
+
+// usable returns the error that keeps the session from writing, if any.
+func (s *Session) usable() error {
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.closed:
+		return fmt.Errorf("state session of link %q: %w", s.link, ErrClosed)
+	}
+	return nil
+}
+
+// fail ends the session with err and returns the sticky error.
+func (s *Session) fail(op string, err error) error {
+	s.dead.Store(true)
+	if isFencing(err) {
+		s.fenced = true
+		s.store.fenced.Add(1)
+		s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w: %w", s.link, s.epoch, op, ErrFenced, err)
+		s.log.Warn("state session fenced; it will not write again", "epoch", s.epoch, "error", err)
+		return s.err
+	}
+	s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w", s.link, s.epoch, op, err)
+	return s.err
+}
+
+// Err is the failure that ended the session, or nil.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close aborts the session's open transaction, if any, and closes its
+// client; it waits for a Commit in progress. A fenced session aborts
+// nothing: the fencer already did, and a zombie's transactional requests
+// are pointless. Close is idempotent; it returns the abort's error.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.dead.Store(true)
+	var err error
+	if s.open && !s.fenced {
+		if e := s.cl.AbortBufferedRecords(ctx); e != nil {
+			err = fmt.Errorf("close state session of link %q: drop buffered records: %w", s.link, e)
+		} else if e := s.cl.EndTransaction(ctx, kgo.TryAbort); e != nil {
+			err = fmt.Errorf("close state session of link %q: abort open transaction: %w", s.link, e)
+		}
+		s.open = false
+	}
+	s.cl.Close()
+	return err
+}

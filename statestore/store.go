@@ -1,0 +1,471 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultTopic is the state topic's name unless the link says otherwise.
+const DefaultTopic = "__mirror_state"
+
+// Sentinel errors of the Store.
+var (
+	// ErrNotCompacted: the state topic exists and its cleanup.policy is
+	// not exactly compact, so the broker would delete state that is
+	// still in use.
+	ErrNotCompacted = errors.New("state topic is not compacted")
+	// ErrNoTopic: the state topic does not exist (Ensure creates it).
+	ErrNoTopic = errors.New("state topic does not exist")
+	// ErrClosed: the Store or Session was closed.
+	ErrClosed = errors.New("closed")
+)
+
+// Fetch sizes of the replay. A replay fetches one partition per request, and
+// the request's MaxBytes is far above the partition's: a READ_COMMITTED fetch
+// whose request-level limit binds partway through a partition comes back
+// from kfake without that partition's aborted-transaction list (DESIGN §11),
+// and the replay would then take aborted records for committed ones. With
+// one partition per request the request limit can only bind first if a
+// single batch is larger than fetchMaxBytes-fetchPartitionMaxBytes.
+const (
+	fetchPartitionMaxBytes = 1 << 20
+	fetchMaxBytes          = 64 << 20
+	fetchMaxWaitMillis     = 500
+	// fetchRetries bounds consecutive retriable errors of one partition
+	// before the replay gives up.
+	fetchRetries = 20
+)
+
+// Config says which topic holds the state and how to create it.
+type Config struct {
+	// Topic is the state topic. Default DefaultTopic.
+	Topic string
+	// Partitions is the partition count Ensure creates the topic with.
+	// Default 1. An existing topic keeps its count.
+	Partitions int32
+	// ReplicationFactor is the replication factor Ensure creates the topic
+	// with. Default -1: the broker's default.replication.factor.
+	ReplicationFactor int16
+}
+
+// validate fills defaults and reports every problem at once, each under the
+// link's HCL key.
+func (c *Config) validate() error {
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = -1
+	}
+	var errs []error
+	if err := checkTopicName(c.Topic); err != nil {
+		errs = append(errs, fmt.Errorf("state_topic: %w", err))
+	}
+	if c.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("state_topic_partitions: %d is negative; use 1 or more", c.Partitions))
+	}
+	if c.ReplicationFactor < -1 {
+		errs = append(errs, fmt.Errorf("state_topic_replication_factor: %d is invalid; use -1 for the broker default or 1 or more", c.ReplicationFactor))
+	}
+	return errors.Join(errs...)
+}
+
+// checkTopicName applies Kafka's topic name rules.
+func checkTopicName(t string) error {
+	if t == "." || t == ".." {
+		return fmt.Errorf("%q is not a legal topic name", t)
+	}
+	if len(t) > 249 {
+		return fmt.Errorf("topic name is %d characters; Kafka allows at most 249", len(t))
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic name %q contains %q; Kafka allows only letters, digits, '.', '_' and '-'", t, r)
+		}
+	}
+	return nil
+}
+
+// Deps are the Store's collaborators.
+type Deps struct {
+	// ClientOpts reach the destination cluster: seed brokers, TLS, SASL.
+	// The Store adds its own options after these.
+	ClientOpts []kgo.Opt
+	// Logger gets the Store's and its sessions' logs. Default: discard.
+	Logger hclog.Logger
+	// Now is the clock of leases and timestamps. Default time.Now. Leases
+	// are measured on its monotonic reading when it has one.
+	Now func() time.Time
+}
+
+// Stats are the Store's counters, for the metrics package.
+type Stats struct {
+	Commits        int64 // state transactions committed
+	FencedSessions int64 // sessions that learned they were fenced
+	SkippedRecords int64 // replayed records of an unknown type or version
+}
+
+// Store is the state topic on the destination cluster. It creates the
+// topic, replays it, and begins sessions, each of which writes through its
+// own transactional client.
+type Store struct {
+	cfg  Config
+	deps Deps
+	log  hclog.Logger
+
+	mu     sync.Mutex
+	cl     *kgo.Client // reads and admin; built on first use, closed by Close
+	closed bool
+
+	commits atomic.Int64
+	fenced  atomic.Int64
+	skipped atomic.Int64
+}
+
+// New validates cfg and returns a Store. It does no I/O and starts nothing.
+func New(cfg Config, deps Deps) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = hclog.NewNullLogger()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	return &Store{
+		cfg:  cfg,
+		deps: deps,
+		log:  deps.Logger.Named("statestore").With("topic", cfg.Topic),
+	}, nil
+}
+
+// Topic is the state topic's name.
+func (s *Store) Topic() string { return s.cfg.Topic }
+
+// Stats returns the counters.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), FencedSessions: s.fenced.Load(), SkippedRecords: s.skipped.Load()}
+}
+
+// client returns the shared read/admin client, building it on first use.
+func (s *Store) client() (*kgo.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("state store: %w", ErrClosed)
+	}
+	if s.cl == nil {
+		cl, err := kgo.NewClient(s.deps.ClientOpts...)
+		if err != nil {
+			return nil, fmt.Errorf("state store client: %w", err)
+		}
+		s.cl = cl
+	}
+	return s.cl, nil
+}
+
+// Close closes the shared client. Sessions are closed by their owners. It
+// is idempotent.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.cl != nil {
+		s.cl.Close()
+	}
+}
+
+// Ensure creates the state topic with cleanup.policy=compact if it is
+// missing. If it exists, its cleanup.policy must be exactly compact:
+// "delete" and "compact,delete" both let retention remove the only copy of
+// a salt, checkpoint or link record that is still in use (a salt may stay
+// in use for as long as its producer lives, far beyond any retention), so
+// they are refused with ErrNotCompacted and an error that says how to fix
+// the topic.
+func (s *Store) Ensure(ctx context.Context) error {
+	cl, err := s.client()
+	if err != nil {
+		return err
+	}
+	adm := kadm.NewClient(cl)
+	compact := "compact"
+	_, err = adm.CreateTopic(ctx, s.cfg.Partitions, s.cfg.ReplicationFactor, map[string]*string{"cleanup.policy": &compact}, s.cfg.Topic)
+	switch {
+	case err == nil:
+		s.log.Info("created state topic", "partitions", s.cfg.Partitions, "replication_factor", s.cfg.ReplicationFactor)
+		return nil
+	case !errors.Is(err, kerr.TopicAlreadyExists):
+		return fmt.Errorf("create state topic %q: %w", s.cfg.Topic, err)
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, s.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("describe state topic %q: %w", s.cfg.Topic, err)
+	}
+	rc, err := rcs.On(s.cfg.Topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return fmt.Errorf("describe state topic %q: %w", s.cfg.Topic, err)
+	}
+	policy := "delete" // Kafka's default when nothing is set
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" && c.Value != nil {
+			policy = *c.Value
+		}
+	}
+	if normalizePolicy(policy) != "compact" {
+		return fmt.Errorf("state topic %q has cleanup.policy=%s, but it must be exactly compact (retention would delete salts and checkpoints still in use): "+
+			"run kafka-configs.sh --bootstrap-server <destination> --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact, "+
+			"or set the link's state_topic to a new topic: %w", s.cfg.Topic, policy, s.cfg.Topic, ErrNotCompacted)
+	}
+	return nil
+}
+
+// normalizePolicy sorts and dedups a cleanup.policy list.
+func normalizePolicy(p string) string {
+	var parts []string
+	for f := range strings.SplitSeq(p, ",") {
+		if f = strings.TrimSpace(strings.ToLower(f)); f != "" {
+			parts = append(parts, f)
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(slices.Compact(parts), ",")
+}
+
+// RawRecord is a record of the state topic as it is stored, not decoded.
+type RawRecord struct {
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte // nil: tombstone
+	Timestamp time.Time
+}
+
+// Scan reads the state topic with READ_COMMITTED isolation from the log
+// start up to the high watermark each partition had when the scan began,
+// and calls fn for each record, partition by partition in ascending order,
+// each in offset order. Aborted records and control records are never
+// passed. A transaction that was open at the start holds the scan at its
+// first offset until the transaction ends (at most the writer's transaction
+// timeout): only then can the scan tell whether its records count. An error
+// from fn stops the scan and is returned as it is.
+func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
+	cl, err := s.client()
+	if err != nil {
+		return err
+	}
+	adm := kadm.NewClient(cl)
+	topic := s.cfg.Topic
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("metadata of state topic %q: %w", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("state topic %q: %w", topic, ErrNoTopic)
+	}
+	if td.Err != nil {
+		return fmt.Errorf("metadata of state topic %q: %w", topic, td.Err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("start offsets of state topic %q: %w", topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of state topic %q: %w", topic, err)
+	}
+	for _, p := range td.Partitions.Numbers() {
+		start, _ := starts.Lookup(topic, p)
+		end, _ := ends.Lookup(topic, p)
+		pr := partitionReader{s: s, cl: cl, adm: adm, topic: topic, id: td.ID, p: p, leader: td.Partitions[p].Leader}
+		if err := pr.read(ctx, start.Offset, end.Offset, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partitionReader fetches one partition of the state topic from its leader.
+type partitionReader struct {
+	s      *Store
+	cl     *kgo.Client
+	adm    *kadm.Client
+	topic  string
+	id     kadm.TopicID
+	p      int32
+	leader int32
+}
+
+func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawRecord) error) error {
+	var retries int
+	var waitLogged bool
+	for off < end {
+		fp, next, err := r.fetch(ctx, off)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fp.Err == nil:
+			retries = 0
+		case errors.Is(fp.Err, kerr.OffsetOutOfRange) && fp.LogStartOffset > off:
+			// Compaction or DeleteRecords moved the log start
+			// past us while we read; what is gone is gone.
+			off = fp.LogStartOffset
+			continue
+		case kerr.IsRetriable(fp.Err) && retries < fetchRetries:
+			retries++
+			if err := r.refreshLeader(ctx); err != nil {
+				return err
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, err)
+			}
+			continue
+		default:
+			return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, fp.Err)
+		}
+		for _, rec := range fp.Records {
+			if rec.Offset >= end {
+				break
+			}
+			if err := fn(RawRecord{Partition: r.p, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}); err != nil {
+				return err
+			}
+		}
+		if next <= off && fp.LastStableOffset >= 0 && fp.LastStableOffset <= off && !waitLogged {
+			// The broker held the fetch at an open transaction;
+			// the next fetch long-polls until it ends.
+			r.s.log.Info("state replay waits for an open transaction to end", "partition", r.p, "offset", off, "end", end)
+			waitLogged = true
+		}
+		off = max(off, next)
+	}
+	return nil
+}
+
+// fetch issues one READ_COMMITTED fetch of the partition at off to its
+// leader and processes the answer with kgo's own batch parser (aborted
+// transactions dropped, control records skipped, CRCs checked).
+func (r *partitionReader) fetch(ctx context.Context, off int64) (kgo.FetchPartition, int64, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis = fetchMaxWaitMillis
+	req.MinBytes = 1
+	req.MaxBytes = fetchMaxBytes
+	req.IsolationLevel = 1 // READ_COMMITTED
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = r.topic
+	rt.TopicID = r.id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = r.p
+	rp.FetchOffset = off
+	rp.PartitionMaxBytes = fetchPartitionMaxBytes
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+
+	kresp, err := r.cl.Broker(int(r.leader)).RetriableRequest(ctx, req)
+	if err != nil {
+		return kgo.FetchPartition{}, 0, fmt.Errorf("fetch state topic %q partition %d at offset %d from broker %d: %w", r.topic, r.p, off, r.leader, err)
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return kgo.FetchPartition{Err: err}, off, nil
+	}
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if t.Topic != r.topic && t.TopicID != r.id {
+			continue
+		}
+		for j := range t.Partitions {
+			if t.Partitions[j].Partition != r.p {
+				continue
+			}
+			fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+				Offset:         off,
+				IsolationLevel: kgo.ReadCommitted(),
+				Topic:          r.topic,
+				Partition:      r.p,
+			}, &t.Partitions[j], kgo.DefaultDecompressor(), nil)
+			return fp, next, nil
+		}
+	}
+	return kgo.FetchPartition{}, 0, fmt.Errorf("fetch state topic %q partition %d at offset %d: the response from broker %d does not hold the partition", r.topic, r.p, off, r.leader)
+}
+
+func (r *partitionReader) refreshLeader(ctx context.Context) error {
+	md, err := r.adm.Metadata(ctx, r.topic)
+	if err != nil {
+		return fmt.Errorf("metadata of state topic %q: %w", r.topic, err)
+	}
+	if pd, ok := md.Topics[r.topic].Partitions[r.p]; ok && pd.Leader >= 0 {
+		r.leader = pd.Leader
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Replay reads the whole state topic (see Scan) into a View. A record of an
+// unknown type or version is logged at WARN and skipped; a record that does
+// not decode stops the replay with an error that names its partition and
+// offset and wraps ErrCorrupt.
+func (s *Store) Replay(ctx context.Context) (*View, error) {
+	v := NewView()
+	err := s.Scan(ctx, func(raw RawRecord) error {
+		rec, err := Decode(raw.Key, raw.Value)
+		switch {
+		case errors.Is(err, ErrUnknownRecord):
+			s.log.Warn("skipping state record written by a newer agent", "partition", raw.Partition, "offset", raw.Offset, "error", err)
+			v.Skipped++
+			s.skipped.Add(1)
+			return nil
+		case err != nil:
+			return fmt.Errorf("replay state topic %q: partition %d offset %d: %w", s.cfg.Topic, raw.Partition, raw.Offset, err)
+		}
+		rec.Partition, rec.Offset = raw.Partition, raw.Offset
+		v.Records = append(v.Records, rec)
+		v.Apply(rec)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Debug("replayed state topic", "records", len(v.Records), "skipped", v.Skipped)
+	return v, nil
+}

@@ -1,0 +1,88 @@
+package statestore
+
+import "time"
+
+// View is the state of the state topic as a replay left it: the latest
+// value of every key, tombstoned keys removed, and the records themselves in
+// log order for appliers (package barrier replays salts and barriers from
+// Records into the PSMs).
+//
+// A View is plain data, not safe for concurrent use; the goroutine that
+// replayed it owns it.
+type View struct {
+	Links       map[string]LinkValue
+	Checkpoints map[CheckpointKey]CheckpointValue
+	Salts       map[PIDCollisionKey]PIDCollisionValue
+	Barriers    map[PIDResetKey]PIDResetValue // latest barrier per destination partition
+
+	// Records holds every record the replay decoded, tombstones included,
+	// in log order: partition by partition in ascending partition order,
+	// each in offset order. Records of one key always share a partition,
+	// so each key's history is in order; records of different partitions
+	// have no order between them (package barrier relies only on the
+	// former).
+	Records []Record
+
+	// Skipped counts records of an unknown type or version (written by a
+	// newer agent), which the replay logged and left out.
+	Skipped int
+}
+
+// NewView returns an empty view.
+func NewView() *View {
+	return &View{
+		Links:       make(map[string]LinkValue),
+		Checkpoints: make(map[CheckpointKey]CheckpointValue),
+		Salts:       make(map[PIDCollisionKey]PIDCollisionValue),
+		Barriers:    make(map[PIDResetKey]PIDResetValue),
+	}
+}
+
+// Apply brings the maps up to date with one record: a value replaces the
+// key's previous one, a tombstone deletes it. It does not append to Records;
+// a link that keeps its view current after its own commits calls Apply with
+// what it committed.
+func (v *View) Apply(r Record) {
+	switch k := r.Key.(type) {
+	case LinkKey:
+		if val, ok := r.Value.(LinkValue); ok {
+			v.Links[k.LinkName] = val
+		} else {
+			delete(v.Links, k.LinkName)
+		}
+	case CheckpointKey:
+		if val, ok := r.Value.(CheckpointValue); ok {
+			v.Checkpoints[k] = val
+		} else {
+			delete(v.Checkpoints, k)
+		}
+	case PIDResetKey:
+		if val, ok := r.Value.(PIDResetValue); ok {
+			v.Barriers[k] = val
+		} else {
+			delete(v.Barriers, k)
+		}
+	case PIDCollisionKey:
+		if val, ok := r.Value.(PIDCollisionValue); ok {
+			v.Salts[k] = val
+		} else {
+			delete(v.Salts, k)
+		}
+	}
+}
+
+// LeaseWait is how long a new session of link must wait, at wall-clock time
+// now, before it may reconcile and append (DESIGN §7): until the lease that
+// the previous session's last commit recorded has expired, plus skew for the
+// difference between the two agents' clocks. It is zero when the link has
+// no record, when the previous session recorded a clean STOPPED (it stopped
+// appending before it wrote that), and when the lease expired long enough
+// ago.
+func (v *View) LeaseWait(link string, now time.Time, skew time.Duration) time.Duration {
+	lv, ok := v.Links[link]
+	if !ok || lv.State == Stopped {
+		return 0
+	}
+	wait := time.UnixMilli(lv.LeaseExpiresMs).Add(skew).Sub(now)
+	return max(wait, 0)
+}
