@@ -1,0 +1,187 @@
+# mirrord configuration: an example that documents every key.
+#
+# This file mirrors the order topics of an on-premises cluster ("dc1",
+# SCRAM-SHA-512 over TLS) into a cloud cluster ("cloud", TLS with a client
+# certificate). Check a file with:   mirrord validate --config FILE
+#
+# Syntax: HCL (https://github.com/hashicorp/hcl). Values are literals: no
+# variables or functions. Unknown keys and blocks are errors.
+#
+# Environment overrides: a variable MIRRORD_<BLOCK>__[<name>__]<KEY> sets one
+# key, levels separated by a double underscore. Block and key names are
+# case-insensitive, cluster and link names are written as in this file.
+# Values are written without quotes; lists are comma-separated or written
+# as an HCL list (["a{1,2}", "b"]) when an element contains a comma.
+#
+#   MIRRORD_AGENT__LOG_LEVEL=debug
+#   MIRRORD_CLUSTER__dc1__BOOTSTRAP_SERVERS=kafka1:9093,kafka2:9093
+#   MIRRORD_CLUSTER__dc1__SASL__PASSWORD=...
+#   MIRRORD_LINK__dc1_to_cloud__CHECKPOINT_INTERVAL=10s
+#
+# Overrides change blocks of this file; they cannot add a cluster or a link.
+# Variables that do not start with MIRRORD_AGENT, MIRRORD_CLUSTER or
+# MIRRORD_LINK are not overrides and are ignored.
+#
+# Names of clusters and links: letters, digits, '-' and single '_', starting
+# with a letter or digit.
+
+# The agent block is optional.
+agent {
+  # Name of this agent, shown in logs and recorded with each link's session.
+  # Default: "mirrord".
+  name = "mirrord-dc1-1"
+
+  # host:port of the HTTP listener: /metrics, /healthz, /readyz and the admin
+  # API under /v1/. ":9644" listens on every interface.
+  # Default: "127.0.0.1:9644".
+  listen = "0.0.0.0:9644"
+
+  # Log level: "trace", "debug", "info", "warn" or "error".
+  # Default: "info".
+  log_level = "info"
+
+  # Log format: "text" or "json".
+  # Default: "text".
+  log_format = "json"
+}
+
+# A cluster block says how to reach one Kafka cluster; its name is what
+# links refer to. Define as many as the links need.
+cluster "dc1" {
+  # Brokers to bootstrap from, as host:port. Required, at least one.
+  bootstrap_servers = ["kafka1.dc1.example.com:9093", "kafka2.dc1.example.com:9093", "kafka3.dc1.example.com:9093"]
+
+  # Client ID sent to the brokers (quotas, request logs).
+  # Default: "mirrord".
+  client_id = "mirrord-dc1"
+
+  # Pins the cluster ID that the PID transform derives the region from,
+  # instead of the ID the cluster reports. Only for clusters whose reported ID
+  # is not a stable UUID. Default: unset (ask the cluster).
+  # cluster_id = "MkU3OEVBNTcwNTJENDM2Qg"
+
+  # TLS to the brokers. Without a tls block the connection is plaintext.
+  tls {
+    # Default: true when the tls block is present, false without one;
+    # enabled = false turns TLS off and keeps the other settings.
+    enabled = true
+
+    # PEM file with the CA certificates that sign the brokers' certificates.
+    # Default: unset (the system's roots).
+    ca_file = "/etc/mirrord/tls/dc1-ca.pem"
+
+    # Client certificate and its private key (PEM), for brokers that require
+    # TLS client authentication. Both or neither. Default: unset.
+    # cert_file = "/etc/mirrord/tls/client.pem"
+    # key_file  = "/etc/mirrord/tls/client-key.pem"
+
+    # Host name checked against the brokers' certificates.
+    # Default: unset (the host of each broker's address).
+    # server_name = "kafka.dc1.example.com"
+
+    # Skips verification of the brokers' certificates. Never in production.
+    # Default: false.
+    insecure_skip_verify = false
+  }
+
+  # SASL authentication. Without a sasl block mirrord does not authenticate.
+  sasl {
+    # "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512". Required in a sasl block.
+    # PLAIN sends the password as is: use it only over TLS.
+    mechanism = "SCRAM-SHA-512"
+
+    # Required with a mechanism.
+    username = "mirrord"
+
+    # The password: either password (in this file) or password_env (the name
+    # of an environment variable that holds it, read at start), not both.
+    # The password never appears in logs, errors or the admin API.
+    # password = "..."
+    password_env = "DC1_KAFKA_PASSWORD"
+  }
+}
+
+cluster "cloud" {
+  bootstrap_servers = ["b-1.cloud.example.com:9094", "b-2.cloud.example.com:9094"]
+  client_id         = "mirrord-dc1"
+
+  tls {
+    ca_file   = "/etc/mirrord/tls/cloud-ca.pem"
+    cert_file = "/etc/mirrord/tls/client.pem"
+    key_file  = "/etc/mirrord/tls/client-key.pem"
+  }
+}
+
+# A link mirrors the selected topics of its source cluster into its
+# destination cluster. Each link keeps its state (checkpoints, producer-ID
+# salts, barriers, its session lease) in a compacted state topic on the
+# destination and runs one session at a time (transactional.id
+# "mirrord.<link name>"), so a second agent with the same link is fenced.
+link "dc1_to_cloud" {
+  # Names of cluster blocks. Both required, and different.
+  source      = "dc1"
+  destination = "cloud"
+
+  # Which source topics to mirror. Patterns are Go RE2 regular expressions
+  # matched against the WHOLE topic name: "orders" selects the topic
+  # "orders" only, "orders\\..*" every topic starting with "orders.".
+  # In HCL strings a backslash is written twice: "\\." is the regexp \.
+  # include: required, at least one pattern (write [".*"] for every topic).
+  # exclude: default []; an exclude match always wins.
+  # Topics whose names start with "__" and the link's state topic are never
+  # mirrored.
+  topics {
+    include = ["orders\\..*", "payments"]
+    exclude = [".*\\.tmp", ".*-scratch"]
+  }
+
+  # Destination topic name. {topic} is the source topic's name (required),
+  # {source} the source cluster's name (optional). Nothing else in braces.
+  # Default: "{topic}".
+  rename = "{source}.{topic}"
+
+  # Where a partition without a checkpoint starts: "earliest" or "latest".
+  # Default: "earliest".
+  start_from = "earliest"
+
+  # The link's state topic, created on the destination, compacted. Keep the
+  # "__" prefix so that no other link mirrors it.
+  # Default: "__mirror_state".
+  state_topic = "__mirror_state"
+
+  # Partitions of the state topic when mirrord creates it.
+  # Default: 1.
+  state_topic_partitions = 1
+
+  # Replication factor of the state topic when mirrord creates it; -1 uses
+  # the broker's default.replication.factor. Default: -1.
+  state_topic_replication_factor = 3
+
+  # How often checkpoints are committed. At most a third of session_timeout.
+  # Durations are Go durations: "500ms", "5s", "2m", "1h30m".
+  # Default: "5s".
+  checkpoint_interval = "5s"
+
+  # The link session's lease: a session that has not committed a checkpoint
+  # for this long stops appending, and a new session (after a crash or on
+  # another agent) waits until the previous one's lease has expired before
+  # it takes over. Default: "30s".
+  session_timeout = "30s"
+
+  # Bytes fetched but not yet acknowledged by the destination, for the whole
+  # link; fetching pauses above it. A number of bytes or a string with a unit
+  # (KiB, MiB, GiB; KB, MB, GB are powers of 1000). At least "1MiB".
+  # Default: "64MiB".
+  max_buffered_bytes = "128MiB"
+
+  # When the source no longer holds a partition's next offset (retention
+  # deleted it): "fail" stops the link with an error, "earliest" continues
+  # from the earliest offset the source still holds (the gap is logged and
+  # counted). Default: "fail".
+  on_offset_out_of_range = "fail"
+
+  # Producer state (per destination partition and producer ID) idle for
+  # longer than this is forgotten, and its PID salt records are deleted.
+  # Default: "24h".
+  producer_state_expiry = "24h"
+}

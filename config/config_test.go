@@ -1,0 +1,473 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// base is two valid clusters, lines 1 to 6.
+const base = `cluster "a" {
+  bootstrap_servers = ["a:9092"]
+}
+cluster "b" {
+  bootstrap_servers = ["b:9092"]
+}
+`
+
+// withLink returns base and a valid link "l" on lines 7 to 10, then each
+// extra line inside the link, from line 11 at column 3, then the closing
+// brace.
+func withLink(extra ...string) string {
+	var b strings.Builder
+	b.WriteString(base)
+	b.WriteString("link \"l\" {\n  source      = \"a\"\n  destination = \"b\"\n  topics { include = [\"t\"] }\n")
+	for _, l := range extra {
+		b.WriteString("  " + l + "\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func mustParse(t *testing.T, src string, environ ...string) *Config {
+	t.Helper()
+	cfg, err := Parse("t.hcl", []byte(src), environ)
+	if err != nil {
+		t.Fatalf("parse:\n%v", err)
+	}
+	return cfg
+}
+
+func patterns(t *testing.T, exprs ...string) []*regexp.Regexp {
+	t.Helper()
+	var out []*regexp.Regexp
+	for _, e := range exprs {
+		re, err := TopicPattern(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// comparable replaces compiled patterns by their text so that configs can
+// be compared with reflect.DeepEqual.
+type comparableLink struct {
+	Link
+	Include, Exclude []string
+}
+
+func comparable(c *Config) (Config, []comparableLink) {
+	var links []comparableLink
+	for _, l := range c.Links {
+		cl := comparableLink{Link: *l}
+		cl.Link.Include, cl.Link.Exclude = nil, nil
+		for _, re := range l.Include {
+			cl.Include = append(cl.Include, re.String())
+		}
+		for _, re := range l.Exclude {
+			cl.Exclude = append(cl.Exclude, re.String())
+		}
+		links = append(links, cl)
+	}
+	out := *c
+	out.Links = nil
+	return out, links
+}
+
+func assertConfig(t *testing.T, got, want *Config) {
+	t.Helper()
+	gc, gl := comparable(got)
+	wc, wl := comparable(want)
+	if !reflect.DeepEqual(gc, wc) {
+		t.Errorf("config:\n got %#v\nwant %#v", gc, wc)
+	}
+	for name, c := range want.Clusters { // %#v redacts passwords
+		if g, ok := got.Clusters[name]; ok && g.SASL.Password != c.SASL.Password {
+			t.Errorf("cluster %s: password differs", name)
+		}
+	}
+	if !reflect.DeepEqual(gl, wl) {
+		t.Errorf("links:\n got %+v\nwant %+v", gl, wl)
+	}
+}
+
+// Guards against any key being decoded into the wrong field or losing its
+// value, and against defaults leaking over set values.
+func TestParseGoodFile(t *testing.T) {
+	const src = `
+agent {
+  name       = "agent-7"
+  listen     = ":9700"
+  log_level  = "debug"
+  log_format = "json"
+}
+
+cluster "src" {
+  bootstrap_servers = ["k1:9093", "k2:9093"]
+  client_id         = "mirror-src"
+  cluster_id        = "MkU3OEVBNTcwNTJENDM2Qg"
+  tls {
+    ca_file              = "/tls/ca.pem"
+    cert_file            = "/tls/c.pem"
+    key_file             = "/tls/k.pem"
+    server_name          = "kafka.internal"
+    insecure_skip_verify = true
+  }
+  sasl {
+    mechanism    = "SCRAM-SHA-256"
+    username     = "mirror"
+    password_env = "SRC_PW"
+  }
+}
+
+cluster "dst" {
+  bootstrap_servers = ["d1:9092"]
+  tls {
+    enabled = false
+    ca_file = "/tls/dst-ca.pem"
+  }
+  sasl {
+    mechanism = "PLAIN"
+    username  = "u"
+    password  = "p"
+  }
+}
+
+link "orders" {
+  source      = "src"
+  destination = "dst"
+  topics {
+    include = ["orders\\..*", "payments"]
+    exclude = ["orders\\.tmp"]
+  }
+  rename                         = "{source}.{topic}"
+  start_from                     = "latest"
+  state_topic                    = "__orders_state"
+  state_topic_partitions         = 3
+  state_topic_replication_factor = 2
+  checkpoint_interval            = "2s"
+  session_timeout                = "9s"
+  max_buffered_bytes             = "16MiB"
+  on_offset_out_of_range         = "earliest"
+  producer_state_expiry          = "1h30m"
+}
+
+link "back" {
+  source      = "dst"
+  destination = "src"
+  topics { include = [".*"] }
+  max_buffered_bytes = 2097152
+}
+`
+	got := mustParse(t, src, "SRC_PW=from-env", "UNRELATED=x")
+	want := &Config{
+		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json"},
+		Clusters: map[string]*Cluster{
+			"src": {
+				Name: "src", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-src",
+				ClusterID: "MkU3OEVBNTcwNTJENDM2Qg",
+				TLS: TLS{Enabled: true, CAFile: "/tls/ca.pem", CertFile: "/tls/c.pem", KeyFile: "/tls/k.pem",
+					ServerName: "kafka.internal", InsecureSkipVerify: true},
+				SASL: SASL{Mechanism: "SCRAM-SHA-256", Username: "mirror", Password: "from-env", PasswordEnv: "SRC_PW"},
+			},
+			"dst": {
+				Name: "dst", BootstrapServers: []string{"d1:9092"}, ClientID: "mirrord",
+				TLS:  TLS{Enabled: false, CAFile: "/tls/dst-ca.pem"},
+				SASL: SASL{Mechanism: "PLAIN", Username: "u", Password: "p"},
+			},
+		},
+		Links: []*Link{{
+			Name: "orders", Source: "src", Destination: "dst",
+			Include:                     patterns(t, `orders\..*`, "payments"),
+			Exclude:                     patterns(t, `orders\.tmp`),
+			Rename:                      "{source}.{topic}",
+			StartFrom:                   "latest",
+			StateTopic:                  "__orders_state",
+			StateTopicPartitions:        3,
+			StateTopicReplicationFactor: 2,
+			CheckpointInterval:          2 * time.Second,
+			SessionTimeout:              9 * time.Second,
+			ProducerStateExpiry:         90 * time.Minute,
+			MaxBufferedBytes:            16 << 20,
+			OnOffsetOutOfRange:          "earliest",
+		}, {
+			Name: "back", Source: "dst", Destination: "src",
+			Include:                     patterns(t, ".*"),
+			Rename:                      DefaultRename,
+			StartFrom:                   DefaultStartFrom,
+			StateTopic:                  DefaultStateTopic,
+			StateTopicPartitions:        DefaultStateTopicPartitions,
+			StateTopicReplicationFactor: DefaultStateTopicReplicationFactor,
+			CheckpointInterval:          DefaultCheckpointInterval,
+			SessionTimeout:              DefaultSessionTimeout,
+			ProducerStateExpiry:         DefaultProducerStateExpiry,
+			MaxBufferedBytes:            2 << 20,
+			OnOffsetOutOfRange:          DefaultOnOffsetOutOfRange,
+		}},
+		File: "t.hcl",
+	}
+	assertConfig(t, got, want)
+}
+
+// Guards against a default that differs from the documented one.
+func TestParseDefaults(t *testing.T) {
+	got := mustParse(t, withLink())
+	want := Default()
+	want.File = "t.hcl"
+	want.Clusters = map[string]*Cluster{
+		"a": {Name: "a", BootstrapServers: []string{"a:9092"}, ClientID: DefaultClientID},
+		"b": {Name: "b", BootstrapServers: []string{"b:9092"}, ClientID: DefaultClientID},
+	}
+	want.Links[0].Name, want.Links[0].Source, want.Links[0].Destination = "l", "a", "b"
+	want.Links[0].Include = patterns(t, "t")
+	assertConfig(t, got, want)
+	if DefaultListen != "127.0.0.1:9644" || DefaultCheckpointInterval != 5*time.Second ||
+		DefaultSessionTimeout != 30*time.Second || DefaultMaxBufferedBytes != 64<<20 ||
+		DefaultStateTopic != "__mirror_state" || DefaultProducerStateExpiry != 24*time.Hour {
+		t.Error("a documented default changed")
+	}
+}
+
+// Guards the exact message, position and key path of every class of bad
+// input, and that one error lists every problem in file order.
+func TestParseProblems(t *testing.T) {
+	cases := []struct {
+		name    string
+		src     string
+		environ []string
+		want    []string
+	}{{
+		name: "unknown key with a suggestion",
+		src:  withLink(`checkpoint_intervall = "5s"`),
+		want: []string{`t.hcl:11:3: link.l.checkpoint_intervall: unknown key (did you mean checkpoint_interval?)`},
+	}, {
+		name: "unknown key without a suggestion",
+		src:  "agent {\n  colour = \"red\"\n}\n" + withLink(),
+		want: []string{`t.hcl:2:3: agent.colour: unknown key (allowed keys here: name, listen, log_level, log_format)`},
+	}, {
+		name: "unknown block",
+		src:  withLink(`topic { include = ["x"] }`),
+		want: []string{`t.hcl:11:3: link.l.topic: unknown block (did you mean topics?)`},
+	}, {
+		name: "unknown top-level block",
+		src:  withLink() + "mirror \"m\" {\n}\n",
+		want: []string{`t.hcl:12:1: mirror: unknown block (allowed blocks here: agent, cluster, link)`},
+	}, {
+		name: "block written as a key",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  tls = { enabled = true }\n}\n" + withLink(),
+		want: []string{`t.hcl:3:3: cluster.c.tls: unknown key (tls is a block: write tls { ... } without '=')`},
+	}, {
+		name: "duplicate cluster label",
+		src:  withLink() + "cluster \"a\" {\n  bootstrap_servers = [\"x:1\"]\n}\n",
+		want: []string{`t.hcl:12:1: cluster.a: duplicate cluster block "a" (the first is at t.hcl:1:1; each cluster needs its own name)`},
+	}, {
+		name: "duplicate link label",
+		src:  withLink() + "link \"l\" {\n}\n",
+		want: []string{`t.hcl:12:1: link.l: duplicate link block "l" (the first is at t.hcl:7:1; each link needs its own name)`},
+	}, {
+		name: "duplicate sub-block",
+		src:  withLink(`topics { include = ["u"] }`),
+		want: []string{`t.hcl:11:3: link.l.topics: duplicate topics block (the first is at t.hcl:10:3; merge them into one)`},
+	}, {
+		name: "key set twice",
+		src:  withLink(`source = "b"`),
+		want: []string{`t.hcl:11:3: link.l.source: set twice (it is first set at t.hcl:8:3; keep one)`},
+	}, {
+		name: "missing block name",
+		src:  withLink() + "cluster {\n}\n",
+		want: []string{`t.hcl:12:9: cluster: missing name (write cluster "name" { ... })`},
+	}, {
+		name: "invalid block name",
+		src:  withLink() + "cluster \"eu west\" {\n}\n",
+		want: []string{`t.hcl:12:9: cluster: invalid name "eu west" (use letters, digits, '-' and single '_', starting with a letter or digit)`},
+	}, {
+		name: "undefined cluster reference",
+		src:  base + "link \"l\" {\n  source = \"a\"\n  destination = \"c\"\n  topics { include = [\"t\"] }\n}\n",
+		want: []string{`t.hcl:9:17: link.l.destination: cluster "c" is not defined (define cluster "c" { ... } or use one of: a, b)`},
+	}, {
+		name: "same source and destination",
+		src:  base + "link \"l\" {\n  source = \"a\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n}\n",
+		want: []string{`t.hcl:9:17: link.l.destination: is the source cluster "a" too (a link copies from one cluster to another; name two different clusters)`},
+	}, {
+		name: "bad regular expression",
+		src:  base + "link \"l\" {\n  source = \"a\"\n  destination = \"b\"\n  topics {\n    include = [\"ok\", \"orders(\"]\n  }\n}\n",
+		want: []string{`t.hcl:11:22: link.l.topics.include[1]: invalid regular expression "orders(": missing closing ) (use Go RE2 syntax; the pattern is matched against the whole topic name)`},
+	}, {
+		name: "missing include",
+		src:  base + "link \"l\" {\n  source = \"a\"\n  destination = \"b\"\n}\n",
+		want: []string{`t.hcl:7:1: link.l.topics.include: at least one pattern is required (to mirror every topic write include = [".*"])`},
+	}, {
+		name: "bad duration",
+		src:  withLink(`session_timeout = "30 seconds"`),
+		want: []string{`t.hcl:11:21: link.l.session_timeout: invalid duration "30 seconds" (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "duration that is not a string",
+		src:  withLink(`checkpoint_interval = 5`),
+		want: []string{`t.hcl:11:25: link.l.checkpoint_interval: must be a duration string, got number (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "negative duration",
+		src:  withLink(`producer_state_expiry = "-1h"`),
+		want: []string{`t.hcl:11:27: link.l.producer_state_expiry: -1h0m0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "bad enum",
+		src:  withLink(`start_from = "oldest"`),
+		want: []string{`t.hcl:11:16: link.l.start_from: "oldest" is not allowed (use earliest or latest)`},
+	}, {
+		name: "bad log level",
+		src:  "agent {\n  log_level = \"verbose\"\n}\n" + withLink(),
+		want: []string{`t.hcl:2:15: agent.log_level: "verbose" is not allowed (use trace, debug, info, warn or error)`},
+	}, {
+		name: "bad sasl mechanism",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"scram-sha-512\"\n    username = \"u\"\n    password = \"p\"\n  }\n}\n" + withLink(),
+		want: []string{`t.hcl:4:17: cluster.c.sasl.mechanism: "scram-sha-512" is not allowed (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)`},
+	}, {
+		name: "checkpoint interval above a third of the session timeout",
+		src:  withLink(`checkpoint_interval = "15s"`, `session_timeout = "30s"`),
+		want: []string{`t.hcl:11:25: link.l.checkpoint_interval: 15s is more than session_timeout/3 (10s); a session renews its lease by checkpointing, at least three times per session_timeout (lower checkpoint_interval to at most 10s, or raise session_timeout to at least 45s)`},
+	}, {
+		name: "missing bootstrap_servers",
+		src:  "cluster \"c\" {\n  client_id = \"x\"\n}\n" + withLink(),
+		want: []string{`t.hcl:1:1: cluster.c.bootstrap_servers: required (list the brokers as host:port, e.g. ["kafka1:9092", "kafka2:9092"])`},
+	}, {
+		name: "bootstrap server without a port",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"ok:1\", \"kafka1\"]\n}\n" + withLink(),
+		want: []string{`t.hcl:2:32: cluster.c.bootstrap_servers[1]: "kafka1" is not host:port (write host:port, e.g. "kafka1:9092")`},
+	}, {
+		name: "list given a string",
+		src:  "cluster \"c\" {\n  bootstrap_servers = \"c:1\"\n}\n" + withLink(),
+		want: []string{`t.hcl:2:23: cluster.c.bootstrap_servers: must be a list of strings, got string (write a list such as ["a", "b"])`},
+	}, {
+		name: "whole number given a string",
+		src:  withLink(`state_topic_partitions = "3"`),
+		want: []string{`t.hcl:11:28: link.l.state_topic_partitions: must be a whole number, got string (write the number without quotes)`},
+	}, {
+		name: "replication factor zero",
+		src:  withLink(`state_topic_replication_factor = 0`),
+		want: []string{`t.hcl:11:36: link.l.state_topic_replication_factor: 0 is out of range (use -1 for the broker's default, or 1 to 32767)`},
+	}, {
+		name: "bad size",
+		src:  withLink(`max_buffered_bytes = "64 megs"`),
+		want: []string{`t.hcl:11:24: link.l.max_buffered_bytes: invalid size "64 megs" (write a number of bytes, or a number with a unit: KiB, MiB, GiB, KB, MB or GB, e.g. "64MiB")`},
+	}, {
+		name: "size too small",
+		src:  withLink(`max_buffered_bytes = "512KiB"`),
+		want: []string{`t.hcl:11:24: link.l.max_buffered_bytes: 524288 bytes is less than the minimum of 1MiB (one maximum-size batch must fit; use at least "1MiB", the default is "64MiB")`},
+	}, {
+		name: "rename without {topic}",
+		src:  withLink(`rename = "{source}-copy"`),
+		want: []string{`t.hcl:11:12: link.l.rename: "{source}-copy" has no {topic} placeholder (include {topic}, e.g. "{source}.{topic}")`},
+	}, {
+		name: "rename with an unknown placeholder",
+		src:  withLink(`rename = "{cluster}.{topic}"`),
+		want: []string{`t.hcl:11:12: link.l.rename: unknown placeholder {cluster} in "{cluster}.{topic}" (the placeholders are {topic} and {source})`},
+	}, {
+		name: "rename with characters a topic cannot have",
+		src:  withLink(`rename = "{source}/{topic}"`),
+		want: []string{`t.hcl:11:12: link.l.rename: "{source}/{topic}" has characters that are not allowed in topic names (use letters, digits, '.', '_' and '-' around the placeholders)`},
+	}, {
+		name: "variables are not literals",
+		src:  withLink(`state_topic = var.x`),
+		want: []string{`t.hcl:11:17: link.l.state_topic: variables not allowed (write a literal value; the configuration has no variables or functions, use MIRRORD_ environment overrides instead)`},
+	}, {
+		name: "null value",
+		src:  withLink(`rename = null`),
+		want: []string{`t.hcl:11:12: link.l.rename: null is not a value (remove the line to use the default)`},
+	}, {
+		name: "no link",
+		src:  base,
+		want: []string{`t.hcl:1:1: link: at least one link block is required (add link "name" { source = ..., destination = ..., topics { include = [...] } })`},
+	}, {
+		name: "client certificate without key",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  tls {\n    cert_file = \"/c.pem\"\n  }\n}\n" + withLink(),
+		want: []string{`t.hcl:3:3: cluster.c.tls.key_file: required with cert_file (set key_file to the client certificate's private key, or remove cert_file)`},
+	}, {
+		name: "sasl without a mechanism",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    username = \"u\"\n  }\n}\n" + withLink(),
+		want: []string{`t.hcl:3:3: cluster.c.sasl.mechanism: required when other sasl keys are set (set mechanism = "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512")`},
+	}, {
+		name: "password_env naming an unset variable",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n    password_env = \"C_PASSWORD\"\n  }\n}\n" + withLink(),
+		want: []string{`t.hcl:6:20: cluster.c.sasl.password_env: environment variable C_PASSWORD is not set (export it before starting mirrord, or set password instead)`},
+	}, {
+		name:    "password_env naming an empty variable",
+		src:     "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n    password_env = \"C_PASSWORD\"\n  }\n}\n" + withLink(),
+		environ: []string{"C_PASSWORD="},
+		want:    []string{`t.hcl:6:20: cluster.c.sasl.password_env: environment variable C_PASSWORD is empty (put the password in it)`},
+	}, {
+		name: "password and password_env",
+		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n    password = \"p\"\n    password_env = \"C_PASSWORD\"\n  }\n}\n" + withLink(),
+		want: []string{`t.hcl:7:20: cluster.c.sasl.password_env: password and password_env are both set (keep one of them)`},
+	}, {
+		name:    "env override with a bad value",
+		src:     withLink(),
+		environ: []string{"MIRRORD_LINK__l__CHECKPOINT_INTERVAL=10x"},
+		want:    []string{`MIRRORD_LINK__l__CHECKPOINT_INTERVAL: link.l.checkpoint_interval: invalid duration "10x" (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name:    "env override with a bad bool",
+		src:     withLink(),
+		environ: []string{"MIRRORD_CLUSTER__a__TLS__ENABLED=yes"},
+		want:    []string{`MIRRORD_CLUSTER__a__TLS__ENABLED: cluster.a.tls.enabled: must be true or false, got "yes" (set the variable to true or false)`},
+	}, {
+		name:    "env override of an unknown key",
+		src:     withLink(),
+		environ: []string{"MIRRORD_LINK__l__CHECKPOINT_INTERVL=10s"},
+		want:    []string{`MIRRORD_LINK__l__CHECKPOINT_INTERVL: link.l.checkpoint_intervl: unknown key (did you mean checkpoint_interval?)`},
+	}, {
+		name:    "env override of a cluster not in the file",
+		src:     withLink(),
+		environ: []string{"MIRRORD_CLUSTER__A__CLIENT_ID=x"},
+		want:    []string{`MIRRORD_CLUSTER__A__CLIENT_ID: cluster.A: no cluster "A" in the file (overrides change blocks of the file; define cluster "A" { ... } there; names are case-sensitive, the file has a, b)`},
+	}, {
+		name:    "env override with single underscores",
+		src:     withLink(),
+		environ: []string{"MIRRORD_AGENT_LOG_LEVEL=debug"},
+		want:    []string{`MIRRORD_AGENT_LOG_LEVEL: not a valid override name (separate levels with a double underscore, e.g. MIRRORD_AGENT__<KEY>)`},
+	}, {
+		name:    "env override that breaks a rule checked later",
+		src:     withLink(),
+		environ: []string{"MIRRORD_LINK__l__SESSION_TIMEOUT=12s"},
+		want:    []string{`MIRRORD_LINK__l__SESSION_TIMEOUT: link.l.checkpoint_interval: 5s is more than session_timeout/3 (4s); a session renews its lease by checkpointing, at least three times per session_timeout (lower checkpoint_interval to at most 4s, or raise session_timeout to at least 15s)`},
+	}, {
+		name: "syntax error",
+		src:  withLink(`rename = `),
+		want: []string{`t.hcl:11:12: invalid HCL syntax: invalid expression (expected the start of an expression, but found an invalid expression token)`},
+	}, {
+		name: "several problems in file order",
+		src: "agent {\n  log_format = \"xml\"\n}\n" +
+			"cluster \"a\" {\n  bootstrap_servers = [\"a:9092\"]\n  tsl {\n  }\n}\n" +
+			"link \"l\" {\n  source = \"a\"\n  destination = \"nope\"\n  topics { include = [\"(\"] }\n  checkpoint_interval = \"1d\"\n}\n",
+		environ: []string{"MIRRORD_LINK__l__START_FROM=now", "MIRRORD_AGENT__LISTEN=nowhere"},
+		want: []string{
+			`t.hcl:2:16: agent.log_format: "xml" is not allowed (use text or json)`,
+			`t.hcl:6:3: cluster.a.tsl: unknown block (did you mean tls?)`,
+			`t.hcl:11:17: link.l.destination: cluster "nope" is not defined (define cluster "nope" { ... } or use one of: a)`,
+			`t.hcl:12:23: link.l.topics.include[0]: invalid regular expression "(": missing closing ) (use Go RE2 syntax; the pattern is matched against the whole topic name)`,
+			`t.hcl:13:25: link.l.checkpoint_interval: invalid duration "1d" (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`,
+			`MIRRORD_AGENT__LISTEN: agent.listen: "nowhere" is not host:port (write host:port, e.g. "127.0.0.1:9644" or ":9644" for every interface)`,
+			`MIRRORD_LINK__l__START_FROM: link.l.start_from: "now" is not allowed (use earliest or latest)`,
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse("t.hcl", []byte(tc.src), tc.environ)
+			if err == nil {
+				t.Fatalf("no error; config %+v", cfg)
+			}
+			if cfg != nil {
+				t.Errorf("config returned with an error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not match ErrInvalid: %v", err)
+			}
+			got := strings.Split(err.Error(), "\n")
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("problems:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
