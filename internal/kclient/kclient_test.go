@@ -1,0 +1,461 @@
+package kclient
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// clusterFromHCL parses an HCL file with one cluster "c" (the given body
+// lines) and a link that uses it, and returns cluster "c".
+func clusterFromHCL(t *testing.T, body string, environ ...string) *config.Cluster {
+	t.Helper()
+	src := "cluster \"c\" {\n" + body + "\n}\ncluster \"other\" {\n  bootstrap_servers = [\"127.0.0.1:1\"]\n}\n" +
+		"link \"l\" {\n  source = \"c\"\n  destination = \"other\"\n  topics { include = [\".*\"] }\n}\n"
+	cfg, err := config.Parse("test.hcl", []byte(src), environ)
+	if err != nil {
+		t.Fatalf("parse:\n%v\n%s", err, src)
+	}
+	return cfg.Clusters["c"]
+}
+
+func bootstrap(c *kfake.Cluster) string {
+	return fmt.Sprintf("  bootstrap_servers = [%q]\n  client_id = \"kclient-test\"", c.ListenAddrs()[0])
+}
+
+func newClient(t *testing.T, c *config.Cluster, extra ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts, err := Options(c)
+	if err != nil {
+		t.Fatalf("Options: %v", err)
+	}
+	cl, err := kgo.NewClient(slices.Concat(opts, extra)...)
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // only against hangs
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// roundTrip produces three records through one client and consumes them
+// through another, both built from c, and checks them one by one.
+func roundTrip(t *testing.T, c *config.Cluster, topic string) {
+	t.Helper()
+	ctx := testContext(t)
+	prod := newClient(t, c, kgo.DefaultProduceTopic(topic))
+	if err := Ping(ctx, prod); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	var sent []*kgo.Record
+	for i := range 3 {
+		sent = append(sent, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "value %d via %s", i, c.Name)})
+	}
+	if err := prod.ProduceSync(ctx, sent...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	cons := newClient(t, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []*kgo.Record
+	for len(got) < len(sent) {
+		fs := cons.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d of %d records: %v", len(got), len(sent), err)
+		}
+		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", tp, p, err) })
+		got = append(got, fs.Records()...)
+	}
+	if len(got) != len(sent) {
+		t.Fatalf("consumed %d records, want %d", len(got), len(sent))
+	}
+	for i, r := range got {
+		if string(r.Key) != string(sent[i].Key) || string(r.Value) != string(sent[i].Value) || r.Offset != int64(i) {
+			t.Errorf("record %d: %s=%q at offset %d, want %s=%q at offset %d", i, r.Key, r.Value, r.Offset, sent[i].Key, sent[i].Value, i)
+		}
+	}
+}
+
+// Guards SASL through the whole chain (HCL → config → Options → broker):
+// each mechanism authenticates with the right password and gives a clear
+// "authentication failed" with a wrong one or an unknown user.
+func TestSASL(t *testing.T) {
+	for _, mech := range []string{config.MechanismScramSHA512, config.MechanismScramSHA256, config.MechanismPlain} {
+		t.Run(mech, func(t *testing.T) {
+			const user, pass = "mirror", "s3cret-pass"
+			k := kafkatest.NewCluster(t, kafkatest.SourceClusterID,
+				kfake.EnableSASL(), kfake.Superuser(mech, user, pass), kfake.SeedTopics(1, "t", "t2"))
+			saslBlock := func(u string) string {
+				return fmt.Sprintf("  sasl {\n    mechanism = %q\n    username = %q\n    password_env = \"KC_PASSWORD\"\n  }", mech, u)
+			}
+
+			t.Run("round trip", func(t *testing.T) {
+				roundTrip(t, clusterFromHCL(t, bootstrap(k)+"\n"+saslBlock(user), "KC_PASSWORD="+pass), "t")
+			})
+
+			for _, bad := range []struct{ name, user, pass string }{
+				{"wrong password", user, "wrong-pass"},
+				{"unknown user", "nobody", pass},
+			} {
+				t.Run(bad.name, func(t *testing.T) {
+					c := clusterFromHCL(t, bootstrap(k)+"\n"+saslBlock(bad.user), "KC_PASSWORD="+bad.pass)
+					err := Ping(testContext(t), newClient(t, c))
+					if !errors.Is(err, ErrAuthentication) {
+						t.Fatalf("ping: %v, want ErrAuthentication", err)
+					}
+					want := fmt.Sprintf(`cluster "c": authentication failed: the broker closed the connection during SASL %s for user %q (check sasl.username and the password): `, mech, bad.user)
+					if !strings.HasPrefix(err.Error(), want) {
+						t.Errorf("ping error:\n%v\nwant prefix\n%s", err, want)
+					}
+					if strings.Contains(err.Error(), bad.pass) {
+						t.Errorf("error shows the password: %v", err)
+					}
+				})
+			}
+
+			t.Run("no sasl block", func(t *testing.T) {
+				err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k))))
+				want := `cluster "c": ping: broker closed the connection immediately after a request was issued, which often happens when SASL is required but not provided: is SASL missing?`
+				if err == nil || err.Error() != want {
+					t.Fatalf("ping error:\n%v\nwant\n%s", err, want)
+				}
+			})
+		})
+	}
+}
+
+// Guards the realistic source cluster of config.example.hcl: SCRAM-SHA-512
+// over TLS, both from HCL.
+func TestSCRAMOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "mirror", "pw"), kfake.SeedTopics(1, "t", "t2"))
+	c := clusterFromHCL(t, bootstrap(k)+fmt.Sprintf(`
+  tls {
+    ca_file = %q
+  }
+  sasl {
+    mechanism = "SCRAM-SHA-512"
+    username  = "mirror"
+    password  = "pw"
+  }`, ca.file))
+	roundTrip(t, c, "t")
+}
+
+// Guards TLS from HCL: a broker certificate signed by ca_file is accepted,
+// a different CA, the system roots, a wrong server name and a plaintext
+// client each fail with an error that says what to fix.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "ca")
+	other := newCA(t, dir, "other-ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)), kfake.SeedTopics(1, "t", "t2"))
+
+	t.Run("round trip", func(t *testing.T) {
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file)), "t")
+	})
+	t.Run("server name that the certificate has", func(t *testing.T) {
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    server_name = \"kafka.test\"\n  }", ca.file)), "t2")
+	})
+
+	cases := []struct {
+		name, tls string
+		want      string // the error's prefix
+		sentinel  error
+	}{{
+		name:     "wrong CA",
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n  }", other.file),
+		want:     fmt.Sprintf(`cluster "c": tls failed: the broker's certificate is not signed by a CA in tls.ca_file %s (point it at the CA that signed the brokers' certificates): `, other.file),
+		sentinel: ErrTLS,
+	}, {
+		name:     "system roots",
+		tls:      "  tls {\n  }",
+		want:     `cluster "c": tls failed: the broker's certificate is not signed by a CA in the system's roots (set tls.ca_file to the CA that signed the brokers' certificates): `,
+		sentinel: ErrTLS,
+	}, {
+		name:     "wrong server name",
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n    server_name = \"elsewhere.test\"\n  }", ca.file),
+		want:     `cluster "c": tls failed: the broker's certificate is not valid for "elsewhere.test" (set tls.server_name to a name in the certificate): `,
+		sentinel: ErrTLS,
+	}, {
+		name: "TLS switched off",
+		tls:  fmt.Sprintf("  tls {\n    enabled = false\n    ca_file = %q\n  }", ca.file),
+		want: `cluster "c": ping: broker closed the connection immediately during api versions negotiation, which often happens when the broker requires TLS but the client is using plaintext: is TLS missing?`,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+"\n"+tc.tls)))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("ping error:\n%v\nwant prefix\n%s", err, tc.want)
+			}
+			if tc.sentinel != nil && !errors.Is(err, tc.sentinel) {
+				t.Errorf("error does not match %v", tc.sentinel)
+			}
+		})
+	}
+}
+
+// Guards client certificates: cert_file and key_file authenticate to a
+// broker that requires them; without them the broker's refusal is
+// explained.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "ca")
+	sc := ca.serverConfig(t)
+	sc.ClientAuth = tls.RequireAndVerifyClientCert
+	sc.ClientCAs = ca.pool
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(sc), kfake.SeedTopics(1, "t", "t2"))
+	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+
+	roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n  }", ca.file, certFile, keyFile)), "t")
+
+	err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file))))
+	want := `cluster "c": tls failed: the broker refused the TLS handshake (check tls.cert_file and tls.key_file, and the broker's client authentication): `
+	if !errors.Is(err, ErrTLS) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("ping error:\n%v\nwant prefix\n%s", err, want)
+	}
+}
+
+// Guards the errors of Options for TLS files: each names the cluster and
+// the file that failed.
+func TestOptionsFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "ca")
+	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+	_, otherKey := ca.issue(t, "client2", nil, nil, x509.ExtKeyUsageClientAuth)
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	cases := []struct {
+		name string
+		tls  config.TLS
+		want string
+	}{
+		{"missing ca_file", config.TLS{Enabled: true, CAFile: missing},
+			fmt.Sprintf(`cluster "c": tls failed: read tls.ca_file: open %s: no such file or directory`, missing)},
+		{"ca_file without certificates", config.TLS{Enabled: true, CAFile: notPEM},
+			fmt.Sprintf(`cluster "c": tls failed: tls.ca_file %s holds no PEM certificate`, notPEM)},
+		{"key of another certificate", config.TLS{Enabled: true, CertFile: certFile, KeyFile: otherKey},
+			fmt.Sprintf(`cluster "c": tls failed: load tls.cert_file %s and tls.key_file %s: tls: private key does not match public key`, certFile, otherKey)},
+		{"missing cert_file", config.TLS{Enabled: true, CertFile: missing, KeyFile: keyFile},
+			fmt.Sprintf(`cluster "c": tls failed: load tls.cert_file %s and tls.key_file %s: open %s: no such file or directory`, missing, keyFile, missing)},
+		{"cert_file alone", config.TLS{Enabled: true, CertFile: certFile},
+			`cluster "c": tls failed: tls.cert_file and tls.key_file go together; set both or neither`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Options(&config.Cluster{Name: "c", BootstrapServers: []string{"127.0.0.1:1"}, TLS: tc.tls})
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got  %v\nwant %s", err, tc.want)
+			}
+			if !errors.Is(err, ErrTLS) {
+				t.Errorf("error does not match ErrTLS")
+			}
+		})
+	}
+	// With TLS disabled the files are not read.
+	if _, err := Options(&config.Cluster{Name: "c", BootstrapServers: []string{"127.0.0.1:1"}, TLS: config.TLS{CAFile: missing}}); err != nil {
+		t.Errorf("disabled TLS read its files: %v", err)
+	}
+	if _, err := Options(&config.Cluster{Name: "c"}); err == nil || err.Error() != `cluster "c": no bootstrap servers` {
+		t.Errorf("no bootstrap servers: %v", err)
+	}
+	if _, err := Options(&config.Cluster{Name: "c", BootstrapServers: []string{"x:1"}, SASL: config.SASL{Mechanism: "GSSAPI"}}); err == nil ||
+		err.Error() != `cluster "c": unknown sasl.mechanism "GSSAPI" (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)` {
+		t.Errorf("unknown mechanism: %v", err)
+	}
+}
+
+// Guards that Options passes every setting to kgo as configured.
+func TestOptionsValues(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "ca")
+	c := &config.Cluster{
+		Name: "c", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-c",
+		TLS:  config.TLS{Enabled: true, CAFile: ca.file, ServerName: "kafka.test", InsecureSkipVerify: true},
+		SASL: config.SASL{Mechanism: config.MechanismScramSHA256, Username: "u", Password: "p"},
+	}
+	cl := newClient(t, c)
+	if got := cl.OptValue(kgo.SeedBrokers); !slices.Equal(got.([]string), []string{"k1:9093", "k2:9093"}) {
+		t.Errorf("seed brokers %v", got)
+	}
+	if got := cl.OptValue(kgo.ClientID); got != "mirror-c" {
+		t.Errorf("client id %v", got)
+	}
+	tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.pool) {
+		t.Errorf("tls config %+v", tc)
+	}
+	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
+	if len(ms) != 1 || ms[0].Name() != "SCRAM-SHA-256" {
+		t.Errorf("sasl %v", ms)
+	}
+
+	plainCl := newClient(t, &config.Cluster{Name: "p", BootstrapServers: []string{"k:1"}, ClientID: "x"})
+	if tc, _ := plainCl.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
+		t.Error("TLS enabled without tls")
+	}
+	if ms, _ := plainCl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) != 0 {
+		t.Error("SASL enabled without a mechanism")
+	}
+}
+
+// Guards the explanation of what Apache Kafka answers (kfake closes the
+// connection instead): SASL_AUTHENTICATION_FAILED and
+// UNSUPPORTED_SASL_MECHANISM as returned by kgo.
+func TestExplainBrokerErrors(t *testing.T) {
+	h := &hook{cluster: "c", mechanism: config.MechanismScramSHA512, user: "u"}
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512", kerr.SaslAuthenticationFailed),
+			`cluster "c": authentication failed: the broker refused SASL SCRAM-SHA-512 for user "u" (check sasl.username and the password): SASL_AUTHENTICATION_FAILED: `},
+		{kerr.UnsupportedSaslMechanism,
+			`cluster "c": authentication failed: the broker does not offer SASL SCRAM-SHA-512 (set sasl.mechanism to one it offers): UNSUPPORTED_SASL_MECHANISM: `},
+	}
+	for _, tc := range cases {
+		err := h.explain(tc.err, false)
+		if !errors.Is(err, ErrAuthentication) || !errors.Is(err, tc.err) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("explain(%v) =\n%v\nwant prefix\n%s", tc.err, err, tc.want)
+		}
+	}
+	// An error that is neither SASL nor TLS is passed on with the cluster.
+	if err := h.explain(context.DeadlineExceeded, false); err.Error() != `cluster "c": ping: context deadline exceeded` || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("explain deadline: %v", err)
+	}
+}
+
+// Guards Ping against a client that was not built from Options.
+func TestPingNeedsOptions(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := Ping(testContext(t), cl); err == nil || !strings.Contains(err.Error(), "kclient.Options") {
+		t.Errorf("ping: %v", err)
+	}
+}
+
+// testCA is a certificate authority written to a temporary directory.
+type testCA struct {
+	dir  string
+	file string // PEM of the CA certificate
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+var serial int64
+
+func newCA(t *testing.T, dir, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, name+".pem")
+	writePEM(t, file, "CERTIFICATE", der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{dir: dir, file: file, cert: cert, key: key, pool: pool}
+}
+
+// issue signs a certificate and writes it and its key; it returns the
+// two file names.
+func (ca *testCA) issue(t *testing.T, name string, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", der)
+	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+	return certFile, keyFile
+}
+
+// serverConfig is a broker TLS config with a certificate for 127.0.0.1
+// and kafka.test signed by ca.
+func (ca *testCA) serverConfig(t *testing.T) *tls.Config {
+	t.Helper()
+	certFile, keyFile := ca.issue(t, "broker", []string{"kafka.test"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}
+
+func writePEM(t *testing.T, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
