@@ -34,14 +34,20 @@ func (d *decoder) at(p hcl.Pos) origin {
 
 // where returns the origin of key, or of its nearest ancestor that has
 // one (a missing key is reported at the block that lacks it), or the top
-// of the file.
-func (d *decoder) where(key string) origin {
+// of the file. exact says whether key itself was set.
+func (d *decoder) where(key string) (o origin, exact bool) {
 	for k := key; k != ""; k = parentKey(k) {
 		if o, ok := d.origins[k]; ok {
-			return o
+			return o, k == key
 		}
 	}
-	return d.at(hcl.InitialPos)
+	return d.at(hcl.InitialPos), false
+}
+
+// whereAny is where without exact.
+func (d *decoder) whereAny(key string) origin {
+	o, _ := d.where(key)
+	return o
 }
 
 // text returns the source text of r.
@@ -127,7 +133,7 @@ func (d *decoder) body(body hcl.Body, spec *blockSpec, prefix string, out map[st
 	for name, attr := range content.Attributes {
 		ks, _ := spec.key(name)
 		key := joinKey(prefix, name)
-		d.origins[key] = d.at(attr.NameRange.Start)
+		d.origins[key] = d.at(attr.Expr.Range().Start) // problems point at the value
 		if v, ok := d.value(attr.Expr, ks, key); ok {
 			out[name] = v
 		} else {

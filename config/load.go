@@ -91,7 +91,7 @@ func Parse(filename string, src []byte, environ []string) (*Config, error) {
 // key paths.
 func (c *Config) Validate() error {
 	ps := &problems{}
-	validate(c, func(string) origin { return origin{} }, ps)
+	validate(c, func(string) (origin, bool) { return origin{}, false }, ps)
 	return ps.err()
 }
 
@@ -208,7 +208,7 @@ func (d *decoder) buildCluster(name string, fc fileCluster, environ []string) *C
 	}
 	if fc.SASL.PasswordEnv != nil {
 		envKey := key + ".sasl.password_env"
-		at := d.where(envKey)
+		at := d.whereAny(envKey)
 		d.ps.fail(key + ".sasl.password") // reported here, if at all
 		switch value, set := lookupEnv(environ, c.SASL.PasswordEnv); {
 		case d.ps.hasFailed(envKey):
@@ -262,7 +262,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 	if p := fl.StateTopicPartitions; p != nil {
 		if *p < 1 || *p > math.MaxInt32 {
 			k := key + ".state_topic_partitions"
-			d.ps.add(d.where(k), k, fmt.Sprintf("%d is out of range", *p), "use 1 to 2147483647")
+			d.ps.add(d.whereAny(k), k, fmt.Sprintf("%d is out of range", *p), "use 1 to 2147483647")
 			d.ps.fail(k)
 		} else {
 			l.StateTopicPartitions = int32(*p)
@@ -271,7 +271,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 	if rf := fl.StateTopicReplicationFactor; rf != nil {
 		if *rf < -1 || *rf == 0 || *rf > math.MaxInt16 {
 			k := key + ".state_topic_replication_factor"
-			d.ps.add(d.where(k), k, fmt.Sprintf("%d is out of range", *rf), "use -1 for the broker's default, or 1 to 32767")
+			d.ps.add(d.whereAny(k), k, fmt.Sprintf("%d is out of range", *rf), "use -1 for the broker's default, or 1 to 32767")
 			d.ps.fail(k)
 		} else {
 			l.StateTopicReplicationFactor = int16(*rf)
@@ -287,7 +287,7 @@ func (d *decoder) patterns(key string, exprs []string) []*regexp.Regexp {
 		re, err := TopicPattern(expr)
 		if err != nil {
 			ekey := fmt.Sprintf("%s[%d]", key, i)
-			d.ps.add(d.where(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
+			d.ps.add(d.whereAny(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
 				"use Go RE2 syntax; the pattern is matched against the whole topic name")
 			d.ps.fail(key)
 			continue

@@ -13,15 +13,21 @@ import (
 // checker reports problems of a runtime config at the origin of their key,
 // leaving out keys that already failed to decode.
 type checker struct {
-	where func(key string) origin
+	where func(key string) (o origin, exact bool)
 	ps    *problems
 }
 
 func (c checker) report(key, msg, hint string) {
+	c.reportAt(key, key, msg, hint)
+}
+
+// reportAt reports a problem of key at the origin of at.
+func (c checker) reportAt(at, key, msg, hint string) {
 	if c.ps.hasFailed(key) {
 		return
 	}
-	c.ps.add(c.where(key), key, msg, hint)
+	o, _ := c.where(at)
+	c.ps.add(o, key, msg, hint)
 }
 
 func (c checker) enum(key, value string, allowed []string) {
@@ -39,7 +45,7 @@ func (c checker) positive(key string, d time.Duration) {
 // validate checks everything that Parse cannot check while decoding:
 // required keys, allowed values, ranges, references between blocks and
 // combinations of keys.
-func validate(cfg *Config, where func(string) origin, ps *problems) {
+func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 	c := checker{where: where, ps: ps}
 
 	a := cfg.Agent
@@ -181,14 +187,19 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	c.positive(st, l.SessionTimeout)
 	c.positive(key+".producer_state_expiry", l.ProducerStateExpiry)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
-		c.report(ci, fmt.Sprintf("%v is more than session_timeout/3 (%v); a session renews its lease by checkpointing, at least three times per session_timeout",
+		// Reported at whichever of the two was set, checkpoint_interval first.
+		at := ci
+		if _, set := c.where(ci); !set {
+			at = st
+		}
+		c.reportAt(at, ci, fmt.Sprintf("%v is more than session_timeout/3 (%v); a session renews its lease by checkpointing, at least three times per session_timeout",
 			l.CheckpointInterval, l.SessionTimeout/3),
 			fmt.Sprintf("lower checkpoint_interval to at most %v, or raise session_timeout to at least %v", l.SessionTimeout/3, 3*l.CheckpointInterval))
 	}
 
 	if l.MaxBufferedBytes < MinMaxBufferedBytes {
 		c.report(key+".max_buffered_bytes", fmt.Sprintf("%d bytes is less than the minimum of 1MiB", l.MaxBufferedBytes),
-			`one maximum-size batch must fit; use at least "1MiB" (the default is "64MiB")`)
+			`one maximum-size batch must fit; use at least "1MiB", the default is "64MiB"`)
 	}
 	c.enum(key+".on_offset_out_of_range", l.OnOffsetOutOfRange, outOfRanges)
 }
