@@ -413,6 +413,11 @@ func TestParseProblems(t *testing.T) {
 		environ: []string{"MIRRORD_CLUSTER__a__TLS__ENABLED=yes"},
 		want:    []string{`MIRRORD_CLUSTER__a__TLS__ENABLED: cluster.a.tls.enabled: must be true or false, got "yes" (set the variable to true or false)`},
 	}, {
+		name:    "env override with a bad pattern in a list",
+		src:     withLink(),
+		environ: []string{"MIRRORD_LINK__l__TOPICS__INCLUDE=ok,("},
+		want:    []string{`MIRRORD_LINK__l__TOPICS__INCLUDE: link.l.topics.include[1]: invalid regular expression "(": missing closing ) (use Go RE2 syntax; the pattern is matched against the whole topic name)`},
+	}, {
 		name:    "env override of an unknown key",
 		src:     withLink(),
 		environ: []string{"MIRRORD_LINK__l__CHECKPOINT_INTERVL=10s"},
