@@ -1,0 +1,403 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Fields a Difference names. The content fields are compared first; the
+// producer and batch fields only for records whose content is equal.
+const (
+	FieldKey           = "key"
+	FieldValue         = "value"
+	FieldHeaders       = "headers"
+	FieldTimestamp     = "timestamp"      // value or type (create time, log append time)
+	FieldProducerID    = "producer_id"    // not the mapping of the source PID
+	FieldProducerEpoch = "producer_epoch" // epochs differ
+	FieldBatch         = "batch"          // a batch starts at one side's record and not at the other's
+	FieldSequence      = "sequence"       // base sequences of the carrying batches differ
+	FieldCompression   = "compression"    // codecs of the carrying batches differ
+	FieldTransactional = "transactional"  // the destination batch kept the transactional bit
+	FieldMissing       = "missing"        // a source record (or the whole partition) is not in the destination
+	FieldExtra         = "extra"          // a destination record that no source record accounts for
+	FieldOrder         = "order"          // both sides hold the record, at different places
+)
+
+// window is how many records ahead of a content mismatch the comparator
+// looks on each side to tell a missing, extra or reordered record from a
+// changed one. A batch missing as a whole is recognised if it holds fewer
+// records than this; beyond it a mismatch is reported by the field that
+// differs, still at the right offsets.
+const window = 1024
+
+// maxShown bounds the bytes of a key, value or header shown in a Difference.
+const maxShown = 64
+
+// rec is one record as the comparator sees it: the decoded record and what
+// it needs of the batch that carried it.
+type rec struct {
+	*kgo.Record
+	baseSeq int32 // base sequence of the carrying batch
+	first   bool  // first record this side returned from its batch
+}
+
+// feed yields a side's records in offset order, a chunk at a time, and
+// io.EOF after the last one.
+type feed func(ctx context.Context) ([]rec, error)
+
+// cursor buffers a feed so that the comparator can look ahead.
+type cursor struct {
+	next feed
+	buf  []rec
+	eof  bool
+}
+
+// peek returns the record k places ahead of the current one; ok is false if
+// the side ends before it.
+func (c *cursor) peek(ctx context.Context, k int) (r *rec, ok bool, err error) {
+	for len(c.buf) <= k && !c.eof {
+		chunk, err := c.next(ctx)
+		if errors.Is(err, io.EOF) {
+			c.eof = true
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		c.buf = append(c.buf, chunk...)
+	}
+	if len(c.buf) <= k {
+		return nil, false, nil
+	}
+	return &c.buf[k], true, nil
+}
+
+// advance drops the current record (peek(0) must have returned one).
+func (c *cursor) advance() {
+	c.buf[0] = rec{}
+	c.buf = c.buf[1:]
+	if len(c.buf) == 0 {
+		c.buf = nil
+	}
+}
+
+// pidCheck says which producer ID a destination record must carry for a
+// source producer ID (DESIGN §3–4): a negative PID unchanged; a PID ≥ 0
+// mapped into the source region, or into the salted region if the state
+// topic holds a collision salt for its origin.
+//
+// A salted origin may show the unsalted mapping for a prefix of its records:
+// the PSM salts a slot's holder when a forwarded negative PID claims the
+// slot, after the holder already appended ("the slot changes hands once").
+// So the unsalted mapping is accepted until the salted one has been seen in
+// the partition, and not after.
+type pidCheck struct {
+	region  transform.Region
+	cluster string
+	dest    tp.Key
+	salt    func(tp.Key, transform.Origin) (int64, bool)
+	origins map[int64]*saltState
+}
+
+type saltState struct {
+	salt   int64
+	salted bool // the origin has a salt
+	seen   bool // a record under the salted mapping was seen
+}
+
+func newPIDCheck(r transform.Region, cluster string, dest tp.Key, salt func(tp.Key, transform.Origin) (int64, bool)) *pidCheck {
+	return &pidCheck{region: r, cluster: cluster, dest: dest, salt: salt, origins: make(map[int64]*saltState)}
+}
+
+// check returns the producer ID expected for src and whether got is
+// acceptable.
+func (p *pidCheck) check(src, got int64) (want int64, ok bool) {
+	if src < 0 {
+		return src, got == src
+	}
+	st := p.origins[src]
+	if st == nil {
+		st = new(saltState)
+		if p.salt != nil {
+			st.salt, st.salted = p.salt(p.dest, transform.Origin{Cluster: p.cluster, PID: src})
+		}
+		p.origins[src] = st
+	}
+	plain := transform.MapPID(src, p.region)
+	if !st.salted {
+		return plain, got == plain
+	}
+	salted := transform.MapPIDSalted(src, p.region, st.salt)
+	switch {
+	case got == salted:
+		st.seen = true
+		return salted, true
+	case got == plain && !st.seen:
+		return plain, true
+	}
+	return salted, false
+}
+
+// comparator walks a source and a destination partition in step.
+type comparator struct {
+	src, dst cursor
+	pids     *pidCheck
+	max      int64 // source records to take at most; 0: all
+	srcEnd   int64 // source end offset, for messages
+}
+
+// outcome is what one partition's comparison found. diff carries no topic
+// or partition; the caller fills them in.
+type outcome struct {
+	records int64 // source records the destination holds equal, in order
+	behind  int64 // source records after the destination's last record
+	diff    *Difference
+}
+
+func (c *comparator) run(ctx context.Context) (outcome, error) {
+	var out outcome
+	for c.max == 0 || out.records < c.max {
+		s, sok, err := c.src.peek(ctx, 0)
+		if err != nil {
+			return out, err
+		}
+		d, dok, err := c.dst.peek(ctx, 0)
+		if err != nil {
+			return out, err
+		}
+		switch {
+		case !sok && !dok:
+			return out, nil
+		case !sok:
+			out.diff = &Difference{
+				Field:        FieldExtra,
+				SourceOffset: -1,
+				DestOffset:   d.Offset,
+				Want:         fmt.Sprintf("no record (the source ends at offset %d)", c.srcEnd),
+				Got:          summary(d),
+			}
+			return out, nil
+		case !dok:
+			// The destination is behind: count what it lacks.
+			for c.max == 0 || out.records+out.behind < c.max {
+				if _, ok, err := c.src.peek(ctx, 0); err != nil {
+					return out, err
+				} else if !ok {
+					break
+				}
+				out.behind++
+				c.src.advance()
+			}
+			return out, nil
+		}
+		diff, err := c.compare(ctx, s, d)
+		if err != nil {
+			return out, err
+		}
+		if diff != nil {
+			out.diff = diff
+			return out, nil
+		}
+		out.records++
+		c.src.advance()
+		c.dst.advance()
+	}
+	return out, nil
+}
+
+// compare checks the current pair of records.
+func (c *comparator) compare(ctx context.Context, s, d *rec) (*Difference, error) {
+	if field, want, got := contentDiff(s, d); field != "" {
+		return c.classify(ctx, s, d, &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got})
+	}
+	diff := func(field, want, got string) *Difference {
+		return &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got}
+	}
+	if want, ok := c.pids.check(s.ProducerID, d.ProducerID); !ok {
+		return diff(FieldProducerID, pidString(want), pidString(d.ProducerID)), nil
+	}
+	if s.ProducerEpoch != d.ProducerEpoch {
+		return diff(FieldProducerEpoch, strconv.Itoa(int(s.ProducerEpoch)), strconv.Itoa(int(d.ProducerEpoch))), nil
+	}
+	if s.first != d.first {
+		return diff(FieldBatch, batchPlace(s.first), batchPlace(d.first)), nil
+	}
+	if s.baseSeq != d.baseSeq {
+		return diff(FieldSequence, "base sequence "+strconv.Itoa(int(s.baseSeq)), "base sequence "+strconv.Itoa(int(d.baseSeq))), nil
+	}
+	if sc, dc := s.Attrs.CompressionType(), d.Attrs.CompressionType(); sc != dc {
+		return diff(FieldCompression, codecName(sc), codecName(dc)), nil
+	}
+	if d.Attrs.IsTransactional() {
+		return diff(FieldTransactional, "transactional bit cleared", "transactional bit set"), nil
+	}
+	return nil, nil
+}
+
+// classify decides whether a content mismatch at s/d is a missing, extra or
+// reordered record, by looking for each side's record a little further on
+// the other side; if neither is found, it is a changed record (byField).
+func (c *comparator) classify(ctx context.Context, s, d *rec, byField *Difference) (*Difference, error) {
+	// Peeking may grow the buffers: keep copies, not pointers into them.
+	sv, dv := *s, *d
+	inSrc, err := lookahead(ctx, &c.src, &dv) // the destination record comes later in the source
+	if err != nil {
+		return nil, err
+	}
+	inDst, err := lookahead(ctx, &c.dst, &sv) // the source record comes later in the destination
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case inSrc != nil && inDst != nil:
+		return &Difference{
+			Field: FieldOrder, SourceOffset: sv.Offset, DestOffset: dv.Offset,
+			Want: "source offset " + summary(&sv),
+			Got:  fmt.Sprintf("source offset %s (the destination holds source offset %d at offset %d)", summary(inSrc), sv.Offset, inDst.Offset),
+		}, nil
+	case inSrc != nil:
+		return &Difference{
+			Field: FieldMissing, SourceOffset: sv.Offset, DestOffset: -1,
+			Want: summary(&sv),
+			Got:  fmt.Sprintf("no such record: destination offset %d holds source offset %d", dv.Offset, inSrc.Offset),
+		}, nil
+	case inDst != nil:
+		return &Difference{
+			Field: FieldExtra, SourceOffset: -1, DestOffset: dv.Offset,
+			Want: fmt.Sprintf("source offset %d next (found at destination offset %d)", sv.Offset, inDst.Offset),
+			Got:  summary(&dv),
+		}, nil
+	}
+	return byField, nil
+}
+
+// lookahead returns the first record among the cursor's next window records
+// (after the current one) whose content equals r's.
+func lookahead(ctx context.Context, c *cursor, r *rec) (*rec, error) {
+	for k := 1; k <= window; k++ {
+		x, ok, err := c.peek(ctx, k)
+		if err != nil || !ok {
+			return nil, err
+		}
+		if f, _, _ := contentDiff(r, x); f == "" {
+			return x, nil
+		}
+	}
+	return nil, nil
+}
+
+// contentDiff names the first content field in which a and b differ, with
+// a's and b's version of it; "" if they are equal.
+func contentDiff(a, b *rec) (field, av, bv string) {
+	switch {
+	case !bytesEqual(a.Key, b.Key):
+		return FieldKey, showBytes(a.Key), showBytes(b.Key)
+	case !bytesEqual(a.Value, b.Value):
+		return FieldValue, showBytes(a.Value), showBytes(b.Value)
+	case !headersEqual(a.Headers, b.Headers):
+		return FieldHeaders, showHeaders(a.Headers), showHeaders(b.Headers)
+	case a.Timestamp.UnixMilli() != b.Timestamp.UnixMilli() || a.Attrs.TimestampType() != b.Attrs.TimestampType():
+		return FieldTimestamp, showTimestamp(a), showTimestamp(b)
+	}
+	return "", "", ""
+}
+
+// bytesEqual tells null from empty: Kafka does.
+func bytesEqual(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+
+func headersEqual(a, b []kgo.RecordHeader) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || !bytesEqual(a[i].Value, b[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func showBytes(b []byte) string {
+	if b == nil {
+		return "null"
+	}
+	if len(b) <= maxShown {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(string(b[:maxShown])), len(b))
+}
+
+func showHeaders(hs []kgo.RecordHeader) string {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i, h := range hs {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		if i == 8 {
+			fmt.Fprintf(&sb, "... %d more", len(hs)-i)
+			break
+		}
+		sb.WriteString(showBytes([]byte(h.Key)))
+		sb.WriteByte('=')
+		sb.WriteString(showBytes(h.Value))
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+func showTimestamp(r *rec) string {
+	kind := "create time"
+	switch r.Attrs.TimestampType() {
+	case 1:
+		kind = "log append time"
+	case -1:
+		kind = "no timestamp type"
+	}
+	return fmt.Sprintf("%d (%s)", r.Timestamp.UnixMilli(), kind)
+}
+
+// summary names a record by offset and key, for missing/extra/order.
+func summary(r *rec) string {
+	return fmt.Sprintf("%d (key %s)", r.Offset, showBytes(r.Key))
+}
+
+func pidString(pid int64) string {
+	if r, low, ok := transform.DecodePID(pid); ok {
+		return fmt.Sprintf("%d (region 0x%08x, pid %d)", pid, uint32(r), low)
+	}
+	return strconv.FormatInt(pid, 10)
+}
+
+func batchPlace(first bool) string {
+	if first {
+		return "first record of a batch"
+	}
+	return "record inside a batch"
+}
+
+func codecName(c uint8) string {
+	switch c {
+	case 0:
+		return "none"
+	case 1:
+		return "gzip"
+	case 2:
+		return "snappy"
+	case 3:
+		return "lz4"
+	case 4:
+		return "zstd"
+	}
+	return "codec " + strconv.Itoa(int(c))
+}

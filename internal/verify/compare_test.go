@@ -1,0 +1,430 @@
+package verify
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Synthetic batches for the comparator, without clusters.
+type tbatch struct {
+	base  int64 // offset of the first record (source side; the destination is dense)
+	pid   int64
+	epoch int16
+	seq   int32
+	codec uint8
+	txn   bool
+	recs  []trec
+}
+
+type trec struct {
+	key, value []byte
+	headers    []kgo.RecordHeader
+	ts         int64
+	logAppend  bool
+}
+
+func (b tbatch) clone() tbatch {
+	b.recs = slices.Clone(b.recs)
+	return b
+}
+
+var testRegion, _ = transform.RegionOf(kafkatest.SourceClusterID)
+
+func trecs(prefix string, n int, ts int64) []trec {
+	var rs []trec
+	for i := range n {
+		rs = append(rs, trec{
+			key:     fmt.Appendf(nil, "%s-k%d", prefix, i),
+			value:   fmt.Appendf(nil, "%s-v%d", prefix, i),
+			headers: []kgo.RecordHeader{{Key: "h", Value: fmt.Appendf(nil, "%s%d", prefix, i)}},
+			ts:      ts + int64(i),
+		})
+	}
+	return rs
+}
+
+// sourceBatches is a source partition: an idempotent batch, then an
+// aborted transaction and its marker (absent from a read_committed fetch:
+// offsets 3–5), a plain batch, a committed transactional batch and its
+// marker (offset 11), and a second batch of the idempotent producer.
+func sourceBatches() []tbatch {
+	return []tbatch{
+		{base: 0, pid: 7, epoch: 0, seq: 0, codec: 3, recs: trecs("a", 3, 1000)},
+		{base: 6, pid: -1, epoch: -1, seq: -1, codec: 1, recs: trecs("b", 2, 2000)},
+		{base: 8, pid: 9, epoch: 2, seq: 0, codec: 4, txn: true, recs: trecs("c", 3, 3000)},
+		{base: 12, pid: 7, epoch: 0, seq: 3, codec: 3, recs: trecs("d", 2, 4000)},
+	}
+}
+
+// mirrorBatches is what mirrord makes of them.
+func mirrorBatches(src []tbatch) []tbatch {
+	var out []tbatch
+	for _, b := range src {
+		b = b.clone()
+		b.pid = transform.MapPID(b.pid, testRegion)
+		b.txn = false
+		out = append(out, b)
+	}
+	return out
+}
+
+// flatten turns batches into records; dense numbers offsets from 0 as a
+// destination broker does, otherwise each batch starts at its base.
+func flatten(bs []tbatch, dense bool) []rec {
+	var out []rec
+	var next int64
+	for _, b := range bs {
+		if !dense {
+			next = b.base
+		}
+		for i, r := range b.recs {
+			attrs := kgo.RecordAttrsOpts{Codec: kgo.CompressionCodecType(b.codec), Transactional: b.txn}
+			if r.logAppend {
+				attrs.TimestampType = 1
+			}
+			out = append(out, rec{
+				Record: &kgo.Record{
+					Key: r.key, Value: r.value, Headers: r.headers,
+					Timestamp:     time.UnixMilli(r.ts),
+					Attrs:         kgo.NewRecordAttrs(attrs),
+					ProducerID:    b.pid,
+					ProducerEpoch: b.epoch,
+					Offset:        next,
+				},
+				baseSeq: b.seq,
+				first:   i == 0,
+			})
+			next++
+		}
+	}
+	return out
+}
+
+// sliceFeed yields recs two at a time, so that look-ahead crosses chunks.
+func sliceFeed(recs []rec) feed {
+	return func(context.Context) ([]rec, error) {
+		if len(recs) == 0 {
+			return nil, io.EOF
+		}
+		n := min(2, len(recs))
+		chunk := recs[:n]
+		recs = recs[n:]
+		return chunk, nil
+	}
+}
+
+type wantDiff struct {
+	field    string
+	src, dst int64
+}
+
+func TestComparator(t *testing.T) {
+	saltFor := func(pid int64, salt int64) func(tp.Key, transform.Origin) (int64, bool) {
+		return func(k tp.Key, o transform.Origin) (int64, bool) {
+			if k == (tp.Key{Topic: "dst", Partition: 0}) && o == (transform.Origin{Cluster: kafkatest.SourceClusterID, PID: pid}) {
+				return salt, true
+			}
+			return 0, false
+		}
+	}
+	thirdRegion, _ := transform.RegionOf(kafkatest.ThirdClusterID)
+
+	tests := []struct {
+		name    string
+		src     func([]tbatch) []tbatch // nil: sourceBatches unchanged
+		dst     func([]tbatch) []tbatch // edits the mirror of the source
+		salt    func(tp.Key, transform.Origin) (int64, bool)
+		max     int64
+		want    *wantDiff
+		records int64
+		behind  int64
+	}{
+		{name: "exact mirror", records: 10},
+		{name: "changed value", dst: func(bs []tbatch) []tbatch { bs[1].recs[1].value = []byte("x"); return bs },
+			want: &wantDiff{FieldValue, 7, 4}},
+		{name: "changed key", dst: func(bs []tbatch) []tbatch { bs[0].recs[2].key = []byte("x"); return bs },
+			want: &wantDiff{FieldKey, 2, 2}},
+		{name: "null key for empty key", src: func(bs []tbatch) []tbatch { bs[0].recs[0].key = []byte{}; return bs },
+			dst: func(bs []tbatch) []tbatch { bs[0].recs[0].key = nil; return bs }, want: &wantDiff{FieldKey, 0, 0}},
+		{name: "headers reordered", src: func(bs []tbatch) []tbatch {
+			bs[2].recs[0].headers = []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b"}}
+			return bs
+		}, dst: func(bs []tbatch) []tbatch {
+			bs[2].recs[0].headers = []kgo.RecordHeader{{Key: "b"}, {Key: "a", Value: []byte("1")}}
+			return bs
+		}, want: &wantDiff{FieldHeaders, 8, 5}},
+		{name: "null header value for empty", src: func(bs []tbatch) []tbatch {
+			bs[2].recs[0].headers = []kgo.RecordHeader{{Key: "a", Value: []byte{}}}
+			return bs
+		}, dst: func(bs []tbatch) []tbatch { bs[2].recs[0].headers = []kgo.RecordHeader{{Key: "a"}}; return bs },
+			want: &wantDiff{FieldHeaders, 8, 5}},
+		{name: "timestamp", dst: func(bs []tbatch) []tbatch { bs[3].recs[1].ts++; return bs },
+			want: &wantDiff{FieldTimestamp, 13, 9}},
+		{name: "timestamp type", dst: func(bs []tbatch) []tbatch { bs[3].recs[0].logAppend = true; return bs },
+			want: &wantDiff{FieldTimestamp, 12, 8}},
+		{name: "record missing in the middle", dst: func(bs []tbatch) []tbatch {
+			bs[0].recs = slices.Delete(bs[0].recs, 1, 2)
+			return bs
+		}, want: &wantDiff{FieldMissing, 1, -1}},
+		{name: "batch missing", dst: func(bs []tbatch) []tbatch { return slices.Delete(bs, 1, 2) },
+			want: &wantDiff{FieldMissing, 6, -1}},
+		{name: "extra record", dst: func(bs []tbatch) []tbatch {
+			bs[1].recs = slices.Insert(bs[1].recs, 0, trec{key: []byte("new")})
+			return bs
+		}, want: &wantDiff{FieldExtra, -1, 3}},
+		{name: "extra record at the end", dst: func(bs []tbatch) []tbatch {
+			return append(bs, tbatch{pid: -1, epoch: -1, seq: -1, recs: trecs("z", 1, 0)})
+		}, records: 10, want: &wantDiff{FieldExtra, -1, 10}},
+		{name: "aborted batch mirrored", dst: func(bs []tbatch) []tbatch {
+			return slices.Insert(bs, 1, tbatch{pid: transform.MapPID(9, testRegion), epoch: 2, recs: trecs("aborted", 2, 1500)})
+		}, want: &wantDiff{FieldExtra, -1, 3}},
+		{name: "records swapped", dst: func(bs []tbatch) []tbatch {
+			bs[2].recs[1], bs[2].recs[2] = bs[2].recs[2], bs[2].recs[1]
+			return bs
+		}, want: &wantDiff{FieldOrder, 9, 6}},
+		{name: "batches swapped", dst: func(bs []tbatch) []tbatch { bs[1], bs[2] = bs[2], bs[1]; return bs },
+			want: &wantDiff{FieldOrder, 6, 3}},
+		{name: "unmapped pid", dst: func(bs []tbatch) []tbatch { bs[0].pid = 7; return bs },
+			want: &wantDiff{FieldProducerID, 0, 0}},
+		{name: "pid mapped to another region", dst: func(bs []tbatch) []tbatch {
+			bs[2].pid = transform.MapPID(9, thirdRegion)
+			return bs
+		}, want: &wantDiff{FieldProducerID, 8, 5}},
+		{name: "pid given to a batch without one", dst: func(bs []tbatch) []tbatch {
+			bs[1].pid = transform.MapPID(0, testRegion)
+			return bs
+		}, want: &wantDiff{FieldProducerID, 6, 3}},
+		{name: "negative source pid mapped again", src: func(bs []tbatch) []tbatch {
+			bs[2].pid = transform.MapPID(9, thirdRegion) // forwarded by an upstream mirror
+			return bs
+		}, dst: func(bs []tbatch) []tbatch {
+			bs[2].pid = transform.MapPID(transform.MapPID(9, thirdRegion)&(1<<31-1), testRegion)
+			return bs
+		}, want: &wantDiff{FieldProducerID, 8, 5}},
+		{name: "negative source pid kept", src: func(bs []tbatch) []tbatch {
+			bs[2].pid = transform.MapPID(9, thirdRegion)
+			return bs
+		}, dst: func(bs []tbatch) []tbatch { bs[2].pid = transform.MapPID(9, thirdRegion); return bs }, records: 10},
+		{name: "salted producer without its salt", dst: func(bs []tbatch) []tbatch {
+			bs[0].pid, bs[3].pid = transform.MapPIDSalted(7, testRegion, 5), transform.MapPIDSalted(7, testRegion, 5)
+			return bs
+		}, want: &wantDiff{FieldProducerID, 0, 0}},
+		{name: "salted producer with its salt", salt: saltFor(7, 5), dst: func(bs []tbatch) []tbatch {
+			bs[0].pid, bs[3].pid = transform.MapPIDSalted(7, testRegion, 5), transform.MapPIDSalted(7, testRegion, 5)
+			return bs
+		}, records: 10},
+		{name: "salted producer with a different salt", salt: saltFor(7, 6), dst: func(bs []tbatch) []tbatch {
+			bs[0].pid, bs[3].pid = transform.MapPIDSalted(7, testRegion, 5), transform.MapPIDSalted(7, testRegion, 5)
+			return bs
+		}, want: &wantDiff{FieldProducerID, 0, 0}},
+		{name: "holder salted mid-stream", salt: saltFor(7, 5), dst: func(bs []tbatch) []tbatch {
+			bs[3].pid = transform.MapPIDSalted(7, testRegion, 5) // bs[0] keeps the unsalted mapping
+			return bs
+		}, records: 10},
+		{name: "unsalted after salted", salt: saltFor(7, 5), dst: func(bs []tbatch) []tbatch {
+			bs[0].pid = transform.MapPIDSalted(7, testRegion, 5) // bs[3] falls back to the unsalted mapping
+			return bs
+		}, want: &wantDiff{FieldProducerID, 12, 8}},
+		{name: "salt of another partition", salt: func(k tp.Key, o transform.Origin) (int64, bool) {
+			return 5, k.Partition == 1
+		}, records: 10},
+		{name: "epoch", dst: func(bs []tbatch) []tbatch { bs[2].epoch++; return bs },
+			want: &wantDiff{FieldProducerEpoch, 8, 5}},
+		{name: "batch split", dst: func(bs []tbatch) []tbatch {
+			tail := bs[2].clone()
+			bs[2].recs, tail.recs = bs[2].recs[:1], tail.recs[1:]
+			return slices.Insert(bs, 3, tail)
+		}, want: &wantDiff{FieldBatch, 9, 6}},
+		{name: "batches merged", src: func(bs []tbatch) []tbatch {
+			bs[3].pid, bs[3].epoch, bs[3].seq, bs[3].codec = 9, 2, 3, 4
+			return bs
+		}, dst: func(bs []tbatch) []tbatch {
+			bs[2].recs = append(bs[2].recs, bs[3].recs...)
+			return bs[:3]
+		}, want: &wantDiff{FieldBatch, 12, 8}},
+		{name: "base sequence", dst: func(bs []tbatch) []tbatch { bs[3].seq = 4; return bs },
+			want: &wantDiff{FieldSequence, 12, 8}},
+		{name: "compression", dst: func(bs []tbatch) []tbatch { bs[1].codec = 2; return bs },
+			want: &wantDiff{FieldCompression, 6, 3}},
+		{name: "transactional bit kept", dst: func(bs []tbatch) []tbatch { bs[2].txn = true; return bs },
+			want: &wantDiff{FieldTransactional, 8, 5}},
+		{name: "destination behind", dst: func(bs []tbatch) []tbatch { return bs[:2] }, records: 5, behind: 5},
+		{name: "destination empty", dst: func([]tbatch) []tbatch { return nil }, behind: 10},
+		{name: "difference before the destination ends", dst: func(bs []tbatch) []tbatch {
+			bs[1].recs[0].value = nil
+			return bs[:2]
+		}, records: 3, want: &wantDiff{FieldValue, 6, 3}},
+		{name: "source empty", src: func([]tbatch) []tbatch { return nil },
+			dst: func([]tbatch) []tbatch { return mirrorBatches(sourceBatches()) }, want: &wantDiff{FieldExtra, -1, 0}},
+		{name: "max records stops before a difference", max: 7, dst: func(bs []tbatch) []tbatch {
+			bs[3].recs[0].value = nil
+			return bs
+		}, records: 7},
+		{name: "max records stops before extra records", max: 10, dst: func(bs []tbatch) []tbatch {
+			return append(bs, tbatch{pid: -1, recs: trecs("z", 1, 0)})
+		}, records: 10},
+		{name: "max records counts behind", max: 7, dst: func(bs []tbatch) []tbatch { return bs[:1] }, records: 3, behind: 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := sourceBatches()
+			if tc.src != nil {
+				src = tc.src(src)
+			}
+			dst := mirrorBatches(src)
+			if tc.dst != nil {
+				dst = tc.dst(dst)
+			}
+			c := comparator{
+				src:  cursor{next: sliceFeed(flatten(src, false))},
+				dst:  cursor{next: sliceFeed(flatten(dst, true))},
+				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{Topic: "dst", Partition: 0}, tc.salt),
+				max:  tc.max,
+			}
+			out, err := c.run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDiff(t, out.diff, tc.want)
+			// Before a difference at destination offset n (offsets are
+			// dense from 0 here), n records were equal.
+			if tc.want != nil && tc.records == 0 && tc.want.dst >= 0 {
+				tc.records = tc.want.dst
+			}
+			if (tc.want == nil || tc.want.dst >= 0 || tc.records != 0) && out.records != tc.records || out.behind != tc.behind {
+				t.Errorf("records %d, behind %d; want %d, %d", out.records, out.behind, tc.records, tc.behind)
+			}
+		})
+	}
+}
+
+func checkDiff(t *testing.T, got *Difference, want *wantDiff) {
+	t.Helper()
+	switch {
+	case want == nil && got != nil:
+		t.Fatalf("unexpected difference: %v", got)
+	case want != nil && got == nil:
+		t.Fatalf("no difference; want %s at source %d, destination %d", want.field, want.src, want.dst)
+	case want != nil && (got.Field != want.field || got.SourceOffset != want.src || got.DestOffset != want.dst):
+		t.Fatalf("difference %s at source %d, destination %d (%v); want %s at %d, %d",
+			got.Field, got.SourceOffset, got.DestOffset, got, want.field, want.src, want.dst)
+	}
+}
+
+// A batch missing as a whole that is larger than the look-ahead window is
+// still reported at the right offsets, by the field that differs.
+func TestComparatorBeyondWindow(t *testing.T) {
+	src := []tbatch{
+		{base: 0, pid: -1, recs: trecs("big", window+10, 0)},
+		{base: window + 10, pid: -1, recs: trecs("next", 3, 0)},
+	}
+	dst := mirrorBatches(src)[1:]
+	c := comparator{
+		src:  cursor{next: sliceFeed(flatten(src, false))},
+		dst:  cursor{next: sliceFeed(flatten(dst, true))},
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{}, nil),
+	}
+	out, err := c.run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDiff(t, out.diff, &wantDiff{FieldKey, 0, 0})
+}
+
+// An error from a feed ends the comparison with that error, not a verdict.
+func TestComparatorFeedError(t *testing.T) {
+	boom := errors.New("boom")
+	c := comparator{
+		src:  cursor{next: sliceFeed(flatten(sourceBatches(), false))},
+		dst:  cursor{next: func(context.Context) ([]rec, error) { return nil, boom }},
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{}, nil),
+	}
+	if _, err := c.run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want %v", err, boom)
+	}
+}
+
+// The one-line message names both partitions, the offsets and the values.
+func TestDifferenceError(t *testing.T) {
+	tests := []struct {
+		d    Difference
+		want string
+	}{
+		{Difference{SourceTopic: "orders", DestTopic: "a.orders", Partition: 3, SourceOffset: 41, DestOffset: 38,
+			Field: FieldValue, Want: `"abc"`, Got: `"abd"`},
+			`orders[3] -> a.orders[3]: value differs at source offset 41, destination offset 38: want "abc", got "abd"`},
+		{Difference{SourceTopic: "orders", DestTopic: "orders", Partition: 0, SourceOffset: 7, DestOffset: -1,
+			Field: FieldMissing, Want: `7 (key "k")`, Got: "no such record: destination offset 5 holds source offset 8"},
+			`orders[0] -> orders[0]: missing in destination at source offset 7, destination offset none: want 7 (key "k"), got no such record: destination offset 5 holds source offset 8`},
+	}
+	for _, tc := range tests {
+		if got := tc.d.Error(); got != tc.want {
+			t.Errorf("Error() =\n%s\nwant\n%s", got, tc.want)
+		}
+	}
+	long := showBytes([]byte(strings.Repeat("x", 100) + "\n"))
+	if strings.Contains(long, "\n") || !strings.HasSuffix(long, "... (101 bytes)") {
+		t.Errorf("showBytes of 101 bytes = %s", long)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	err := (&Config{Topics: map[string]string{"a": ""}, MaxRecords: -1}).validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"Source:", "Destination:", `Topics["a"]`, "SourceClusterID:", "MaxRecords:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+	if _, err := Run(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Run with an empty config: %v", err)
+	}
+}
+
+// batchSpans reads the headers a fetch returns and stops at a partial batch.
+func TestBatchSpans(t *testing.T) {
+	b1 := testBatch(100, 2, 17)
+	b2 := testBatch(103, 0, -1)
+	buf := slices.Concat(b1, b2, b1[:30])
+	spans, err := batchSpans(buf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []span{{100, 102, 17}, {103, 103, -1}}
+	if !slices.Equal(spans, want) {
+		t.Fatalf("spans %v, want %v", spans, want)
+	}
+	legacy := slices.Clone(b1)
+	legacy[posMagic] = 1
+	if _, err := batchSpans(legacy, nil); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Fatalf("legacy message set: err = %v", err)
+	}
+}
+
+// testBatch is a v2 batch header (no records, so not a valid batch for a
+// broker, enough for batchSpans).
+func testBatch(base int64, lastDelta, seq int32) []byte {
+	b := make([]byte, batchHeaderSize+4)
+	be := binary.BigEndian
+	be.PutUint64(b, uint64(base))
+	be.PutUint32(b[posLength:], uint32(len(b)-lengthOverhead))
+	b[posMagic] = 2
+	be.PutUint32(b[posLastOffsetDelta:], uint32(lastDelta))
+	be.PutUint32(b[posBaseSequence:], uint32(seq))
+	return b
+}
