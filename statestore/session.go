@@ -65,6 +65,15 @@ func DestinationCluster(id string) SessionOpt { return func(o *sessionOpts) { o.
 //
 // Commit and Close are for the one goroutine that owns the session (the
 // link); LeaseValid may be called from any goroutine (the appenders).
+//
+// A kfake behaviour to know in tests (Apache Kafka does not do this): when
+// a fenced session's Produce (KIP-890, Produce v12+) reaches kfake, kfake
+// registers the partition in a transaction of the producer ID's current,
+// newer epoch before it rejects the old epoch; if the new session then does
+// not commit within its transaction timeout (the session timeout), kfake
+// aborts that phantom transaction with an epoch bump and the new session is
+// fenced in turn. A new session that commits within the session timeout of
+// its Begin is not affected.
 type Session struct {
 	store   *Store
 	link    string
