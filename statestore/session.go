@@ -152,7 +152,7 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 		return nil, fmt.Errorf("begin state session of link %q: client: %w", link, err)
 	}
 	if o.destination == "" {
-		md, err := kadm.NewClient(cl).Metadata(ctx)
+		md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
 		if err != nil {
 			cl.Close()
 			return nil, fmt.Errorf("begin state session of link %q: destination cluster ID: %w", link, err)
@@ -304,7 +304,6 @@ func (s *Session) fail(op string, err error) error {
 		s.fenced = true
 		s.store.fenced.Add(1)
 		s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w: %w", s.link, s.epoch, op, ErrFenced, err)
-		s.log.Warn("state session fenced; it will not write again", "epoch", s.epoch, "error", err)
 		return s.err
 	}
 	s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w", s.link, s.epoch, op, err)

@@ -328,6 +328,19 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 	var retries int
 	var waitLogged bool
 	for off < end {
+		if r.leader < 0 {
+			if retries >= fetchRetries {
+				return fmt.Errorf("read state topic %q partition %d: the partition has no leader", r.topic, r.p)
+			}
+			retries++
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return fmt.Errorf("read state topic %q partition %d: waiting for a leader: %w", r.topic, r.p, err)
+			}
+			if err := r.refreshLeader(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		fp, next, err := r.fetch(ctx, off)
 		if err != nil {
 			return err
@@ -424,7 +437,7 @@ func (r *partitionReader) refreshLeader(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metadata of state topic %q: %w", r.topic, err)
 	}
-	if pd, ok := md.Topics[r.topic].Partitions[r.p]; ok && pd.Leader >= 0 {
+	if pd, ok := md.Topics[r.topic].Partitions[r.p]; ok {
 		r.leader = pd.Leader
 	}
 	return nil
