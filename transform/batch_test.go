@@ -43,6 +43,18 @@ var testCodecs = []struct {
 	{"zstd", 4, kgo.ZstdCompression()},
 }
 
+// testCompressors are kgo's compressors by codec, made once (they pool
+// their encoders).
+var testCompressors = func() (cs [5]kgo.Compressor) {
+	for _, c := range testCodecs[1:] {
+		var err error
+		if cs[c.codec], err = kgo.DefaultCompressor(c.kgo); err != nil {
+			panic(fmt.Sprintf("kgo compressor %s: %v", c.name, err))
+		}
+	}
+	return cs
+}()
+
 // appendTestRecord appends rec with its Length field computed.
 func appendTestRecord(dst []byte, rec kmsg.Record) []byte {
 	rec.Length = 0
@@ -57,11 +69,7 @@ func compressTest(t testing.TB, codec int8, raw []byte) []byte {
 	if codec == 0 {
 		return raw
 	}
-	c, err := kgo.DefaultCompressor(testCodecs[codec].kgo)
-	if err != nil {
-		t.Fatalf("compressor %d: %v", codec, err)
-	}
-	out, used := c.Compress(new(bytes.Buffer), raw)
+	out, used := testCompressors[codec].Compress(new(bytes.Buffer), raw)
 	if int8(used) != codec {
 		t.Fatalf("compressor used codec %d, want %d", used, codec)
 	}

@@ -1,0 +1,187 @@
+package transform
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// minRecordSize is the smallest encoded record: one byte each for the length,
+// attributes, timestamp delta, offset delta, key length, value length and
+// header count.
+const minRecordSize = 7
+
+// OffsetMap maps one record of a re-encoded batch back to the source.
+type OffsetMap struct {
+	Source int64 // the record's offset at the source: base offset + original offset delta
+	Delta  int32 // its offset delta in the re-encoded batch (its index)
+}
+
+// Reencoder rebuilds batches that compaction left with offset gaps (the slow
+// path of DESIGN §5). It holds kgo's decompressor, one kgo compressor per
+// codec (made on first use) and scratch buffers, so that repeated calls
+// allocate little. A Reencoder is for one goroutine at a time.
+type Reencoder struct {
+	dec  kgo.Decompressor
+	comp [5]kgo.Compressor // by codec; index 0 stays nil
+	raw  []byte            // re-encoded, uncompressed records
+	rec  []byte            // one record without its length prefix
+	zbuf bytes.Buffer      // compressor output
+}
+
+// NewReencoder returns a Reencoder.
+func NewReencoder() *Reencoder {
+	return &Reencoder{dec: kgo.DefaultDecompressor()}
+}
+
+var (
+	kgoCodecs = [5]kgo.CompressionCodec{
+		kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression(),
+	}
+	codecNames = [5]string{"uncompressed", "gzip", "snappy", "lz4", "zstd"}
+)
+
+// Reencode rebuilds batch b, which must have passed Validate (Reencode would
+// otherwise give damaged bytes a fresh CRC), into a dense batch that a broker
+// accepts from a client, appended to dst[:0] (dst's capacity is reused; dst may
+// share memory with b, as Reencode reads all of b before it writes):
+//
+//   - records decompressed with kgo's decompressor, parsed as kmsg.Record and
+//     renumbered densely: offset deltas 0..n-1;
+//   - timestamp deltas, keys, values, headers and record attributes as they
+//     were (timestamps stay relative to the original firstTimestamp);
+//   - recompressed with the same codec through kgo's compressor, which keeps
+//     the codec even when the output is larger;
+//   - header: baseOffset 0, partitionLeaderEpoch -1, attributes without
+//     AttrTransactional, lastOffsetDelta n-1, the same first and max
+//     timestamps, producer ID pid, the same epoch and base sequence, count n,
+//     and a fresh length and CRC.
+//
+// offsets[i] gives record i's source offset (source base offset + original
+// delta) and new delta i; the slice is newly allocated and the caller's.
+//
+// A control batch is refused with ErrControlBatch, a batch without records
+// with ErrEmptyBatch (brokers refuse it from clients; it carries nothing to
+// mirror). Records that do not decode give a *CorruptError (CheckCodec or
+// CheckRecords) naming the base offset.
+func (r *Reencoder) Reencode(dst []byte, b []byte, pid int64) (out []byte, offsets []OffsetMap, err error) {
+	h, err := ParseHeader(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if int64(h.Length) != int64(len(b))-lengthOverhead {
+		return nil, nil, corrupt(b, -1, CheckLength, "length field is %d, but %d bytes follow it", h.Length, len(b)-lengthOverhead)
+	}
+	if h.Control() {
+		return nil, nil, fmt.Errorf("%w: batch at offset %d", ErrControlBatch, h.BaseOffset)
+	}
+	if h.NumRecords == 0 {
+		return nil, nil, fmt.Errorf("%w: batch at offset %d (offsets %d..%d)", ErrEmptyBatch, h.BaseOffset, h.BaseOffset, h.NextOffset()-1)
+	}
+	codec := h.Compression()
+	if codec > 4 {
+		return nil, nil, corrupt(b, -1, CheckCodec, "unknown compression codec %d", codec)
+	}
+	raw, err := r.dec.Decompress(b[BatchHeaderSize:], kgo.CompressionCodecType(codec))
+	if err != nil {
+		return nil, nil, corrupt(b, -1, CheckCodec, "decompress %s records: %v", codecNames[codec], err)
+	}
+	offsets, err = r.renumber(b, h, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	records := r.raw
+	if codec != 0 {
+		c := r.comp[codec]
+		if c == nil {
+			if c, err = kgo.DefaultCompressor(kgoCodecs[codec]); err != nil {
+				return nil, nil, fmt.Errorf("%s compressor: %w", codecNames[codec], err)
+			}
+			r.comp[codec] = c
+		}
+		r.zbuf.Reset()
+		var used kgo.CompressionCodecType
+		records, used = c.Compress(&r.zbuf, r.raw)
+		if int8(used) != codec {
+			return nil, nil, fmt.Errorf("recompress batch at offset %d: compressor used codec %d, want %s", h.BaseOffset, used, codecNames[codec])
+		}
+	}
+	size := BatchHeaderSize + len(records)
+	if size-lengthOverhead > math.MaxInt32 {
+		return nil, nil, fmt.Errorf("re-encoded batch at offset %d is %d bytes, too large for a batch", h.BaseOffset, size)
+	}
+
+	n := int32(len(offsets))
+	out = append(dst[:0], make([]byte, BatchHeaderSize)...)
+	putHeader(out, Header{
+		BaseOffset:           0,
+		Length:               int32(size - lengthOverhead),
+		PartitionLeaderEpoch: -1,
+		Magic:                2,
+		Attributes:           h.Attributes &^ AttrTransactional,
+		LastOffsetDelta:      n - 1,
+		FirstTimestamp:       h.FirstTimestamp,
+		MaxTimestamp:         h.MaxTimestamp,
+		ProducerID:           pid,
+		ProducerEpoch:        h.ProducerEpoch,
+		BaseSequence:         h.BaseSequence,
+		NumRecords:           n,
+	})
+	out = append(out, records...)
+	binary.BigEndian.PutUint32(out[posCRC:], crc32.Checksum(out[posAttributes:], crcTable))
+	return out, offsets, nil
+}
+
+// renumber parses the NumRecords records of raw (the batch's decompressed
+// records) into r.raw with dense offset deltas and returns the offset map.
+func (r *Reencoder) renumber(b []byte, h Header, raw []byte) ([]OffsetMap, error) {
+	if h.NumRecords < 0 || int64(h.NumRecords) > int64(len(raw)/minRecordSize) {
+		return nil, corrupt(b, -1, CheckRecords, "%d records cannot fit in %d bytes", h.NumRecords, len(raw))
+	}
+	offsets := make([]OffsetMap, h.NumRecords)
+	r.raw = r.raw[:0]
+	prev := int32(-1)
+	rec := kmsg.NewRecord()
+	for i := range offsets {
+		length, n := kbin.Varint(raw)
+		if n <= 0 || length < 0 || int(length) > len(raw)-n {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad length prefix", i, h.NumRecords)
+		}
+		one := raw[:n+int(length)]
+		raw = raw[n+int(length):]
+		if err := rec.ReadFrom(one); err != nil {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: %v", i, h.NumRecords, err)
+		}
+		oldDelta := rec.OffsetDelta
+		if oldDelta <= prev || oldDelta > h.LastOffsetDelta {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: offset delta %d after %d, last offset delta %d",
+				i, h.NumRecords, oldDelta, prev, h.LastOffsetDelta)
+		}
+		prev = oldDelta
+		rec.OffsetDelta = int32(i)
+		rec.Length = 0
+		r.rec = rec.AppendTo(r.rec[:0])
+		body := r.rec[1:] // a zero varint length is one byte
+		// ReadFrom does not say whether the fields filled the length
+		// prefix exactly; encoding them back must give the same size
+		// (all clients write minimal varints, as kmsg does).
+		if want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(int32(i)); len(body) != want {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: its fields do not fill its length of %d bytes",
+				i, h.NumRecords, length)
+		}
+		r.raw = kbin.AppendVarint(r.raw, int32(len(body)))
+		r.raw = append(r.raw, body...)
+		offsets[i] = OffsetMap{Source: h.BaseOffset + int64(oldDelta), Delta: int32(i)}
+	}
+	if len(raw) != 0 {
+		return nil, corrupt(b, -1, CheckRecords, "%d bytes after the last of %d records", len(raw), h.NumRecords)
+	}
+	return offsets, nil
+}
