@@ -408,7 +408,7 @@ func TestPSMExpire(t *testing.T) {
 		p.Commit(d, at)
 	}
 	commit(fwd{cA, 42, 5, 0, 0, 1}, t0)
-	commit(fwd{cB, 42, 5, 0, 0, 1}, t0)                      // salted 10
+	commit(fwd{cB, 42, 5, 0, 0, 1}, t0)                     // salted 10
 	commit(fwd{cA, 42, 6, 0, 0, 1}, t0.Add(30*time.Minute)) // stays active
 	p.AddSalt(Origin{"old", 1}, 77, t0.Add(-2*time.Hour))   // replayed, never used
 
