@@ -1,0 +1,65 @@
+// Package appender is one link's writer to the destination cluster: it
+// appends already rewritten record batches (DESIGN §5: base offset 0,
+// producer ID mapped and negative, transactional bit cleared, CRC valid) to
+// the leaders of their destination partitions with raw Produce requests
+// (acks=all), and reports one Result per batch.
+//
+// # Invariants
+//
+//   - A partition has at most one batch in the appender, from Submit until
+//     its Result is delivered; Submit refuses a second one (ErrBusy). So a
+//     partition is in at most one Produce request at a time, and the order
+//     of a partition's batches is the order the caller submits them in.
+//   - A Produce request holds at most one batch per partition (a broker rule
+//     for Produce v3+) and as many partitions led by the same broker as fit
+//     in MaxRequestBytes; it always holds at least one batch. At most
+//     MaxInflightPerBroker requests are in flight to one broker.
+//   - A batch is sent again only after an answer that proves the broker did
+//     not append it (classify.go explains each case, with the Apache Kafka
+//     code it relies on). Destination batches carry a negative producer ID,
+//     which brokers treat as a plain non-idempotent batch: they do not
+//     deduplicate a retry, so a retry after a possible append would
+//     duplicate data. Every answer that leaves the append possible is
+//     ErrUnknownOutcome, and the caller settles it by reconciliation
+//     (DESIGN §6) before it submits anything for that partition again.
+//   - Deps.MaySend (the session's lease, DESIGN §7) is asked immediately
+//     before every request is sent; if it says no, the request is not sent
+//     and its batches fail with ErrLeaseExpired.
+//   - Every accepted batch gets exactly one Result. Results() has room for
+//     Config.MaxPending results and Submit refuses a batch (ErrFull) while
+//     the batches in the appender plus the results not yet received would
+//     exceed that, so the appender never blocks on a slow receiver and Run
+//     can deliver every result before it returns.
+//
+// # acks
+//
+// kgo overwrites the Acks of every raw ProduceRequest with the client's
+// configured acks (kgo's broker.go: "r.Acks = b.cl.cfg.acks.val"). New reads
+// the client's RequiredAcks option and refuses a client that is not
+// configured with kgo's default, AllISRAcks (acks=all).
+//
+// # Goroutines
+//
+// New starts nothing. Run is the appender's one owner goroutine: it keeps
+// every batch's state (waiting for a leader, backing off, queued for a
+// broker, in flight) and is the only goroutine that sends on Results. Run
+// starts, and waits for before it returns:
+//
+//   - at most one resolver goroutine at a time, which looks up the leaders
+//     of the batches waiting for one through Deps.Leaders (a cache miss is a
+//     Metadata request, so it is kept off Run's goroutine);
+//   - one sender goroutine per Produce request in flight (at most
+//     MaxInflightPerBroker per broker), which asks MaySend, sends the request
+//     through kgo's connection to that broker, classifies every partition's
+//     answer and hands the outcome back to Run.
+//
+// When Run's context is canceled, requests in flight are abandoned (kgo
+// fails them with the context's error): their batches are reported as
+// ErrUnknownOutcome, unless the answer arrived first. Batches that were not
+// sent, or whose every attempt was proven not appended, are reported as
+// ErrStopped. Run delivers all these results, closes the Results channel and
+// returns nil once every goroutine it started has exited. Submit after that
+// returns ErrClosed.
+//
+// Submit and Results may be called from any goroutine.
+package appender
