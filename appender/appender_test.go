@@ -160,7 +160,8 @@ func TestSubmitBusyFullClosed(t *testing.T) {
 }
 
 // TestAppendManyPartitions guards the request rules and ordering: every
-// batch appended once, in order, with its negative producer ID; a request
+// batch (of every codec) appended once, in order, with its negative
+// producer ID; a request
 // never holds two batches of one partition, requests hold several
 // partitions of several topics, and a partition is never in a second
 // request while the first is unanswered, even while one request is held
@@ -196,7 +197,7 @@ func TestAppendManyPartitions(t *testing.T) {
 	submitNext := func(p tp.Partition) {
 		j := next[p.Key()]
 		recs := recsFor(p, j, perBatch)
-		h.submit(p, makeBatch(t, j%2 == 0, int64(1000+j), recs), uint64(j))
+		h.submit(p, makeBatchCodec(t, int8(j%5), j%2 == 0, int64(1000+j), recs), uint64(j))
 		sent[p.Key()] = append(sent[p.Key()], wire{recs: recs, baseOffset: -1})
 		next[p.Key()] = j + 1
 	}

@@ -3,9 +3,7 @@ package appender
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"runtime"
 	"strings"
 	"sync"
@@ -17,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/batchtest"
 	"github.com/seed83556561/mirrord/internal/kafkatest"
 	"github.com/seed83556561/mirrord/internal/meta"
 	"github.com/seed83556561/mirrord/internal/tp"
@@ -48,46 +46,37 @@ type rec struct {
 	header     string // value of header "h"
 }
 
-// makeBatch builds a source batch as an idempotent (or transactional)
-// producer would have written it at a source offset, checks it, and
-// rewrites it for the destination with transform.Rewrite.
+// makeBatch builds an uncompressed source batch; see makeBatchCodec.
 func makeBatch(t testing.TB, txn bool, firstTS int64, recs []rec) []byte {
 	t.Helper()
-	var records []byte
+	return makeBatchCodec(t, 0, txn, firstTS, recs)
+}
+
+// makeBatchCodec builds a source batch as an idempotent (or transactional)
+// producer would have written it at a source offset, compressed with codec
+// (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), checks it, and rewrites it for
+// the destination with transform.Rewrite.
+func makeBatchCodec(t testing.TB, codec int8, txn bool, firstTS int64, recs []rec) []byte {
+	t.Helper()
+	spec := batchtest.Spec{
+		BaseOffset:     4242, // where it sat in the source
+		PID:            srcPID,
+		Epoch:          3,
+		BaseSequence:   100,
+		Transactional:  txn,
+		Codec:          codec,
+		FirstTimestamp: firstTS,
+	}
 	for i, r := range recs {
-		var body []byte
-		body = append(body, 0) // record attributes
-		body = kbin.AppendVarlong(body, int64(i))
-		body = kbin.AppendVarint(body, int32(i))
-		body = kbin.AppendVarintBytes(body, []byte(r.key))
-		body = kbin.AppendVarintBytes(body, []byte(r.value))
-		body = kbin.AppendVarint(body, 1)
-		body = kbin.AppendVarintString(body, "h")
-		body = kbin.AppendVarintBytes(body, []byte(r.header))
-		records = kbin.AppendVarint(records, int32(len(body)))
-		records = append(records, body...)
+		spec.Records = append(spec.Records, batchtest.Record{
+			Key:            []byte(r.key),
+			Value:          []byte(r.value),
+			Headers:        []kmsg.Header{{Key: "h", Value: []byte(r.header)}},
+			TimestampDelta: int64(i),
+			OffsetDelta:    -1,
+		})
 	}
-	var attrs int16
-	if txn {
-		attrs |= transform.AttrTransactional
-	}
-	rb := kmsg.RecordBatch{
-		FirstOffset:          4242, // where it sat in the source
-		PartitionLeaderEpoch: 7,
-		Magic:                2,
-		Attributes:           attrs,
-		LastOffsetDelta:      int32(len(recs) - 1),
-		FirstTimestamp:       firstTS,
-		MaxTimestamp:         firstTS + int64(len(recs)) - 1,
-		ProducerID:           srcPID,
-		ProducerEpoch:        3,
-		FirstSequence:        100,
-		NumRecords:           int32(len(recs)),
-		Records:              records,
-	}
-	b := rb.AppendTo(nil)
-	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	b := batchtest.Build(spec)
 	if err := transform.Validate(b); err != nil {
 		t.Fatalf("test batch: %v", err)
 	}
