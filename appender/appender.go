@@ -538,7 +538,12 @@ func (r *runner) handleResolved(bs []*batch) {
 		b.lookupErr = nil
 		switch {
 		case err == nil:
+			// The topic ID the batch is for: the Request's, or the one an
+			// earlier attempt was sent with.
 			id := b.req.Partition.ID
+			if id == ([16]byte{}) {
+				id = b.topicID
+			}
 			if id != ([16]byte{}) && b.leader.ID != ([16]byte{}) && id != b.leader.ID {
 				r.deliver(b, Result{Err: fmt.Errorf("%s: %w: the destination topic's ID is now %x, the batch is for topic ID %x: the topic was deleted and recreated",
 					b.req.Partition, ErrFatal, b.leader.ID, id)}, KindFatal)

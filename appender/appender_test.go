@@ -628,20 +628,65 @@ func TestRefused(t *testing.T) {
 
 // TestTopicRecreated guards against appending into a recreated topic: a
 // batch for one topic ID never goes to a topic of the same name with
-// another ID.
+// another ID, whether the Request names the ID or an earlier attempt
+// learnt it from the metadata.
 func TestTopicRecreated(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
-	p := h.createTopic("again", 1, nil)[0]
-	stale := p
-	stale.ID[0] ^= 0xff
-	r := h.append1(stale, makeBatch(t, false, 1, recsFor(p, 0, 1)))
-	if !errors.Is(r.Err, ErrFatal) || !strings.Contains(r.Err.Error(), "recreated") {
-		t.Fatalf("result: %v, want ErrFatal about a recreated topic", r.Err)
-	}
-	if n, _ := h.obs.carrying(p); n != 0 {
-		t.Fatalf("%d requests carried %s, want none", n, p)
-	}
-	h.checkLog(p, nil)
+	t.Run("request names the old ID", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{})
+		p := h.createTopic("again", 1, nil)[0]
+		stale := p
+		stale.ID[0] ^= 0xff
+		r := h.append1(stale, makeBatch(t, false, 1, recsFor(p, 0, 1)))
+		if !errors.Is(r.Err, ErrFatal) || !strings.Contains(r.Err.Error(), "recreated") {
+			t.Fatalf("result: %v, want ErrFatal about a recreated topic", r.Err)
+		}
+		if n, _ := h.obs.carrying(p); n != 0 {
+			t.Fatalf("%d requests carried %s, want none", n, p)
+		}
+		h.checkLog(p, nil)
+	})
+	t.Run("recreated between attempts", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{})
+		first := h.createTopic("again", 1, nil)[0]
+		// The first attempt is answered UNKNOWN_TOPIC_OR_PARTITION after
+		// the topic was deleted and created again under a new ID.
+		var recreated tp.Partition
+		var once atomic.Bool
+		h.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			if !once.CompareAndSwap(false, true) {
+				return nil, nil, false
+			}
+			h.c.SleepControl(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				defer cancel()
+				if _, err := h.adm.DeleteTopics(ctx, "again"); err != nil {
+					t.Errorf("delete topic: %v", err)
+				}
+				recreated = h.createTopic("again", 1, nil)[0]
+			})
+			req := kreq.(*kmsg.ProduceRequest)
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = req.Topics[0].Topic, req.Topics[0].TopicID
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			st.Partitions = append(st.Partitions, sp)
+			resp.Topics = append(resp.Topics, st)
+			return resp, nil, true
+		})
+		noID := tp.Partition{Topic: "again", Partition: 0}
+		r := h.append1(noID, makeBatch(t, false, 1, recsFor(noID, 0, 1)))
+		if !errors.Is(r.Err, ErrFatal) || !strings.Contains(r.Err.Error(), "recreated") {
+			t.Fatalf("result: %v, want ErrFatal about a recreated topic", r.Err)
+		}
+		if recreated.ID == first.ID {
+			t.Fatalf("kfake gave the recreated topic the same ID")
+		}
+		if n, _ := h.obs.carrying(noID); n != 1 {
+			t.Fatalf("%d requests carried %s, want only the first attempt", n, noID)
+		}
+		h.checkLog(recreated, nil)
+	})
 }
 
 // TestLeaseExpired guards the session lease: when MaySend says no, nothing

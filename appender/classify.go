@@ -60,9 +60,10 @@ import (
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND (3), KAFKA_STORAGE_ERROR (2 or 3) and
 // UNKNOWN_SERVER_ERROR (2) leave the append possible. UNKNOWN_TOPIC_OR_PARTITION
 // after an append (3) means the topic was deleted, and the appended batch
-// went with it: no log that exists holds it, and the retry is addressed by
-// topic ID (v13) or sent only after Metadata shows the same topic ID again
-// (resolve), so it cannot land in a recreated topic of the same name.
+// went with it: no log that exists holds it. The retry is addressed by
+// topic ID (v13), and is sent only after Metadata shows the topic ID the
+// batch was first sent with (handleResolved), so it cannot land in a
+// recreated topic of the same name.
 
 // verdict is what the appender does with a batch after an answer.
 type verdict int

@@ -25,7 +25,8 @@
 //   - Deps.MaySend (the session's lease, DESIGN §7) is asked immediately
 //     before every request is sent; if it says no, the request is not sent
 //     and its batches fail with ErrLeaseExpired.
-//   - Every accepted batch gets exactly one Result. Results() has room for
+//   - Every accepted batch gets exactly one Result, once Run runs (Submit
+//     may come first; the batch waits). Results() has room for
 //     Config.MaxPending results and Submit refuses a batch (ErrFull) while
 //     the batches in the appender plus the results not yet received would
 //     exceed that, so the appender never blocks on a slow receiver and Run
