@@ -153,7 +153,7 @@ type comparator struct {
 	src, dst cursor
 	pids     *pidCheck
 	max      int64 // source records to take at most; 0: all
-	srcEnd   int64 // source end offset, for messages
+	srcEnd   int64 // source end offset, for messages; -1: no source partition
 }
 
 // outcome is what one partition's comparison found. diff carries no topic
@@ -179,11 +179,15 @@ func (c *comparator) run(ctx context.Context) (outcome, error) {
 		case !sok && !dok:
 			return out, nil
 		case !sok:
+			want := fmt.Sprintf("no record (the source ends at offset %d)", c.srcEnd)
+			if c.srcEnd < 0 {
+				want = "no record (the source topic has no such partition)"
+			}
 			out.diff = &Difference{
 				Field:        FieldExtra,
 				SourceOffset: -1,
 				DestOffset:   d.Offset,
-				Want:         fmt.Sprintf("no record (the source ends at offset %d)", c.srcEnd),
+				Want:         want,
 				Got:          summary(d),
 			}
 			return out, nil

@@ -52,7 +52,9 @@ type Config struct {
 	// PID mapping (transform.RegionOf).
 	SourceClusterID string
 	// Salt returns the collision salt recorded in the state topic for an
-	// origin at a destination partition. Nil: no salts.
+	// origin at a destination partition. Nil: no salts. Run calls it from
+	// several partitions' goroutines at once, at most once per origin and
+	// partition.
 	Salt func(dest tp.Key, o transform.Origin) (int64, bool)
 	// MaxRecords stops each partition after this many source records.
 	// 0: all records up to the end offsets listed at the start.
