@@ -71,6 +71,15 @@ var (
 // mirror). Records that do not decode give a *CorruptError (CheckCodec or
 // CheckRecords) naming the base offset.
 func (r *Reencoder) Reencode(dst []byte, b []byte, pid int64) (out []byte, offsets []OffsetMap, err error) {
+	return r.ReencodeFrom(dst, b, pid, math.MinInt64)
+}
+
+// ReencodeFrom is Reencode keeping only the records at offset from or later.
+// A fetch that starts inside a batch (after the log start moved past part of
+// it, or a start position from ListOffsets) gets the whole batch back;
+// Kafka consumers drop the records before their position, and so does the
+// mirror. It returns ErrEmptyBatch when no record is left.
+func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (out []byte, offsets []OffsetMap, err error) {
 	h, err := ParseHeader(b)
 	if err != nil {
 		return nil, nil, err
@@ -92,9 +101,12 @@ func (r *Reencoder) Reencode(dst []byte, b []byte, pid int64) (out []byte, offse
 	if err != nil {
 		return nil, nil, corrupt(b, -1, CheckCodec, "decompress %s records: %v", codecNames[codec], err)
 	}
-	offsets, err = r.renumber(b, h, raw)
+	offsets, err = r.renumber(b, h, raw, from)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(offsets) == 0 {
+		return nil, nil, fmt.Errorf("%w: no record of the batch at offset %d is at or after offset %d", ErrEmptyBatch, h.BaseOffset, from)
 	}
 
 	records := r.raw
@@ -140,16 +152,17 @@ func (r *Reencoder) Reencode(dst []byte, b []byte, pid int64) (out []byte, offse
 }
 
 // renumber parses the NumRecords records of raw (the batch's decompressed
-// records) into r.raw with dense offset deltas and returns the offset map.
-func (r *Reencoder) renumber(b []byte, h Header, raw []byte) ([]OffsetMap, error) {
+// records) into r.raw with dense offset deltas, leaving out records before
+// offset from, and returns the offset map of those kept.
+func (r *Reencoder) renumber(b []byte, h Header, raw []byte, from int64) ([]OffsetMap, error) {
 	if h.NumRecords < 0 || int64(h.NumRecords) > int64(len(raw)/minRecordSize) {
 		return nil, corrupt(b, -1, CheckRecords, "%d records cannot fit in %d bytes", h.NumRecords, len(raw))
 	}
-	offsets := make([]OffsetMap, h.NumRecords)
+	offsets := make([]OffsetMap, 0, h.NumRecords)
 	r.raw = r.raw[:0]
 	prev := int32(-1)
 	rec := kmsg.NewRecord()
-	for i := range offsets {
+	for i := range int(h.NumRecords) {
 		length, n := kbin.Varint(raw)
 		if n <= 0 || length < 0 || int(length) > len(raw)-n {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad length prefix", i, h.NumRecords)
@@ -165,20 +178,24 @@ func (r *Reencoder) renumber(b []byte, h Header, raw []byte) ([]OffsetMap, error
 				i, h.NumRecords, oldDelta, prev, h.LastOffsetDelta)
 		}
 		prev = oldDelta
-		rec.OffsetDelta = int32(i)
+		kept := int32(len(offsets))
+		rec.OffsetDelta = kept
 		rec.Length = 0
 		r.rec = rec.AppendTo(r.rec[:0])
 		body := r.rec[1:] // a zero varint length is one byte
 		// ReadFrom does not say whether the fields filled the length
 		// prefix exactly; encoding them back must give the same size
 		// (all clients write minimal varints, as kmsg does).
-		if want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(int32(i)); len(body) != want {
+		if want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(kept); len(body) != want {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: its fields do not fill its length of %d bytes",
 				i, h.NumRecords, length)
 		}
+		if h.BaseOffset+int64(oldDelta) < from {
+			continue // before the position: checked, not kept
+		}
 		r.raw = kbin.AppendVarint(r.raw, int32(len(body)))
 		r.raw = append(r.raw, body...)
-		offsets[i] = OffsetMap{Source: h.BaseOffset + int64(oldDelta), Delta: int32(i)}
+		offsets = append(offsets, OffsetMap{Source: h.BaseOffset + int64(oldDelta), Delta: kept})
 	}
 	if len(raw) != 0 {
 		return nil, corrupt(b, -1, CheckRecords, "%d bytes after the last of %d records", len(raw), h.NumRecords)
