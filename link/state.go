@@ -33,16 +33,17 @@ var States = []State{Stopped, Preparing, Mirroring, Paused, Failed}
 type Event uint8
 
 const (
-	EvStart    Event = iota // the agent starts the link
-	EvPrepared              // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
-	EvPause                 // an operator paused the link
-	EvResume                // an operator resumed it
-	EvFail                  // an error the link cannot continue through (including being fenced)
-	EvRetry                 // the FAILED backoff elapsed
-	EvStop                  // shutdown
+	EvStart     Event = iota // the agent starts the link
+	EvPrepared               // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
+	EvPause                  // an operator paused the link
+	EvResume                 // an operator resumed it
+	EvFail                   // an error the link cannot continue through (including being fenced)
+	EvRetry                  // the FAILED backoff elapsed
+	EvStop                   // shutdown
+	EvReprepare              // MIRRORING found new partitions whose destination needs reconciling: prepare again
 )
 
-var eventNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop"}
+var eventNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop", "reprepare"}
 
 func (e Event) String() string {
 	if int(e) < len(eventNames) {
@@ -52,7 +53,7 @@ func (e Event) String() string {
 }
 
 // Events lists every event, for tests.
-var Events = []Event{EvStart, EvPrepared, EvPause, EvResume, EvFail, EvRetry, EvStop}
+var Events = []Event{EvStart, EvPrepared, EvPause, EvResume, EvFail, EvRetry, EvStop, EvReprepare}
 
 // ErrTransition is returned by Next for an event that makes no sense in the
 // current state; the driver treats it as a bug.
@@ -69,6 +70,7 @@ func (e *ErrTransition) Error() string {
 //
 //	STOPPED ──start──▶ PREPARING ──prepared──▶ MIRRORING ⇄ PAUSED (pause/resume)
 //	any running state ──fail──▶ FAILED ──retry (after backoff)──▶ PREPARING
+//	MIRRORING ──reprepare──▶ PREPARING (new partitions need reconciling)
 //	any state ──stop──▶ STOPPED
 //
 // Resuming goes through PREPARING, so that every PREPARING → MIRRORING emits
@@ -105,6 +107,10 @@ func Next(s State, e Event) (State, error) {
 		}
 	case EvRetry:
 		if s == Failed {
+			return Preparing, nil
+		}
+	case EvReprepare:
+		if s == Mirroring {
 			return Preparing, nil
 		}
 	}

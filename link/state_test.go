@@ -14,23 +14,23 @@ func TestNextExhaustive(t *testing.T) {
 	want := map[State]map[Event]State{
 		Stopped: {
 			EvStart: Preparing, EvPrepared: bad, EvPause: bad, EvResume: bad,
-			EvFail: bad, EvRetry: bad, EvStop: Stopped,
+			EvFail: bad, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
 		},
 		Preparing: {
 			EvStart: bad, EvPrepared: Mirroring, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
 		},
 		Mirroring: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Mirroring,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: Preparing,
 		},
 		Paused: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
 		},
 		Failed: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: bad,
-			EvFail: bad, EvRetry: Preparing, EvStop: Stopped,
+			EvFail: bad, EvRetry: Preparing, EvStop: Stopped, EvReprepare: bad,
 		},
 	}
 	if len(want) != len(States) {

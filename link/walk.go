@@ -51,6 +51,7 @@ type walker struct {
 	reenc   *transform.Reencoder
 	now     func() time.Time
 
+	from    int64 // where the walk started at the source: records before it are not the link's
 	srcNext int64 // source offset after the last matched or skipped batch
 	dstNext int64 // destination offset after the last batch examined
 	matched int
@@ -61,12 +62,12 @@ type walker struct {
 }
 
 func newWalker(psm *transform.PSM, cluster string, region transform.Region, reenc *transform.Reencoder, srcNext, dstNext int64, now func() time.Time) *walker {
-	return &walker{psm: psm, cluster: cluster, region: region, reenc: reenc, now: now, srcNext: srcNext, dstNext: dstNext}
+	return &walker{psm: psm, cluster: cluster, region: region, reenc: reenc, now: now, from: srcNext, srcNext: srcNext, dstNext: dstNext}
 }
 
 // compare checks destination batch dst against source batch src (raw, as
-// fetched and filtered). src is rewritten in place; the caller must not
-// forward it afterwards. dst is not modified.
+// fetched and filtered). Neither is modified: after stepForeign the same src
+// is compared with the next destination batch.
 func (w *walker) compare(src, dst []byte) (walkStep, error) {
 	dh, err := transform.ParseHeader(dst)
 	if err != nil {
@@ -81,8 +82,8 @@ func (w *walker) compare(src, dst []byte) (walkStep, error) {
 	if err != nil {
 		return 0, fmt.Errorf("source batch at offset %d: %w", w.srcNext, err)
 	}
-	if sh.NumRecords == 0 {
-		w.srcNext = sh.NextOffset()
+	if sh.NumRecords == 0 || sh.NextOffset() <= w.from {
+		w.srcNext = max(w.srcNext, sh.NextOffset())
 		return stepSkip, nil
 	}
 	d := w.psm.Decide(transform.InfoOf(sh, w.cluster, w.region))
@@ -113,15 +114,12 @@ func (w *walker) compare(src, dst []byte) (walkStep, error) {
 	return stepMatch, nil
 }
 
-// expected is the batch the pipeline would have appended for src.
+// expected is the batch the pipeline would have appended for src, built in
+// the walker's scratch space.
 func (w *walker) expected(src []byte, h transform.Header, mapped int64) ([]byte, error) {
-	if h.Dense() {
-		transform.Rewrite(src, mapped)
-		return src, nil
-	}
-	out, _, err := w.reenc.Reencode(w.scratch, src, mapped)
+	out, _, err := forward(w.reenc, w.scratch, src, h, mapped, w.from, true)
 	if err != nil {
-		return nil, fmt.Errorf("re-encode source batch at offset %d: %w", h.BaseOffset, err)
+		return nil, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
 	}
 	w.scratch = out
 	return out, nil

@@ -50,7 +50,11 @@ func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
 				steps = append(steps, stepForeign)
 				break
 			}
-			st, err := w.compare(clone(src[si]), d)
+			before := clone(src[si])
+			st, err := w.compare(src[si], d)
+			if string(before) != string(src[si]) {
+				t.Fatal("compare modified the source batch")
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,4 +184,28 @@ func TestWalkerSalts(t *testing.T) {
 			t.Errorf("srcNext %d foreign %d stopped %v; want 12, 1, true", w.srcNext, w.foreign, w.stopped)
 		}
 	})
+}
+
+// Guards a walk that starts inside a batch (a fresh partition whose source
+// log start is mid-batch): the pipeline forwarded only the records from the
+// start on, re-encoded, and the walker expects exactly that.
+func TestWalkerStartsMidBatch(t *testing.T) {
+	m := transform.MapPID(3, 42)
+	s0 := batchtest.Simple(100, 3, 0, 0, 5) // 100-104
+	s1 := batchtest.Simple(105, 3, 0, 5, 5)
+	trimmed, _, err := transform.NewReencoder().ReencodeFrom(nil, clone(s0), m, 102)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(trimmed, 0)
+	w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 102, 0, clock)
+	steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{trimmed, appended(s1, m, 3)})
+	if fmt.Sprint(steps) != "[match match]" || w.srcNext != 110 || w.dstNext != 8 {
+		t.Errorf("steps %v srcNext %d dstNext %d; want two matches, 110, 8", steps, w.srcNext, w.dstNext)
+	}
+	// A walk from a later position skips batches that end before it.
+	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 105, 0, clock)
+	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{appended(s1, m, 0)}); fmt.Sprint(steps) != "[skip match]" {
+		t.Errorf("steps %v, want [skip match]", steps)
+	}
 }

@@ -1,0 +1,122 @@
+package link
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the link pipeline's metrics, all labelled by link. One set
+// serves every link of a process; build it once per registry.
+type Metrics struct {
+	records, bytes, batches, reencoded   *prometheus.CounterVec
+	state                                *prometheus.GaugeVec
+	collisions, unresolvable             *prometheus.CounterVec
+	barriers, duplicates, gaps, lowEpoch *prometheus.CounterVec
+	fenced, errors, foreign, reconciled  *prometheus.CounterVec
+	unknown, refetches, checkpoints      *prometheus.CounterVec
+	expired, saltsExpired                *prometheus.CounterVec
+	lag, partitions                      *prometheus.GaugeVec
+	partitionLag                         *prometheus.GaugeVec
+}
+
+// MaxPartitionLagSeries bounds mirrord_partition_lag_records: a link with
+// more destination partitions than this exports only its per-link lag, so
+// that a link over thousands of partitions cannot flood Prometheus.
+const MaxPartitionLagSeries = 256
+
+// NewMetrics builds the metrics and registers them on reg (nil: not
+// registered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mirrord", Name: name, Help: help}, append([]string{"link"}, labels...))
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mirrord", Name: name, Help: help}, append([]string{"link"}, labels...))
+	}
+	m := &Metrics{
+		records:      counter("records_mirrored_total", "Records appended to the destination (counted from batch headers; records are not decoded)."),
+		bytes:        counter("bytes_mirrored_total", "Bytes of record batches appended to the destination."),
+		batches:      counter("batches_mirrored_total", "Record batches appended to the destination."),
+		reencoded:    counter("batches_reencoded_total", "Batches with offset gaps (compacted at the source) that were decompressed and re-encoded densely: the one slow path."),
+		state:        gauge("link_state", "1 for the link's current lifecycle state, 0 for the others.", "state"),
+		collisions:   counter("collisions_resolved_total", "Producer-ID collisions resolved with a salt committed to the state topic."),
+		unresolvable: counter("collisions_unresolvable_total", "Batches appended under a mapped PID that another origin holds, because both carry forwarded negative PIDs."),
+		barriers:     counter("barriers_emitted_total", "MIRROR_PID_RESET barrier records committed to the state topic (one per destination partition and session)."),
+		duplicates:   counter("duplicates_skipped_total", "Source batches skipped because the same producer already appended that sequence range in that epoch."),
+		gaps:         counter("sequence_gaps_total", "Batches whose sequence does not follow the producer's last one (expected on compacted topics)."),
+		lowEpoch:     counter("lower_epoch_batches_total", "Batches appended with an epoch below the producer's current one."),
+		fenced:       counter("sessions_fenced_total", "Link sessions that found themselves fenced by a newer session of the same link."),
+		errors:       counter("errors_total", "Errors that failed the link or a partition, by kind.", "kind"),
+		foreign:      counter("foreign_batches_total", "Destination batches found during reconciliation that this link did not write (the link expects to own its destination topics)."),
+		reconciled:   counter("reconciled_batches_total", "Destination batches past a checkpoint recognised as this link's own during reconciliation (not appended again)."),
+		unknown:      counter("unknown_outcomes_total", "Appends whose outcome was unknown (timeout, lost connection) and were settled by reconciliation."),
+		refetches:    counter("corrupt_refetches_total", "Batches the destination refused as corrupt and that were fetched again from the source."),
+		checkpoints:  counter("checkpoints_total", "State transactions committed with checkpoints (each also renews the session's lease)."),
+		expired:      counter("producers_expired_total", "Producer entries dropped after producer_state_expiry without an append."),
+		saltsExpired: counter("salts_expired_total", "Collision salts tombstoned after producer_state_expiry without use."),
+		lag:          gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
+		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
+		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{
+			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
+			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
+			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.lag, m.partitions, m.partitionLag,
+		} {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// linkMetrics are the metrics of one link, with the label bound.
+type linkMetrics struct {
+	m    *Metrics
+	name string
+
+	records, bytes, batches, reencoded   prometheus.Counter
+	collisions, unresolvable             prometheus.Counter
+	barriers, duplicates, gaps, lowEpoch prometheus.Counter
+	fenced, foreign, reconciled          prometheus.Counter
+	unknown, refetches, checkpoints      prometheus.Counter
+	expired, saltsExpired                prometheus.Counter
+	lag, partitions                      prometheus.Gauge
+}
+
+func (m *Metrics) forLink(name string) *linkMetrics {
+	c := func(v *prometheus.CounterVec) prometheus.Counter { return v.WithLabelValues(name) }
+	lm := &linkMetrics{
+		m: m, name: name,
+		records: c(m.records), bytes: c(m.bytes), batches: c(m.batches), reencoded: c(m.reencoded),
+		collisions: c(m.collisions), unresolvable: c(m.unresolvable),
+		barriers: c(m.barriers), duplicates: c(m.duplicates), gaps: c(m.gaps), lowEpoch: c(m.lowEpoch),
+		fenced: c(m.fenced), foreign: c(m.foreign), reconciled: c(m.reconciled),
+		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints),
+		expired: c(m.expired), saltsExpired: c(m.saltsExpired),
+		lag: m.lag.WithLabelValues(name), partitions: m.partitions.WithLabelValues(name),
+	}
+	lm.setState(Stopped)
+	return lm
+}
+
+func (lm *linkMetrics) setState(s State) {
+	for _, st := range States {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		lm.m.state.WithLabelValues(lm.name, st.String()).Set(v)
+	}
+}
+
+func (lm *linkMetrics) error(kind string) { lm.m.errors.WithLabelValues(lm.name, kind).Inc() }
+
+func (lm *linkMetrics) partitionLag(topic string, partition int32, lag int64) {
+	lm.m.partitionLag.WithLabelValues(lm.name, topic, strconv.Itoa(int(partition))).Set(float64(lag))
+}
+
+func (lm *linkMetrics) dropPartitionLag(topic string, partition int32) {
+	lm.m.partitionLag.DeleteLabelValues(lm.name, topic, strconv.Itoa(int(partition)))
+}

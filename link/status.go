@@ -1,0 +1,57 @@
+package link
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Status is a snapshot of a link for operators (GET /v1/links).
+type Status struct {
+	Name        string    `json:"name"`
+	Source      string    `json:"source"`
+	Destination string    `json:"destination"`
+	State       State     `json:"state"`
+	Since       time.Time `json:"since"`
+
+	SourceClusterID      string `json:"source_cluster_id,omitempty"`
+	DestinationClusterID string `json:"destination_cluster_id,omitempty"`
+	SessionEpoch         int16  `json:"session_epoch"`
+
+	Lag        int64             `json:"lag_records"`
+	Partitions []PartitionStatus `json:"partitions"`
+
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// PartitionStatus is one destination partition of a link.
+type PartitionStatus struct {
+	SourceTopic      string `json:"source_topic"`
+	DestinationTopic string `json:"destination_topic"`
+	Partition        int32  `json:"partition"`
+	SourceNextOffset int64  `json:"source_next_offset"` // next source offset to mirror (everything below is at the destination)
+	DestNextOffset   int64  `json:"destination_next_offset"`
+	HighWatermark    int64  `json:"source_high_watermark"`
+	Lag              int64  `json:"lag_records"`
+	CheckpointSource int64  `json:"checkpoint_source_offset"` // as last committed to the state topic
+	CheckpointDest   int64  `json:"checkpoint_destination_offset"`
+}
+
+// MarshalJSON writes the state by name.
+func (s State) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// Status returns a snapshot of the link.
+func (l *Link) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.status
+	s.Partitions = slices.Clone(s.Partitions)
+	return s
+}
+
+func (l *Link) setStatus(fn func(*Status)) {
+	l.mu.Lock()
+	fn(&l.status)
+	l.mu.Unlock()
+}

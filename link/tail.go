@@ -1,0 +1,126 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/meta"
+	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// tailChunkBytes is how much of a destination tail one read asks for.
+const tailChunkBytes = 4 << 20
+
+// tailReader reads a destination partition's batches from an offset up to
+// an end offset (the high watermark when the read started), in order, with
+// READ_UNCOMMITTED isolation: the batches the link appends are not
+// transactional, and reconciliation must see every batch below the high
+// watermark, foreign ones included. It is used only when the link
+// reconciles, so it reads one partition at a time and synchronously.
+type tailReader struct {
+	cl      *kgo.Client
+	leaders *meta.Leaders
+	p       tp.Partition
+	pos     int64 // next offset to read
+	end     int64
+}
+
+// next returns the next chunk of batches (whole batches, each starting at
+// or after pos), or none when pos has reached end.
+func (t *tailReader) next(ctx context.Context) ([][]byte, error) {
+	var lastErr error
+	for attempt := 0; t.pos < t.end; attempt++ {
+		if attempt > 0 {
+			if attempt > 30 {
+				return nil, fmt.Errorf("read destination %s from offset %d: %w", t.p, t.pos, lastErr)
+			}
+			if !sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
+				return nil, ctx.Err()
+			}
+		}
+		batches, err := t.fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			lastErr = err
+			t.leaders.Invalidate(t.p.Key())
+			continue
+		}
+		if len(batches) > 0 {
+			return batches, nil
+		}
+		lastErr = errors.New("no batch returned below the high watermark")
+	}
+	return nil, nil
+}
+
+func (t *tailReader) fetch(ctx context.Context) ([][]byte, error) {
+	ld, err := t.leaders.Lookup(ctx, t.p.Key())
+	if err != nil {
+		return nil, err
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 0
+	req.MinBytes = 0
+	req.MaxBytes = tailChunkBytes // == the one partition's limit (DESIGN §11)
+	req.IsolationLevel = 0
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = t.p.Topic
+	rt.TopicID = ld.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = t.p.Partition
+	rp.FetchOffset = t.pos
+	rp.CurrentLeaderEpoch = ld.Epoch
+	rp.LogStartOffset = -1
+	rp.PartitionMaxBytes = tailChunkBytes
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+
+	resp, err := req.RequestWith(ctx, t.cl.Broker(int(ld.Broker)))
+	if err != nil {
+		return nil, err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Partition != t.p.Partition {
+				continue
+			}
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return nil, err
+			}
+			var out [][]byte
+			buf := rp.RecordBatches
+			for len(buf) > 0 && t.pos < t.end {
+				b, rest, err := transform.NextBatch(buf)
+				if errors.Is(err, transform.ErrTruncated) {
+					break
+				}
+				if err != nil {
+					return nil, fmt.Errorf("destination %s: %w", t.p, err)
+				}
+				buf = rest
+				h, _ := transform.ParseHeader(b)
+				if h.NextOffset() <= t.pos {
+					continue // a batch before the position, as brokers return whole batches
+				}
+				out = append(out, b)
+				t.pos = h.NextOffset()
+			}
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("fetch response does not mention %s", t.p)
+}
