@@ -188,6 +188,8 @@ func TestComparator(t *testing.T) {
 		{name: "extra record at the end", dst: func(bs []tbatch) []tbatch {
 			return append(bs, tbatch{pid: -1, epoch: -1, seq: -1, recs: trecs("z", 1, 0)})
 		}, records: 10, want: &wantDiff{FieldExtra, -1, 10}},
+		{name: "batch duplicated", dst: func(bs []tbatch) []tbatch { return slices.Insert(bs, 2, bs[1].clone()) },
+			want: &wantDiff{FieldExtra, -1, 5}},
 		{name: "aborted batch mirrored", dst: func(bs []tbatch) []tbatch {
 			return slices.Insert(bs, 1, tbatch{pid: transform.MapPID(9, testRegion), epoch: 2, recs: trecs("aborted", 2, 1500)})
 		}, want: &wantDiff{FieldExtra, -1, 3}},

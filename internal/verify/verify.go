@@ -166,7 +166,8 @@ type PartitionReport struct {
 type Report struct {
 	// Partitions in (source topic, partition) order. Destination
 	// partitions beyond the source's partition count are included (with
-	// SourceStart/SourceEnd -1) after the source's.
+	// SourceStart/SourceEnd -1); their numbers put them after the topic's
+	// source partitions.
 	Partitions []PartitionReport
 	// Records and Behind are the sums over the partitions.
 	Records, Behind int64
@@ -229,23 +230,11 @@ type job struct {
 
 func sortJobs(jobs []job) {
 	slices.SortFunc(jobs, func(a, b job) int {
-		// Destination-only partitions go after the source's, then by
-		// source topic and partition.
-		if c := cmp.Compare(boolInt(a.src == nil), boolInt(b.src == nil)); c != 0 {
-			return c
-		}
 		if c := cmp.Compare(a.srcTopic, b.srcTopic); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.partition, b.partition)
 	})
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func (j job) run(ctx context.Context, cfg Config, region transform.Region) (PartitionReport, error) {

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -352,6 +353,12 @@ func TestRunReportsDifferences(t *testing.T) {
 			bs[j].src = slices.Insert(bs[j].src, 1, -1)
 			return wantResult{1, FieldExtra, -1, destOffset(bs, j, 1), 0}
 		}},
+		{name: "batch duplicated", edit: func(t *testing.T, parts map[int32][]*mbatch) wantResult {
+			bs := parts[1]
+			j := pick(t, bs, multi)
+			parts[1] = slices.Insert(bs, j+1, bs[j].clone())
+			return wantResult{1, FieldExtra, -1, destOffset(parts[1], j+1, 0), 0}
+		}},
 		{name: "aborted batch mirrored", edit: func(t *testing.T, parts map[int32][]*mbatch) wantResult {
 			var ab *mbatch
 			for _, b := range f.batches[1] {
@@ -648,6 +655,7 @@ func TestRunFetchErrors(t *testing.T) {
 		return fetchError(kreq.(*kmsg.FetchRequest), kerr.OffsetOutOfRange), nil, true
 	})
 	_, err = Run(testCtx(t), f.config(srcTopic))
+	t.Logf("error: %v", err)
 	if !errors.Is(err, kerr.OffsetOutOfRange) || !strings.Contains(err.Error(), "destination "+srcTopic+"[") || !strings.Contains(err.Error(), "at offset 0") {
 		t.Fatalf("offset out of range: err = %v", err)
 	}
@@ -669,6 +677,7 @@ func TestRunCorruptBatch(t *testing.T) {
 		return resp, nil, true
 	})
 	_, err := Run(testCtx(t), f.config(srcTopic))
+	t.Logf("error: %v", err)
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("corrupt batch: err = %v", err)
 	}
@@ -718,5 +727,64 @@ func TestRunMaxRecords(t *testing.T) {
 	cfg.MaxRecords = 0
 	if rep, err = Run(testCtx(t), cfg); err != nil || rep.First == nil || rep.First.Field != FieldValue {
 		t.Fatalf("without MaxRecords: %v, %v", rep.First, err)
+	}
+}
+
+// Several topics are compared in one run; the first difference is the
+// first in source topic order, then partition order.
+func TestRunSeveralTopics(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	src, dst := kafkatest.Client(t, srcC), kafkatest.Client(t, dstC)
+	topics := map[string]string{"alpha": "mirror.alpha", "beta": "mirror.beta"}
+	for s, d := range topics {
+		createTopic(t, src, s, 2, nil)
+		produceMixed(t, srcC, s, 2, 2, 4)
+		createTopic(t, dst, d, 2, nil)
+		for p := range int32(2) {
+			bs := keptBatches(fetchSource(t, src, s, p), testRegion)
+			// Damage beta[0] and alpha[1]: alpha[1] is first.
+			if s == "beta" && p == 0 || s == "alpha" && p == 1 {
+				recs := bs[1].records(t)
+				recs[0].headers = append(recs[0].headers, kmsg.Header{Key: "added"})
+				bs[1].edit(recs)
+			}
+			produceBatches(t, dst, d, p, bs)
+		}
+	}
+	rep, err := Run(testCtx(t), Config{Source: src, Destination: dst, Topics: topics, SourceClusterID: kafkatest.SourceClusterID, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rep.First; d == nil || d.SourceTopic != "alpha" || d.DestTopic != "mirror.alpha" || d.Partition != 1 || d.Field != FieldHeaders {
+		t.Fatalf("first difference %v, want headers in alpha[1]", d)
+	}
+	var order []string
+	for _, pr := range rep.Partitions {
+		order = append(order, fmt.Sprintf("%s[%d]", pr.SourceTopic, pr.Partition))
+	}
+	if want := []string{"alpha[0]", "alpha[1]", "beta[0]", "beta[1]"}; !slices.Equal(order, want) {
+		t.Fatalf("partition order %v, want %v", order, want)
+	}
+	if pr := rep.Partitions[2]; pr.Difference == nil || pr.Difference.Field != FieldHeaders {
+		t.Fatalf("beta[0]: difference %v, want headers", pr.Difference)
+	}
+}
+
+// A context that ends stops Run with an error, not with a report that
+// might read as "no difference".
+func TestRunCancelled(t *testing.T) {
+	f := newFixture(t, 2, 1, 5)
+	f.mirror(t, srcTopic, 2, f.kept())
+	// Hold the destination's first fetch until the context has ended.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	f.dstC.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cancel()
+		f.dstC.KeepControl()
+		return nil, errors.New("closing the connection"), true
+	})
+	rep, err := Run(ctx, f.config(srcTopic))
+	t.Logf("error: %v", err)
+	if !errors.Is(err, context.Canceled) || rep.First != nil || rep.Partitions != nil {
+		t.Fatalf("cancelled run: report %+v, err %v", rep, err)
 	}
 }
