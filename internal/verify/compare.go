@@ -104,8 +104,8 @@ func (c *cursor) advance() {
 type pidCheck struct {
 	region  transform.Region
 	cluster string
-	dest    tp.Key
-	salt    func(tp.Key, transform.Origin) (int64, bool)
+	dest    tp.Partition
+	salt    func(tp.Partition, transform.Origin) (int64, bool)
 	origins map[int64]*saltState
 }
 
@@ -115,7 +115,7 @@ type saltState struct {
 	seen   bool // a record under the salted mapping was seen
 }
 
-func newPIDCheck(r transform.Region, cluster string, dest tp.Key, salt func(tp.Key, transform.Origin) (int64, bool)) *pidCheck {
+func newPIDCheck(r transform.Region, cluster string, dest tp.Partition, salt func(tp.Partition, transform.Origin) (int64, bool)) *pidCheck {
 	return &pidCheck{region: r, cluster: cluster, dest: dest, salt: salt, origins: make(map[int64]*saltState)}
 }
 

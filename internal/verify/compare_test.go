@@ -132,9 +132,9 @@ type wantDiff struct {
 }
 
 func TestComparator(t *testing.T) {
-	saltFor := func(pid int64, salt int64) func(tp.Key, transform.Origin) (int64, bool) {
-		return func(k tp.Key, o transform.Origin) (int64, bool) {
-			if k == (tp.Key{Topic: "dst", Partition: 0}) && o == (transform.Origin{Cluster: kafkatest.SourceClusterID, PID: pid}) {
+	saltFor := func(pid int64, salt int64) func(tp.Partition, transform.Origin) (int64, bool) {
+		return func(k tp.Partition, o transform.Origin) (int64, bool) {
+			if k.Topic == "dst" && k.Partition == 0 && o == (transform.Origin{Cluster: kafkatest.SourceClusterID, PID: pid}) {
 				return salt, true
 			}
 			return 0, false
@@ -146,7 +146,7 @@ func TestComparator(t *testing.T) {
 		name    string
 		src     func([]tbatch) []tbatch // nil: sourceBatches unchanged
 		dst     func([]tbatch) []tbatch // edits the mirror of the source
-		salt    func(tp.Key, transform.Origin) (int64, bool)
+		salt    func(tp.Partition, transform.Origin) (int64, bool)
 		max     int64
 		want    *wantDiff
 		records int64
@@ -240,7 +240,7 @@ func TestComparator(t *testing.T) {
 			bs[0].pid = transform.MapPIDSalted(7, testRegion, 5) // bs[3] falls back to the unsalted mapping
 			return bs
 		}, want: &wantDiff{FieldProducerID, 12, 8}},
-		{name: "salt of another partition", salt: func(k tp.Key, o transform.Origin) (int64, bool) {
+		{name: "salt of another partition", salt: func(k tp.Partition, o transform.Origin) (int64, bool) {
 			return 5, k.Partition == 1
 		}, records: 10},
 		{name: "epoch", dst: func(bs []tbatch) []tbatch { bs[2].epoch++; return bs },
@@ -293,7 +293,7 @@ func TestComparator(t *testing.T) {
 			c := comparator{
 				src:  cursor{next: sliceFeed(flatten(src, false))},
 				dst:  cursor{next: sliceFeed(flatten(dst, true))},
-				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{Topic: "dst", Partition: 0}, tc.salt),
+				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{Topic: "dst", Partition: 0}, tc.salt),
 				max:  tc.max,
 			}
 			out, err := c.run(context.Background())
@@ -337,7 +337,7 @@ func TestComparatorBeyondWindow(t *testing.T) {
 	c := comparator{
 		src:  cursor{next: sliceFeed(flatten(src, false))},
 		dst:  cursor{next: sliceFeed(flatten(dst, true))},
-		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{}, nil),
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
 	}
 	out, err := c.run(context.Background())
 	if err != nil {
@@ -352,7 +352,7 @@ func TestComparatorFeedError(t *testing.T) {
 	c := comparator{
 		src:  cursor{next: sliceFeed(flatten(sourceBatches(), false))},
 		dst:  cursor{next: func(context.Context) ([]rec, error) { return nil, boom }},
-		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Key{}, nil),
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
 	}
 	if _, err := c.run(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want %v", err, boom)

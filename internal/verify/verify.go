@@ -52,10 +52,11 @@ type Config struct {
 	// PID mapping (transform.RegionOf).
 	SourceClusterID string
 	// Salt returns the collision salt recorded in the state topic for an
-	// origin at a destination partition. Nil: no salts. Run calls it from
-	// several partitions' goroutines at once, at most once per origin and
-	// partition.
-	Salt func(dest tp.Key, o transform.Origin) (int64, bool)
+	// origin at a destination partition; dest carries the destination
+	// topic's name and ID (the state topic keys salts by topic ID). Nil:
+	// no salts. Run calls it from several partitions' goroutines at once,
+	// at most once per origin and partition.
+	Salt func(dest tp.Partition, o transform.Origin) (int64, bool)
 	// MaxRecords stops each partition after this many source records.
 	// 0: all records up to the end offsets listed at the start.
 	MaxRecords int64
@@ -266,7 +267,7 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 	c := comparator{
 		src:    cursor{next: chanFeed(srcCh)},
 		dst:    cursor{next: chanFeed(dstCh)},
-		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Key{Topic: j.dstTopic, Partition: j.partition}, cfg.Salt),
+		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Partition{Topic: j.dstTopic, ID: j.dst.id, Partition: j.partition}, cfg.Salt),
 		max:    cfg.MaxRecords,
 		srcEnd: rep.SourceEnd,
 	}

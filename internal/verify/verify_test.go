@@ -483,8 +483,9 @@ func TestRunReportsDifferences(t *testing.T) {
 			cfg := f.config(dstTopic)
 			if tc.salt {
 				origin := transform.Origin{Cluster: kafkatest.SourceClusterID, PID: saltedPID(t, f.kept()[1])}
-				cfg.Salt = func(k tp.Key, o transform.Origin) (int64, bool) {
-					return salt, k == tp.Key{Topic: dstTopic, Partition: 1} && o == origin
+				dstID, _ := partitionInfo(t, f.dst, dstTopic, 1)
+				cfg.Salt = func(k tp.Partition, o transform.Origin) (int64, bool) {
+					return salt, k.Topic == dstTopic && k.ID == dstID && k.Partition == 1 && o == origin
 				}
 			}
 			rep, err := Run(testCtx(t), cfg)
