@@ -235,7 +235,7 @@ func fetchSource(t testing.TB, cl *kgo.Client, topic string, p int32) []*mbatch 
 		req.MinBytes = 1
 		req.IsolationLevel = 1
 		req.SessionEpoch = -1
-		req.MaxBytes = 2 << 20 // above the partition limit: see DESIGN §11
+		req.MaxBytes = 2 << 20 // partition limit + more than any test batch: never binds (DESIGN §11, read.go)
 		rt := kmsg.NewFetchRequestTopic()
 		rt.Topic, rt.TopicID = topic, id
 		rp := kmsg.NewFetchRequestTopicPartition()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -17,11 +18,16 @@ import (
 
 const (
 	// fetchPartitionBytes is the partition limit of a fetch. The request
-	// limit is twice that: kfake checks the request limit first and, when
-	// it binds inside a partition, leaves out that partition's aborted
-	// transactions (DESIGN §11), so it must never be the binding one.
+	// limit must never be the one that binds: kfake checks it first and,
+	// when it binds inside a partition, leaves out that partition's
+	// aborted transactions (DESIGN §11). Equal limits are not enough: the
+	// batch that crosses the partition limit crosses an equal request
+	// limit too, and the request check wins. With one partition per
+	// request, no request limit is needed at all; the response stays
+	// within the partition limit or one batch (KIP-74), and brokers clamp
+	// the request limit to their fetch.max.bytes.
 	fetchPartitionBytes = 4 << 20
-	fetchRequestBytes   = 2 * fetchPartitionBytes
+	fetchRequestBytes   = math.MaxInt32
 	fetchMaxWait        = 500 * time.Millisecond
 
 	// maxAttempts bounds retries of a request that fails retriably (leader

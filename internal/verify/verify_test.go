@@ -789,3 +789,45 @@ func TestRunCancelled(t *testing.T) {
 		t.Fatalf("cancelled run: report %+v, err %v", rep, err)
 	}
 }
+
+// Aborted transactions spread over more bytes than one fetch returns: the
+// partition limit cuts the response inside the partition, and the source
+// must still be read as committed data only (the request limit must not be
+// the binding one in kfake; see fetchRequestBytes).
+func TestRunAbortedAcrossFetches(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	f := &fixture{srcC: srcC, dstC: dstC, src: kafkatest.Client(t, srcC), dst: kafkatest.Client(t, dstC), partitions: 1, batches: map[int32][]*mbatch{}}
+	createTopic(t, f.src, srcTopic, 1, nil)
+	txn := kafkatest.Client(t, srcC, kgo.DefaultProduceTopic(srcTopic), kgo.TransactionalID("big"),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := testCtx(t)
+	const value = 900 << 10 // one record per batch, about 4.5 fetches' worth of batches in all
+	for i := range 20 {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		v := make([]byte, value)
+		for j := range v {
+			v[j] = byte(i*31 + j*7)
+		}
+		if err := txn.ProduceSync(ctx, &kgo.Record{Key: fmt.Appendf(nil, "big-%d", i), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(i%2 == 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.batches[0] = fetchSource(t, f.src, srcTopic, 0)
+	kept := f.kept()
+	if n := countRecords(kept[0]); n != 10 {
+		t.Fatalf("test mirror kept %d records, want the 10 committed", n)
+	}
+	f.mirror(t, srcTopic, 1, kept)
+	rep, err := Run(ctx, f.config(srcTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First != nil || rep.Records != 10 {
+		t.Fatalf("difference %v, %d records; want none, 10", rep.First, rep.Records)
+	}
+}
