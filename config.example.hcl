@@ -43,6 +43,12 @@ agent {
   # Log format: "text" or "json".
   # Default: "text".
   log_format = "json"
+
+  # How long a graceful stop (SIGINT or SIGTERM) may take: in-flight appends
+  # drain and every link commits a final checkpoint within it. A second
+  # signal stops at once; the next start reconciles what was in flight.
+  # Default: "15s".
+  shutdown_timeout = "15s"
 }
 
 # A cluster block says how to reach one Kafka cluster; its name is what
@@ -184,4 +190,27 @@ link "dc1_to_cloud" {
   # longer than this is forgotten, and its PID salt records are deleted.
   # Default: "24h".
   producer_state_expiry = "24h"
+
+  # An append whose outcome is unknown (a timeout, a lost connection) is
+  # left this long to land before the destination is read to settle it and
+  # the partition goes on. Keep it above the brokers' replica.lag.time.max.ms
+  # (30s by default), so that an append waiting for a lost follower is
+  # either acknowledged or visible by then. Default: "30s".
+  settle_delay = "30s"
+
+  # How often the source is listed for new topics that match and for
+  # partitions added to mirrored topics. Default: "30s".
+  discovery_interval = "30s"
+
+  # Replication factor of the destination topics the link creates (with the
+  # source's partition count, cleanup.policy, retention and
+  # max.message.bytes); -1 uses the broker's default.replication.factor.
+  # Existing destination topics are used as they are. Default: -1.
+  destination_replication_factor = 3
+
+  # Checks the CRC of every fetched batch before it is forwarded. The
+  # destination broker checks it anyway, and a damaged batch is refetched;
+  # this catches it one step earlier at the cost of a checksum per batch.
+  # Default: false.
+  check_crcs = false
 }

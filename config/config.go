@@ -10,21 +10,26 @@ import (
 // Defaults, applied by Parse to every key the file and the environment leave
 // unset. Default() uses them too.
 const (
-	DefaultAgentName                   = "mirrord"
-	DefaultListen                      = "127.0.0.1:9644"
-	DefaultLogLevel                    = "info"
-	DefaultLogFormat                   = "text"
-	DefaultClientID                    = "mirrord"
-	DefaultRename                      = "{topic}"
-	DefaultStartFrom                   = StartEarliest
-	DefaultStateTopic                  = "__mirror_state"
-	DefaultStateTopicPartitions        = int32(1)
-	DefaultStateTopicReplicationFactor = int16(-1) // the broker's default.replication.factor
-	DefaultCheckpointInterval          = 5 * time.Second
-	DefaultSessionTimeout              = 30 * time.Second
-	DefaultMaxBufferedBytes            = int64(64 << 20)
-	DefaultOnOffsetOutOfRange          = OutOfRangeFail
-	DefaultProducerStateExpiry         = 24 * time.Hour
+	DefaultAgentName                    = "mirrord"
+	DefaultListen                       = "127.0.0.1:9644"
+	DefaultLogLevel                     = "info"
+	DefaultLogFormat                    = "text"
+	DefaultClientID                     = "mirrord"
+	DefaultRename                       = "{topic}"
+	DefaultStartFrom                    = StartEarliest
+	DefaultStateTopic                   = "__mirror_state"
+	DefaultStateTopicPartitions         = int32(1)
+	DefaultStateTopicReplicationFactor  = int16(-1) // the broker's default.replication.factor
+	DefaultCheckpointInterval           = 5 * time.Second
+	DefaultSessionTimeout               = 30 * time.Second
+	DefaultMaxBufferedBytes             = int64(64 << 20)
+	DefaultOnOffsetOutOfRange           = OutOfRangeFail
+	DefaultProducerStateExpiry          = 24 * time.Hour
+	DefaultSettleDelay                  = 30 * time.Second
+	DefaultDiscoveryInterval            = 30 * time.Second
+	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
+	DefaultCheckCRCs                    = false
+	DefaultShutdownTimeout              = 15 * time.Second
 
 	// MinMaxBufferedBytes is the smallest accepted max_buffered_bytes: one
 	// batch of the broker's default maximum size (1 MiB) must fit.
@@ -77,6 +82,9 @@ type Agent struct {
 	Listen    string // host:port of the HTTP listener (metrics, health, admin API)
 	LogLevel  string // trace | debug | info | warn | error
 	LogFormat string // text | json
+	// ShutdownTimeout bounds a graceful stop: the drain of in-flight
+	// appends and the final checkpoints of every link.
+	ShutdownTimeout time.Duration
 }
 
 // Cluster is one cluster block: how to reach a Kafka cluster.
@@ -138,6 +146,20 @@ type Link struct {
 
 	MaxBufferedBytes   int64
 	OnOffsetOutOfRange string // fail | earliest
+
+	// SettleDelay is how long an append whose outcome is unknown (a
+	// timeout, a lost connection) is left to land before the destination
+	// is read to settle it.
+	SettleDelay time.Duration
+	// DiscoveryInterval is how often new source topics and partitions are
+	// looked for while the link mirrors.
+	DiscoveryInterval time.Duration
+	// DestinationReplicationFactor is the replication factor of the
+	// destination topics the link creates; -1: the broker's default.
+	DestinationReplicationFactor int16
+	// CheckCRCs validates the CRC of every fetched batch before it is
+	// forwarded (the destination broker checks it anyway).
+	CheckCRCs bool
 }
 
 // Selects reports whether the link mirrors topic: internal topics (names
@@ -184,30 +206,35 @@ func Default() *Config {
 	all, _ := TopicPattern(".*")
 	return &Config{
 		Agent: Agent{
-			Name:      DefaultAgentName,
-			Listen:    DefaultListen,
-			LogLevel:  DefaultLogLevel,
-			LogFormat: DefaultLogFormat,
+			Name:            DefaultAgentName,
+			Listen:          DefaultListen,
+			LogLevel:        DefaultLogLevel,
+			LogFormat:       DefaultLogFormat,
+			ShutdownTimeout: DefaultShutdownTimeout,
 		},
 		Clusters: map[string]*Cluster{
 			"source":      {Name: "source", BootstrapServers: []string{"127.0.0.1:9092"}, ClientID: DefaultClientID},
 			"destination": {Name: "destination", BootstrapServers: []string{"127.0.0.1:9093"}, ClientID: DefaultClientID},
 		},
 		Links: []*Link{{
-			Name:                        "demo",
-			Source:                      "source",
-			Destination:                 "destination",
-			Include:                     []*regexp.Regexp{all},
-			Rename:                      DefaultRename,
-			StartFrom:                   DefaultStartFrom,
-			StateTopic:                  DefaultStateTopic,
-			StateTopicPartitions:        DefaultStateTopicPartitions,
-			StateTopicReplicationFactor: DefaultStateTopicReplicationFactor,
-			CheckpointInterval:          DefaultCheckpointInterval,
-			SessionTimeout:              DefaultSessionTimeout,
-			ProducerStateExpiry:         DefaultProducerStateExpiry,
-			MaxBufferedBytes:            DefaultMaxBufferedBytes,
-			OnOffsetOutOfRange:          DefaultOnOffsetOutOfRange,
+			Name:                         "demo",
+			Source:                       "source",
+			Destination:                  "destination",
+			Include:                      []*regexp.Regexp{all},
+			Rename:                       DefaultRename,
+			StartFrom:                    DefaultStartFrom,
+			StateTopic:                   DefaultStateTopic,
+			StateTopicPartitions:         DefaultStateTopicPartitions,
+			StateTopicReplicationFactor:  DefaultStateTopicReplicationFactor,
+			CheckpointInterval:           DefaultCheckpointInterval,
+			SessionTimeout:               DefaultSessionTimeout,
+			ProducerStateExpiry:          DefaultProducerStateExpiry,
+			MaxBufferedBytes:             DefaultMaxBufferedBytes,
+			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
+			SettleDelay:                  DefaultSettleDelay,
+			DiscoveryInterval:            DefaultDiscoveryInterval,
+			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
+			CheckCRCs:                    DefaultCheckCRCs,
 		}},
 	}
 }

@@ -105,6 +105,7 @@ agent {
   listen     = ":9700"
   log_level  = "debug"
   log_format = "json"
+  shutdown_timeout = "40s"
 }
 
 cluster "src" {
@@ -155,6 +156,10 @@ link "orders" {
   max_buffered_bytes             = "16MiB"
   on_offset_out_of_range         = "earliest"
   producer_state_expiry          = "1h30m"
+  settle_delay                   = "45s"
+  discovery_interval             = "1m"
+  destination_replication_factor = 3
+  check_crcs                     = true
 }
 
 link "back" {
@@ -166,7 +171,7 @@ link "back" {
 `
 	got := mustParse(t, src, "SRC_PW=from-env", "UNRELATED=x")
 	want := &Config{
-		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json"},
+		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json", ShutdownTimeout: 40 * time.Second},
 		Clusters: map[string]*Cluster{
 			"src": {
 				Name: "src", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-src",
@@ -183,31 +188,38 @@ link "back" {
 		},
 		Links: []*Link{{
 			Name: "orders", Source: "src", Destination: "dst",
-			Include:                     patterns(t, `orders\..*`, "payments"),
-			Exclude:                     patterns(t, `orders\.tmp`),
-			Rename:                      "{source}.{topic}",
-			StartFrom:                   "latest",
-			StateTopic:                  "__orders_state",
-			StateTopicPartitions:        3,
-			StateTopicReplicationFactor: 2,
-			CheckpointInterval:          2 * time.Second,
-			SessionTimeout:              9 * time.Second,
-			ProducerStateExpiry:         90 * time.Minute,
-			MaxBufferedBytes:            16 << 20,
-			OnOffsetOutOfRange:          "earliest",
+			Include:                      patterns(t, `orders\..*`, "payments"),
+			Exclude:                      patterns(t, `orders\.tmp`),
+			Rename:                       "{source}.{topic}",
+			StartFrom:                    "latest",
+			StateTopic:                   "__orders_state",
+			StateTopicPartitions:         3,
+			StateTopicReplicationFactor:  2,
+			CheckpointInterval:           2 * time.Second,
+			SessionTimeout:               9 * time.Second,
+			ProducerStateExpiry:          90 * time.Minute,
+			MaxBufferedBytes:             16 << 20,
+			OnOffsetOutOfRange:           "earliest",
+			SettleDelay:                  45 * time.Second,
+			DiscoveryInterval:            time.Minute,
+			DestinationReplicationFactor: 3,
+			CheckCRCs:                    true,
 		}, {
 			Name: "back", Source: "dst", Destination: "src",
-			Include:                     patterns(t, ".*"),
-			Rename:                      DefaultRename,
-			StartFrom:                   DefaultStartFrom,
-			StateTopic:                  DefaultStateTopic,
-			StateTopicPartitions:        DefaultStateTopicPartitions,
-			StateTopicReplicationFactor: DefaultStateTopicReplicationFactor,
-			CheckpointInterval:          DefaultCheckpointInterval,
-			SessionTimeout:              DefaultSessionTimeout,
-			ProducerStateExpiry:         DefaultProducerStateExpiry,
-			MaxBufferedBytes:            2 << 20,
-			OnOffsetOutOfRange:          DefaultOnOffsetOutOfRange,
+			Include:                      patterns(t, ".*"),
+			Rename:                       DefaultRename,
+			StartFrom:                    DefaultStartFrom,
+			StateTopic:                   DefaultStateTopic,
+			StateTopicPartitions:         DefaultStateTopicPartitions,
+			StateTopicReplicationFactor:  DefaultStateTopicReplicationFactor,
+			CheckpointInterval:           DefaultCheckpointInterval,
+			SessionTimeout:               DefaultSessionTimeout,
+			ProducerStateExpiry:          DefaultProducerStateExpiry,
+			MaxBufferedBytes:             2 << 20,
+			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
+			SettleDelay:                  DefaultSettleDelay,
+			DiscoveryInterval:            DefaultDiscoveryInterval,
+			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 		}},
 		File: "t.hcl",
 	}
@@ -228,7 +240,9 @@ func TestParseDefaults(t *testing.T) {
 	assertConfig(t, got, want)
 	if DefaultListen != "127.0.0.1:9644" || DefaultCheckpointInterval != 5*time.Second ||
 		DefaultSessionTimeout != 30*time.Second || DefaultMaxBufferedBytes != 64<<20 ||
-		DefaultStateTopic != "__mirror_state" || DefaultProducerStateExpiry != 24*time.Hour {
+		DefaultStateTopic != "__mirror_state" || DefaultProducerStateExpiry != 24*time.Hour ||
+		DefaultSettleDelay != 30*time.Second || DefaultDiscoveryInterval != 30*time.Second ||
+		DefaultDestinationReplicationFactor != -1 || DefaultCheckCRCs || DefaultShutdownTimeout != 15*time.Second {
 		t.Error("a documented default changed")
 	}
 }
@@ -248,7 +262,7 @@ func TestParseProblems(t *testing.T) {
 	}, {
 		name: "unknown key without a suggestion",
 		src:  "agent {\n  colour = \"red\"\n}\n" + withLink(),
-		want: []string{`t.hcl:2:3: agent.colour: unknown key (allowed keys here: name, listen, log_level, log_format)`},
+		want: []string{`t.hcl:2:3: agent.colour: unknown key (allowed keys here: name, listen, log_level, log_format, shutdown_timeout)`},
 	}, {
 		name: "unknown block",
 		src:  withLink(`topic { include = ["x"] }`),
@@ -349,6 +363,31 @@ func TestParseProblems(t *testing.T) {
 		name: "replication factor zero",
 		src:  withLink(`state_topic_replication_factor = 0`),
 		want: []string{`t.hcl:11:36: link.l.state_topic_replication_factor: 0 is out of range (use -1 for the broker's default, or 1 to 32767)`},
+	}, {
+		name: "destination replication factor out of range",
+		src:  withLink(`destination_replication_factor = 40000`),
+		want: []string{`t.hcl:11:36: link.l.destination_replication_factor: 40000 is out of range (use -1 for the broker's default, or 1 to 32767)`},
+	}, {
+		name: "settle delay zero",
+		src:  withLink(`settle_delay = "0s"`),
+		want: []string{`t.hcl:11:18: link.l.settle_delay: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "discovery interval without a unit",
+		src:  withLink(`discovery_interval = "30"`),
+		want: []string{`t.hcl:11:24: link.l.discovery_interval: invalid duration "30" (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "check_crcs given a string",
+		src:  withLink(`check_crcs = "yes"`),
+		want: []string{`t.hcl:11:16: link.l.check_crcs: must be true or false, got string (write true or false without quotes)`},
+	}, {
+		name: "negative shutdown timeout",
+		src:  "agent {\n  shutdown_timeout = \"-5s\"\n}\n" + withLink(),
+		want: []string{`t.hcl:2:22: agent.shutdown_timeout: -5s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name:    "env override of a new link key",
+		src:     withLink(),
+		environ: []string{"MIRRORD_LINK__l__CHECK_CRCS=maybe"},
+		want:    []string{`MIRRORD_LINK__l__CHECK_CRCS: link.l.check_crcs: must be true or false, got "maybe" (set the variable to true or false)`},
 	}, {
 		name: "bad size",
 		src:  withLink(`max_buffered_bytes = "64 megs"`),

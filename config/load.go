@@ -107,6 +107,8 @@ type fileAgent struct {
 	Listen    *string `koanf:"listen"`
 	LogLevel  *string `koanf:"log_level"`
 	LogFormat *string `koanf:"log_format"`
+
+	ShutdownTimeout *time.Duration `koanf:"shutdown_timeout"`
 }
 
 type fileCluster struct {
@@ -147,6 +149,11 @@ type fileLink struct {
 	MaxBufferedBytes            *int64         `koanf:"max_buffered_bytes"`
 	OnOffsetOutOfRange          *string        `koanf:"on_offset_out_of_range"`
 	ProducerStateExpiry         *time.Duration `koanf:"producer_state_expiry"`
+
+	SettleDelay                  *time.Duration `koanf:"settle_delay"`
+	DiscoveryInterval            *time.Duration `koanf:"discovery_interval"`
+	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
+	CheckCRCs                    *bool          `koanf:"check_crcs"`
 }
 
 type fileTopics struct {
@@ -171,6 +178,8 @@ func (d *decoder) build(fc *fileConfig, environ []string) *Config {
 			Listen:    or(fc.Agent.Listen, DefaultListen),
 			LogLevel:  or(fc.Agent.LogLevel, DefaultLogLevel),
 			LogFormat: or(fc.Agent.LogFormat, DefaultLogFormat),
+
+			ShutdownTimeout: or(fc.Agent.ShutdownTimeout, DefaultShutdownTimeout),
 		},
 		Clusters: map[string]*Cluster{},
 	}
@@ -258,6 +267,11 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		ProducerStateExpiry:         or(fl.ProducerStateExpiry, DefaultProducerStateExpiry),
 		MaxBufferedBytes:            or(fl.MaxBufferedBytes, DefaultMaxBufferedBytes),
 		OnOffsetOutOfRange:          or(fl.OnOffsetOutOfRange, DefaultOnOffsetOutOfRange),
+
+		SettleDelay:                  or(fl.SettleDelay, DefaultSettleDelay),
+		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),
+		DestinationReplicationFactor: DefaultDestinationReplicationFactor,
+		CheckCRCs:                    or(fl.CheckCRCs, DefaultCheckCRCs),
 	}
 	if p := fl.StateTopicPartitions; p != nil {
 		if *p < 1 || *p > math.MaxInt32 {
@@ -268,16 +282,23 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 			l.StateTopicPartitions = int32(*p)
 		}
 	}
-	if rf := fl.StateTopicReplicationFactor; rf != nil {
-		if *rf < -1 || *rf == 0 || *rf > math.MaxInt16 {
-			k := key + ".state_topic_replication_factor"
-			d.ps.add(d.whereAny(k), k, fmt.Sprintf("%d is out of range", *rf), "use -1 for the broker's default, or 1 to 32767")
-			d.ps.fail(k)
-		} else {
-			l.StateTopicReplicationFactor = int16(*rf)
-		}
-	}
+	l.StateTopicReplicationFactor = d.replicationFactor(key+".state_topic_replication_factor", fl.StateTopicReplicationFactor, l.StateTopicReplicationFactor)
+	l.DestinationReplicationFactor = d.replicationFactor(key+".destination_replication_factor", fl.DestinationReplicationFactor, l.DestinationReplicationFactor)
 	return l
+}
+
+// replicationFactor returns the replication factor set at key, or def if
+// it is unset or out of range (reported here).
+func (d *decoder) replicationFactor(key string, rf *int64, def int16) int16 {
+	if rf == nil {
+		return def
+	}
+	if *rf < -1 || *rf == 0 || *rf > math.MaxInt16 {
+		d.ps.add(d.whereAny(key), key, fmt.Sprintf("%d is out of range", *rf), rfHint)
+		d.ps.fail(key)
+		return def
+	}
+	return int16(*rf)
 }
 
 // patterns compiles topic patterns, reporting each bad one at its element.

@@ -59,6 +59,7 @@ var (
 		{name: "listen"},
 		{name: "log_level"},
 		{name: "log_format"},
+		{name: "shutdown_timeout", kind: kindDuration},
 	}}
 	clusterSpec = &blockSpec{typ: "cluster", labelled: true, keys: []keySpec{
 		{name: "bootstrap_servers", kind: kindList},
@@ -78,6 +79,10 @@ var (
 		{name: "max_buffered_bytes", kind: kindSize},
 		{name: "on_offset_out_of_range"},
 		{name: "producer_state_expiry", kind: kindDuration},
+		{name: "settle_delay", kind: kindDuration},
+		{name: "discovery_interval", kind: kindDuration},
+		{name: "destination_replication_factor", kind: kindInt},
+		{name: "check_crcs", kind: kindBool},
 	}, blocks: []*blockSpec{topicsSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )

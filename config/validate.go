@@ -57,6 +57,7 @@ func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 	}
 	c.enum("agent.log_level", a.LogLevel, logLevels)
 	c.enum("agent.log_format", a.LogFormat, logFormats)
+	c.positive("agent.shutdown_timeout", a.ShutdownTimeout)
 
 	var names []string
 	for name := range cfg.Clusters {
@@ -179,13 +180,18 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		c.report(key+".state_topic_partitions", fmt.Sprintf("%d is out of range", l.StateTopicPartitions), "use 1 to 2147483647")
 	}
 	if rf := l.StateTopicReplicationFactor; rf < -1 || rf == 0 {
-		c.report(key+".state_topic_replication_factor", fmt.Sprintf("%d is out of range", rf), "use -1 for the broker's default, or 1 to 32767")
+		c.report(key+".state_topic_replication_factor", fmt.Sprintf("%d is out of range", rf), rfHint)
+	}
+	if rf := l.DestinationReplicationFactor; rf < -1 || rf == 0 {
+		c.report(key+".destination_replication_factor", fmt.Sprintf("%d is out of range", rf), rfHint)
 	}
 
 	ci, st := key+".checkpoint_interval", key+".session_timeout"
 	c.positive(ci, l.CheckpointInterval)
 	c.positive(st, l.SessionTimeout)
 	c.positive(key+".producer_state_expiry", l.ProducerStateExpiry)
+	c.positive(key+".settle_delay", l.SettleDelay)
+	c.positive(key+".discovery_interval", l.DiscoveryInterval)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
 		// Reported at whichever of the two was set, checkpoint_interval first.
 		at := ci
@@ -203,6 +209,8 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	}
 	c.enum(key+".on_offset_out_of_range", l.OnOffsetOutOfRange, outOfRanges)
 }
+
+const rfHint = "use -1 for the broker's default, or 1 to 32767"
 
 // checkHostPort returns what is wrong with a host:port address, or "".
 // An empty host (":9644", every interface) and port 0 are allowed only for
