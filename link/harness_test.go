@@ -278,7 +278,8 @@ func mirrorOf(t *testing.T, src, dst *cluster, stateTopic string, topics map[str
 	}
 	return verify.Run(ctx, verify.Config{
 		Source: src.cl, Destination: dst.cl, Topics: topics, SourceClusterID: src.id,
-		Salt: func(k tp.Key, o transform.Origin) (int64, bool) {
+		Salt: func(d tp.Partition, o transform.Origin) (int64, bool) {
+			k := d.Key()
 			mu.Lock()
 			defer mu.Unlock()
 			if s, ok := salts[saltKey{k, o}]; ok {

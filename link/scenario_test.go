@@ -118,7 +118,7 @@ func TestCompactedSource(t *testing.T) {
 }
 
 // rawHeaders fetches every batch header of a partition.
-func rawHeaders(t *testing.T, c *cluster, topic string, partition int32) []transform.Header {
+func rawHeaders(t testing.TB, c *cluster, topic string, partition int32) []transform.Header {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,0 +1,142 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafkatest"
+)
+
+// BenchmarkMirror measures the whole path, fetch → filter → transform →
+// append, over in-process kfake clusters: each iteration mirrors the same
+// preloaded source topic into a fresh destination topic with a fresh link.
+// b.SetBytes is the source's batch bytes, so MB/s is mirrored throughput
+// (including the link's PREPARING, which is small next to the data). kfake
+// runs in the same process and takes much of the CPU; the figure is a floor
+// for the agent, not a broker benchmark. The benchmark fails if any batch
+// took the re-encode path: normal batches are never decompressed.
+func BenchmarkMirror(b *testing.B) {
+	for _, codec := range []int{0, 3, 4} {
+		b.Run(codecNames[codec], func(b *testing.B) { benchMirror(b, codec) })
+	}
+}
+
+func benchMirror(b *testing.B, codec int) {
+	src := &cluster{name: "src", id: kafkatest.SourceClusterID}
+	dst := &cluster{name: "dst", id: kafkatest.DestClusterID}
+	src.c = kafkatest.NewCluster(b, src.id)
+	dst.c = kafkatest.NewCluster(b, dst.id)
+	src.cl, dst.cl = kafkatest.Client(b, src.c), kafkatest.Client(b, dst.c)
+	src.adm, dst.adm = kadm.NewClient(src.cl), kadm.NewClient(dst.cl)
+
+	const partitions, records, valueSize = 4, 32 << 10, 1 << 10 // 32 MiB of values
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := src.adm.CreateTopic(ctx, partitions, 1, nil, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	pr, err := kgo.NewClient(kgo.SeedBrokers(src.c.ListenAddrs()...), kgo.ProducerBatchCompression(codecs[codec]),
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Values of words drawn at random from a small vocabulary: they
+	// compress two to three times, like typical JSON-ish payloads.
+	rng := rand.New(rand.NewPCG(7, 7))
+	words := make([]string, 256)
+	for i := range words {
+		w := make([]byte, 3+rng.IntN(8))
+		for j := range w {
+			w[j] = byte('a' + rng.IntN(26))
+		}
+		words[i] = string(w)
+	}
+	for i := range records {
+		v := fmt.Appendf(make([]byte, 0, valueSize+16), "%08d ", i)
+		for len(v) < valueSize {
+			v = append(v, words[rng.IntN(len(words))]...)
+			v = append(v, ' ')
+		}
+		v = v[:valueSize]
+		pr.Produce(ctx, &kgo.Record{Topic: "bench", Key: fmt.Appendf(nil, "key-%08d", i), Value: v,
+			Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}}}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if err := pr.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pr.Close()
+	ends, err := src.adm.ListEndOffsets(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var srcBytes int64
+	for p := range int32(partitions) {
+		for _, h := range rawHeaders(b, src, "bench", p) {
+			srcBytes += int64(h.Length) + 12
+		}
+	}
+	b.SetBytes(srcBytes)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cfg := linkConfig(fmt.Sprintf("bench-%d", i), src, dst, "bench")
+		cfg.Link.Rename = fmt.Sprintf("{topic}-%d", i)
+		cfg.Link.StateTopic = fmt.Sprintf("__state_%d", i)
+		cfg.Link.MaxBufferedBytes = 64 << 20
+		cfg.CheckCRCs = false
+		dest := fmt.Sprintf("bench-%d", i)
+		// Created here, not by the link, so that this client's metadata
+		// cache knows the topic when it polls its end offsets.
+		b.StopTimer()
+		if _, err := dst.adm.CreateTopic(ctx, partitions, 1, nil, dest); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := dst.adm.ListEndOffsets(ctx, dest); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		l, err := New(cfg, Deps{SourceOpts: src.opts(), DestinationOpts: dst.opts()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lctx, lcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- l.Run(lctx) }()
+		for {
+			got, err := dst.adm.ListEndOffsets(ctx, dest)
+			caught := err == nil
+			for p := range int32(partitions) {
+				want, _ := ends.Lookup("bench", p)
+				have, ok := got.Lookup(dest, p)
+				if !ok || have.Err != nil || have.Offset < want.Offset {
+					caught = false
+				}
+			}
+			if caught {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatal("mirror did not catch up")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		lcancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if n := testutil.ToFloat64(l.met.reencoded); n != 0 {
+			b.Fatalf("%v batches were re-encoded; normal batches must never be decompressed", n)
+		}
+	}
+}
