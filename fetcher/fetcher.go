@@ -1,0 +1,303 @@
+package fetcher
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/meta"
+	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultPartitionMaxBytes = int32(1 << 20)
+	DefaultMaxWait           = 500 * time.Millisecond
+	DefaultMaxBufferedBytes  = int64(64 << 20)
+
+	// MaxPartitionMaxBytes caps the per-partition fetch size that the
+	// fetcher doubles when a response holds no complete batch for a
+	// partition (the cap is also at most MaxBufferedBytes).
+	MaxPartitionMaxBytes = int32(64 << 20)
+	// MaxMaxWait is the longest accepted MaxWait.
+	MaxMaxWait = time.Minute
+)
+
+// Values of Config.OnOutOfRange (the link's on_offset_out_of_range).
+const (
+	OutOfRangeFail     = "fail"
+	OutOfRangeEarliest = "earliest"
+)
+
+// Config is one link's fetcher configuration. Zero values take the defaults.
+type Config struct {
+	Link              string        // for metric labels and logs
+	PartitionMaxBytes int32         // per partition and request; default 1 MiB
+	MaxWait           time.Duration // long poll when caught up; default 500ms
+	MaxBufferedBytes  int64         // default 64 MiB: bytes delivered in Results and not yet Released
+	OnOutOfRange      string        // "fail" (default) or "earliest"
+	CheckCRCs         bool          // validate every batch's CRC-32C (default false: destination brokers check)
+}
+
+// Deps are the fetcher's collaborators.
+type Deps struct {
+	Client  *kgo.Client   // source cluster
+	Leaders *meta.Leaders // source cluster
+	Logger  hclog.Logger  // nil: discard
+	Metrics *Metrics      // nil: an unregistered set
+}
+
+// Batch is one committed data batch.
+type Batch struct {
+	// Raw is one v2 record batch, a sub-slice of the fetch response; the
+	// consumer may rewrite it in place. Its capacity ends at its end.
+	Raw []byte
+	// Header is Raw's decoded header.
+	Header transform.Header
+}
+
+// Result is what one fetch brought for one partition.
+type Result struct {
+	Partition tp.Partition // with the topic ID the source reports
+	// Gen is the assignment generation (see Assign); a consumer ignores
+	// the results of older generations (and still releases their Bytes).
+	Gen uint64
+	// Batches are the committed data batches in offset order; control
+	// batches and aborted batches are removed. The first batch may begin
+	// before Start when Start is not a batch boundary (an Assign offset or
+	// a log start offset inside a batch): the fetcher never splits a
+	// batch. Batches may hold a batch without records (compaction keeps
+	// one to preserve producer state).
+	Batches []Batch
+	// Start is the fetch offset the result starts at.
+	Start int64
+	// End is the offset after the last batch examined: the next fetch
+	// offset. End >= Start; End > Start when anything was consumed,
+	// including only control or aborted batches, or records skipped.
+	End int64
+	// HighWatermark, LastStableOffset and LogStartOffset are as the leader
+	// reported them with this fetch.
+	HighWatermark, LastStableOffset, LogStartOffset int64
+	// AbortedBatches is the number of batches dropped as aborted.
+	AbortedBatches int
+	// SkippedRecords is the number of records skipped under
+	// OnOutOfRange = "earliest" (records lost at the source), else 0.
+	SkippedRecords int64
+	// Bytes is what this result charges to the buffer budget: the size of
+	// its Batches. The consumer calls Release(Bytes) when it is done with
+	// them, for every result it receives.
+	Bytes int
+	// Err non-nil means the partition FAILED: it is no longer fetched
+	// until it is assigned again. Start and End are then the offset it
+	// failed at.
+	Err error
+}
+
+// Errors of failed partitions (Result.Err). Each error names the topic,
+// partition and offset and says what to do.
+var (
+	// ErrOffsetOutOfRange: the fetch offset is below the log start offset
+	// (under OnOutOfRange = "fail") or above the high watermark (always).
+	ErrOffsetOutOfRange = errors.New("fetch offset out of range")
+	// ErrCorrupt: a batch failed its checks twice at the same offset (the
+	// error also satisfies errors.Is(err, transform.ErrCorrupt)).
+	ErrCorrupt = errors.New("corrupt record batch from the source")
+	// ErrTopicRecreated: the source reports another topic ID than the
+	// assigned one; the topic was deleted and created again.
+	ErrTopicRecreated = errors.New("source topic was recreated")
+	// ErrRefused: the source broker answered with a non-retriable error
+	// (e.g. TOPIC_AUTHORIZATION_FAILED), which the error wraps.
+	ErrRefused = errors.New("source broker refused the fetch")
+	// ErrUnsupportedFormat: the source holds a legacy message set (magic 0
+	// or 1); the error also satisfies errors.Is(err,
+	// transform.ErrUnsupportedMagic).
+	ErrUnsupportedFormat = errors.New("unsupported message format at the source")
+)
+
+// ErrRunning is returned by a second call of Run.
+var ErrRunning = errors.New("fetcher is already running or has run")
+
+// Fetcher is one link's reader of the source cluster. See the package doc.
+type Fetcher struct {
+	cfg     Config
+	cl      *kgo.Client
+	adm     *kadm.Client
+	leaders *meta.Leaders
+	log     hclog.Logger
+	m       linkMetrics
+
+	results chan Result
+	wake    chan struct{} // capacity 1: commands are waiting
+	ran     atomic.Bool
+
+	mu   sync.Mutex // guards cmds and gen
+	cmds []command
+	gen  uint64
+
+	// Fields for tests; set by New.
+	now        func() time.Time
+	backoffMin time.Duration
+	backoffMax time.Duration
+}
+
+type cmdKind int
+
+const (
+	cmdAssign cmdKind = iota
+	cmdUnassign
+	cmdRelease
+)
+
+type command struct {
+	kind   cmdKind
+	p      tp.Partition
+	offset int64
+	gen    uint64
+	n      int
+}
+
+// New returns a fetcher with cfg's defaults filled in. It does no I/O and
+// starts no goroutines; Run does the work.
+func New(cfg Config, deps Deps) (*Fetcher, error) {
+	errs := []error{cfg.validate()}
+	if deps.Client == nil {
+		errs = append(errs, errors.New("fetcher: Deps.Client is nil"))
+	}
+	if deps.Leaders == nil {
+		errs = append(errs, errors.New("fetcher: Deps.Leaders is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = hclog.NewNullLogger()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
+	}
+	return &Fetcher{
+		cfg:        cfg,
+		cl:         deps.Client,
+		adm:        kadm.NewClient(deps.Client),
+		leaders:    deps.Leaders,
+		log:        deps.Logger.Named("fetcher").With("link", cfg.Link),
+		m:          deps.Metrics.forLink(cfg.Link),
+		results:    make(chan Result),
+		wake:       make(chan struct{}, 1),
+		now:        time.Now,
+		backoffMin: 100 * time.Millisecond,
+		backoffMax: 10 * time.Second,
+	}, nil
+}
+
+// validate fills in defaults and returns every problem at once.
+func (c *Config) validate() error {
+	if c.PartitionMaxBytes == 0 {
+		c.PartitionMaxBytes = DefaultPartitionMaxBytes
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if c.OnOutOfRange == "" {
+		c.OnOutOfRange = OutOfRangeFail
+	}
+	var errs []error
+	if c.PartitionMaxBytes < 0 || c.PartitionMaxBytes > MaxPartitionMaxBytes {
+		errs = append(errs, fmt.Errorf("fetcher: PartitionMaxBytes is %d, want 1 to %d (0: %d)",
+			c.PartitionMaxBytes, MaxPartitionMaxBytes, DefaultPartitionMaxBytes))
+	}
+	if c.MaxWait < 0 || c.MaxWait > MaxMaxWait || (c.MaxWait > 0 && c.MaxWait < time.Millisecond) {
+		errs = append(errs, fmt.Errorf("fetcher: MaxWait is %s, want 1ms to %s (0: %s)", c.MaxWait, MaxMaxWait, DefaultMaxWait))
+	}
+	if c.MaxBufferedBytes < 0 || c.MaxBufferedBytes > math.MaxInt64/4 {
+		errs = append(errs, fmt.Errorf("fetcher: MaxBufferedBytes is %d, want a positive number of bytes (0: %d)",
+			c.MaxBufferedBytes, DefaultMaxBufferedBytes))
+	} else if c.PartitionMaxBytes > 0 && c.MaxBufferedBytes < int64(c.PartitionMaxBytes) {
+		errs = append(errs, fmt.Errorf("fetcher: MaxBufferedBytes (%d) is less than PartitionMaxBytes (%d); one partition's fetch must fit the buffer",
+			c.MaxBufferedBytes, c.PartitionMaxBytes))
+	}
+	if c.OnOutOfRange != OutOfRangeFail && c.OnOutOfRange != OutOfRangeEarliest {
+		errs = append(errs, fmt.Errorf("fetcher: OnOutOfRange is %q, want %q or %q", c.OnOutOfRange, OutOfRangeFail, OutOfRangeEarliest))
+	}
+	return errors.Join(errs...)
+}
+
+// Assign starts fetching p at offset, or restarts it there if it is
+// assigned already (also after it failed). It returns the new generation:
+// results of older generations that the fetcher still holds are dropped
+// (their bytes released); a consumer ignores any it already received. p.ID
+// may be zero, in which case the fetcher takes the ID the source reports;
+// a non-zero ID that the source contradicts fails the partition
+// (ErrTopicRecreated). Safe from any goroutine; it does not wait for Run.
+func (f *Fetcher) Assign(p tp.Partition, offset int64) uint64 {
+	f.mu.Lock()
+	f.gen++
+	gen := f.gen
+	f.cmds = append(f.cmds, command{kind: cmdAssign, p: p, offset: offset, gen: gen})
+	f.mu.Unlock()
+	f.poke()
+	return gen
+}
+
+// Unassign stops fetching p and drops the results of p that the fetcher
+// still holds (their bytes released). Safe from any goroutine.
+func (f *Fetcher) Unassign(p tp.Partition) {
+	f.send(command{kind: cmdUnassign, p: p})
+}
+
+// Results returns the channel of results. It is unbuffered (the fetcher
+// queues at most two undelivered results per partition) and closed when Run
+// returns. Every result received must be Released with its Bytes.
+func (f *Fetcher) Results() <-chan Result { return f.results }
+
+// Release returns n bytes of delivered results to the buffer budget. Safe
+// from any goroutine.
+func (f *Fetcher) Release(n int) {
+	if n == 0 {
+		return
+	}
+	f.send(command{kind: cmdRelease, n: n})
+}
+
+func (f *Fetcher) send(c command) {
+	f.mu.Lock()
+	f.cmds = append(f.cmds, c)
+	f.mu.Unlock()
+	f.poke()
+}
+
+func (f *Fetcher) poke() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Fetcher) takeCommands() []command {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmds := f.cmds
+	f.cmds = nil
+	return cmds
+}
+
+// backoff returns the wait before retry number attempts (1, 2, ...):
+// exponential from backoffMin, capped at backoffMax.
+func (f *Fetcher) backoff(attempts int) time.Duration {
+	d := f.backoffMin
+	for i := 1; i < attempts && d < f.backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, f.backoffMax)
+}

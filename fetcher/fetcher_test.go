@@ -1,0 +1,573 @@
+package fetcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/meta"
+	"github.com/seed83556561/mirrord/internal/tp"
+)
+
+// Guards construction: defaults filled in, every problem reported at once.
+func TestNew(t *testing.T) {
+	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	cl := kafkatest.Client(t, c)
+	deps := Deps{Client: cl, Leaders: meta.New(cl, 0)}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		deps Deps
+		want []string // substrings of the error; nil: no error
+	}{
+		{name: "defaults", deps: deps},
+		{name: "explicit", cfg: Config{PartitionMaxBytes: 4096, MaxWait: time.Second, MaxBufferedBytes: 1 << 20, OnOutOfRange: "earliest", CheckCRCs: true}, deps: deps},
+		{
+			name: "everything wrong",
+			cfg:  Config{PartitionMaxBytes: -1, MaxWait: -time.Second, MaxBufferedBytes: -5, OnOutOfRange: "latest"},
+			want: []string{"Deps.Client is nil", "Deps.Leaders is nil", "PartitionMaxBytes is -1", "MaxWait is -1s", "MaxBufferedBytes is -5", `OnOutOfRange is "latest"`},
+		},
+		{name: "budget below one partition", cfg: Config{PartitionMaxBytes: 2 << 20, MaxBufferedBytes: 1 << 20}, deps: deps, want: []string{"MaxBufferedBytes (1048576) is less than PartitionMaxBytes (2097152)"}},
+		{name: "partition limit above the cap", cfg: Config{PartitionMaxBytes: MaxPartitionMaxBytes + 1}, deps: deps, want: []string{"PartitionMaxBytes is 67108865"}},
+		{name: "wait too long", cfg: Config{MaxWait: time.Hour}, deps: deps, want: []string{"MaxWait is 1h0m0s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := New(tc.cfg, tc.deps)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.cfg.PartitionMaxBytes <= 0 || f.cfg.MaxWait <= 0 || f.cfg.MaxBufferedBytes <= 0 || f.cfg.OnOutOfRange == "" {
+					t.Errorf("defaults not filled: %+v", f.cfg)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+var codecs = []struct {
+	name  string
+	codec kgo.CompressionCodec
+}{
+	{"none", kgo.NoCompression()},
+	{"gzip", kgo.GzipCompression()},
+	{"snappy", kgo.SnappyCompression()},
+	{"lz4", kgo.Lz4Compression()},
+	{"zstd", kgo.ZstdCompression()},
+}
+
+// produceMix writes, concurrently, with plain, idempotent and transactional
+// kgo producers over every codec, rounds of records to every partition;
+// every other transaction of a transactional producer is aborted, and its
+// records say "ABORTED". Then it writes the sentinels.
+func produceMix(ctx context.Context, t *testing.T, c *kfake.Cluster, topic string, partitions int32, rounds int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*len(codecs))
+	for _, cd := range codecs {
+		for _, kind := range []string{"plain", "idempotent", "txn"} {
+			opts := []kgo.Opt{kgo.ProducerBatchCompression(cd.codec), kgo.ProducerLinger(5 * time.Millisecond)}
+			switch kind {
+			case "plain":
+				opts = append(opts, kgo.DisableIdempotentWrite())
+			case "txn":
+				opts = append(opts, kgo.TransactionalID("txn-"+cd.name))
+			}
+			cl := producer(t, c, opts...)
+			wg.Go(func() {
+				for round := range rounds {
+					abort := kind == "txn" && round%2 == 1
+					if kind == "txn" {
+						if err := cl.BeginTransaction(); err != nil {
+							errs <- err
+							return
+						}
+					}
+					var rs []*kgo.Record
+					for p := range partitions {
+						for i := range 6 {
+							v := fmt.Sprintf("%s/%s/r%d/p%d/i%d", cd.name, kind, round, p, i)
+							if abort {
+								v += "/ABORTED"
+							}
+							rs = append(rs, &kgo.Record{
+								Topic: topic, Partition: p,
+								Key:     []byte(fmt.Sprintf("key-%d", i%3)),
+								Value:   []byte(strings.Repeat(v+" ", 4)),
+								Headers: []kgo.RecordHeader{{Key: "codec", Value: []byte(cd.name)}, {Key: "i", Value: []byte{byte(i)}}},
+							})
+						}
+					}
+					if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+						errs <- fmt.Errorf("%s %s: %w", cd.name, kind, err)
+						return
+					}
+					if kind == "txn" {
+						commit := kgo.TryCommit
+						if abort {
+							commit = kgo.TryAbort
+						}
+						if err := cl.EndTransaction(ctx, commit); err != nil {
+							errs <- fmt.Errorf("%s end txn: %w", cd.name, err)
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	endAll(ctx, t, c, topic, partitions)
+}
+
+// assignAll assigns every partition in ends at offset 0.
+func (c *consumer) assignAll(ends map[tp.Key]int64) {
+	for k := range ends {
+		c.assign(tp.Partition{Topic: k.Topic, Partition: k.Partition}, 0)
+	}
+}
+
+// Guards the core promise: the fetcher delivers exactly the records a Kafka
+// READ_COMMITTED consumer reads (key, value, headers, timestamp, offset, per
+// partition and in order) from plain, idempotent and transactional producers
+// with aborts, over every codec; never a control batch or an aborted record;
+// and the last End is the high watermark.
+func TestExactAgainstReadCommittedConsumer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"small fetches with CRC checks", Config{PartitionMaxBytes: 2 << 10, MaxBufferedBytes: 64 << 10, CheckCRCs: true}},
+		{"default sizes", Config{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := deadline(t)
+			c := source(t, 4, "t")
+			produceMix(ctx, t, c, "t", 4, 4)
+			ends := endOffsets(ctx, t, c, "t")
+			want := readCommitted(ctx, t, c, "t", ends)
+
+			f, _ := newFetcher(t, c, tc.cfg)
+			con := newConsumer(t, f)
+			con.assignAll(ends)
+			run(t, f)
+			con.until(ctx, ends)
+			compare(t, con.s, want)
+
+			aborted, codecsSeen := 0, make(map[int8]bool)
+			for _, s := range con.s {
+				aborted += s.aborted
+				for cd := range s.codecs {
+					codecsSeen[cd] = true
+				}
+				for _, r := range s.recs {
+					if strings.Contains(string(r.Value), "ABORTED") {
+						t.Fatalf("aborted record delivered: %v", r)
+					}
+				}
+			}
+			nrecs, nres := 0, 0
+			for _, s := range con.s {
+				nrecs += len(s.recs)
+				nres += s.results
+			}
+			t.Logf("%d records in %d results, %d aborted batches dropped", nrecs, nres, aborted)
+			if aborted == 0 {
+				t.Error("no aborted batch was dropped; the test does not exercise aborts")
+			}
+			if len(codecsSeen) != len(codecs) {
+				t.Errorf("codecs seen %v, want all %d", codecsSeen, len(codecs))
+			}
+		})
+	}
+}
+
+// Guards leader moves mid-stream and injected NOT_LEADER_OR_FOLLOWER and
+// UNKNOWN_TOPIC_ID answers: the fetcher refreshes leaders and retries from
+// the same offset, so the records stay exact with no duplicate.
+func TestLeaderMovesAndFaults(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 4, "t")
+	produceMix(ctx, t, c, "t", 4, 2)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	notLeader := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Partitions: []int32{1}, Err: kerr.NotLeaderForPartition, Count: 3})
+	unknownID := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Partitions: []int32{2}, Err: kerr.UnknownTopicID, Count: 2})
+
+	f, m := newFetcher(t, c, Config{PartitionMaxBytes: 1 << 10, MaxBufferedBytes: 16 << 10})
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	moved := false
+	con.onResult = func(n int, r Result) {
+		if n == 8 { // mid-stream: move every partition to the next broker
+			for p := range int32(4) {
+				if err := c.MoveTopicPartition("t", p, (c.LeaderFor("t", p)+1)%3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			moved = true
+		}
+	}
+	run(t, f)
+	con.until(ctx, ends)
+	compare(t, con.s, want)
+
+	if !moved {
+		t.Fatal("the stream ended before the leaders moved")
+	}
+	if notLeader.Hits() != 3 || unknownID.Hits() != 2 {
+		t.Errorf("faults answered %d and %d fetches, want 3 and 2", notLeader.Hits(), unknownID.Hits())
+	}
+	lm := m.forLink(testLink)
+	moves := testutil.ToFloat64(lm.errors[KindNotLeader]) + testutil.ToFloat64(lm.errors[KindFencedLeaderEpoch])
+	if moves < 3 || testutil.ToFloat64(lm.errors[KindUnknownTopic]) < 2 {
+		t.Errorf("errors counted: not leader or fenced %v, unknown topic %v", moves, testutil.ToFloat64(lm.errors[KindUnknownTopic]))
+	}
+}
+
+// produceBulk writes n records of size bytes to every partition of topic, in
+// batches of per records, then the sentinels.
+func produceBulk(ctx context.Context, t *testing.T, c *kfake.Cluster, topic string, partitions int32, n, per, size int) {
+	t.Helper()
+	cl := producer(t, c, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	for p := range partitions {
+		for i := 0; i < n; i += per {
+			var vs []string
+			for j := i; j < min(n, i+per); j++ {
+				v := fmt.Sprintf("p%d-r%d-", p, j)
+				vs = append(vs, v+strings.Repeat("x", size-len(v)))
+			}
+			produce(ctx, t, cl, topic, p, vs...)
+		}
+	}
+	endAll(ctx, t, c, topic, partitions)
+}
+
+// Guards the buffer bound: a consumer that does not release holds at most
+// MaxBufferedBytes plus one batch, and far less than there is to fetch; once
+// it releases, the fetcher continues and everything arrives exactly.
+func TestBackpressure(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 4, "t")
+	produceBulk(ctx, t, c, "t", 4, 240, 4, 1000)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	const budget = 32 << 10
+	f, m := newFetcher(t, c, Config{PartitionMaxBytes: 8 << 10, MaxBufferedBytes: budget})
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	con.hold = true
+	run(t, f)
+
+	// Take results without releasing until none comes for a while; the
+	// quiet period only ends the phase, the assertions do not depend on it.
+	quiet := time.NewTimer(time.Second)
+hold:
+	for {
+		select {
+		case r := <-f.Results():
+			con.take(r)
+			quiet.Reset(time.Second)
+		case <-quiet.C:
+			break hold
+		case <-ctx.Done():
+			t.Fatal("deadline")
+		}
+	}
+	maxBatch := 0
+	for _, s := range con.s {
+		maxBatch = max(maxBatch, s.maxRaw)
+	}
+	total := 0
+	for _, rs := range want {
+		total += len(rs) * 1000
+	}
+	t.Logf("held %d bytes in %d results (budget %d, largest batch %d, data %d)", con.maxOut, len(con.order), budget, maxBatch, total)
+	if con.held == 0 {
+		t.Fatal("nothing delivered")
+	}
+	if con.maxOut > budget+maxBatch {
+		t.Fatalf("held %d bytes unreleased, above the bound %d + one batch (%d)", con.maxOut, budget, maxBatch)
+	}
+	if con.held >= total/2 {
+		t.Fatalf("held %d of %d bytes: the budget did not stop the fetcher", con.held, total)
+	}
+	gauge := m.forLink(testLink).buffered
+	for testutil.ToFloat64(gauge) < float64(con.held) { // set by the coordinator's next step
+		if ctx.Err() != nil {
+			t.Fatalf("buffered gauge %v below the %d bytes held", testutil.ToFloat64(gauge), con.held)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if g := testutil.ToFloat64(gauge); g > float64(budget+maxBatch) {
+		t.Errorf("buffered gauge %v above the bound %d + %d", g, budget, maxBatch)
+	}
+
+	// Release: the fetcher continues.
+	f.Release(con.held)
+	con.hold, con.held = false, 0
+	con.until(ctx, ends)
+	compare(t, con.s, want)
+}
+
+// Guards the fair share rule: with room for one fetch at a time, partitions
+// take strict turns, whatever broker leads them, until one runs out of data.
+func TestFairShare(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 4, "t")
+	produceBulk(ctx, t, c, "t", 4, 100, 4, 1000)
+	ends := endOffsets(ctx, t, c, "t")
+
+	f, _ := newFetcher(t, c, Config{PartitionMaxBytes: 16 << 10, MaxBufferedBytes: 16 << 10, MaxWait: 50 * time.Millisecond})
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	run(t, f)
+	con.until(ctx, ends)
+
+	// Up to the first partition that reached its end, every window of four
+	// consecutive results holds each partition once.
+	first := len(con.order)
+	seen := make(map[tp.Key]int)
+	for i, k := range con.order {
+		seen[k]++
+		if seen[k] == con.s[k].results {
+			first = i
+			break
+		}
+	}
+	t.Logf("%d results, the first partition ended at result %d", len(con.order), first)
+	if first < 12 {
+		t.Fatalf("only %d results before a partition ended; the test needs more data", first)
+	}
+	for i := 0; i+4 <= first; i++ {
+		w := make(map[tp.Key]bool)
+		for _, k := range con.order[i : i+4] {
+			w[k] = true
+		}
+		if len(w) != 4 {
+			t.Fatalf("results %d-%d are of %v: a partition was passed over (order %v)", i, i+3, con.order[i:i+4], con.order[:first])
+		}
+	}
+}
+
+// Guards OFFSET_OUT_OF_RANGE: below the log start, "fail" fails the partition
+// with the range and what to do, "earliest" skips to the log start and says
+// how many records were lost; above the high watermark always fails.
+func TestOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		policy  string
+		at      int64
+		wantErr []string // substrings; nil: continues
+		skipped int64
+	}{
+		{"below log start, fail", OutOfRangeFail, 2, []string{"t[0] offset 2 is below the log start offset 5", "valid range [5, 11]", "3 records", `on_offset_out_of_range = "earliest"`}, 0},
+		{"below log start, earliest", OutOfRangeEarliest, 2, nil, 3},
+		{"above high watermark, fail", OutOfRangeFail, 50, []string{"t[0] offset 50 is above the high watermark 11", "valid range [5, 11]"}, 0},
+		{"above high watermark, earliest", OutOfRangeEarliest, 50, []string{"t[0] offset 50 is above the high watermark 11"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := deadline(t)
+			c := source(t, 1, "t")
+			cl := producer(t, c)
+			for i := range 10 {
+				produce(ctx, t, cl, "t", 0, fmt.Sprintf("v%d", i))
+			}
+			endAll(ctx, t, c, "t", 1)
+			adm := kafkatest.Client(t, c)
+			del := kmsg.NewPtrDeleteRecordsRequest()
+			dt := kmsg.NewDeleteRecordsRequestTopic()
+			dt.Topic = "t"
+			dp := kmsg.NewDeleteRecordsRequestTopicPartition()
+			dp.Offset = 5
+			dt.Partitions = append(dt.Partitions, dp)
+			del.Topics = append(del.Topics, dt)
+			del.TimeoutMillis = 10000
+			if resp, err := del.RequestWith(ctx, adm); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+				t.Fatalf("delete records: %v %+v", err, resp)
+			}
+			ends := endOffsets(ctx, t, c, "t")
+
+			f, m := newFetcher(t, c, Config{OnOutOfRange: tc.policy})
+			con := newConsumer(t, f)
+			p := tp.Partition{Topic: "t", Partition: 0}
+			con.assign(p, tc.at)
+			run(t, f)
+			if tc.wantErr != nil {
+				var r Result
+				select {
+				case r = <-f.Results():
+				case <-ctx.Done():
+					t.Fatal("no result")
+				}
+				if !errors.Is(r.Err, ErrOffsetOutOfRange) || r.Start != tc.at || r.End != tc.at || len(r.Batches) > 0 {
+					t.Fatalf("result %+v, want a failure at %d with ErrOffsetOutOfRange", r, tc.at)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(r.Err.Error(), w) {
+						t.Errorf("error %q does not say %q", r.Err, w)
+					}
+				}
+				return
+			}
+			con.until(ctx, ends)
+			s := con.s[p.Key()]
+			if s.skipped != tc.skipped || testutil.ToFloat64(m.forLink(testLink).skipped) != float64(tc.skipped) {
+				t.Errorf("skipped %d (metric %v), want %d", s.skipped, testutil.ToFloat64(m.forLink(testLink).skipped), tc.skipped)
+			}
+			var got []string
+			for _, r := range s.recs {
+				got = append(got, fmt.Sprintf("%d:%s", r.Offset, r.Value))
+			}
+			if w := "[5:v5 6:v6 7:v7 8:v8 9:v9 10:end]"; fmt.Sprint(got) != w {
+				t.Errorf("records %v, want %s", got, w)
+			}
+		})
+	}
+}
+
+// Guards generations: reassigning a partition drops the results the fetcher
+// still holds for the old generation and releases their bytes (with a budget
+// of one fetch, a leak would stall the fetcher), and the new generation
+// starts at its own offset.
+func TestAssignNewGenDropsStale(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 1, "t")
+	produceBulk(ctx, t, c, "t", 1, 40, 2, 500)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	f, m := newFetcher(t, c, Config{PartitionMaxBytes: 4 << 10, MaxBufferedBytes: 4 << 10})
+	gauge := m.forLink(testLink).buffered
+	con := newConsumer(t, f)
+	p := tp.Partition{Topic: "t", Partition: 0}
+	con.assign(p, 0)
+	run(t, f)
+	// Nobody reads: wait until the first result is queued.
+	for testutil.ToFloat64(gauge) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no result queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	con.assign(p, 10) // gen 2 from offset 10
+	stale := 0
+	for con.s[p.Key()].end < ends[p.Key()] {
+		select {
+		case r := <-f.Results():
+			if !con.take(r) {
+				stale++
+			}
+		case <-ctx.Done():
+			t.Fatal("stalled: stale bytes not released?")
+		}
+	}
+	t.Logf("stale results received: %d", stale)
+	compare(t, con.s, map[tp.Key][]rec{p.Key(): want[p.Key()][10:]})
+	for testutil.ToFloat64(gauge) != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("buffered gauge stays at %v after everything was released", testutil.ToFloat64(gauge))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Guards Unassign: once applied, the partition is no longer fetched (at most
+// the one request in flight), and no result of it is delivered, while the
+// other partitions go on.
+func TestUnassignStopsFetching(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 2, "t")
+	produceBulk(ctx, t, c, "t", 2, 20, 2, 200)
+
+	// Count the fetch requests that name partition 1.
+	var mu sync.Mutex
+	fetches1 := 0
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.Partition == 1 {
+					mu.Lock()
+					fetches1++
+					mu.Unlock()
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return fetches1 }
+
+	f, _ := newFetcher(t, c, Config{PartitionMaxBytes: 1 << 10, MaxWait: 50 * time.Millisecond})
+	con := newConsumer(t, f)
+	p0, p1 := tp.Partition{Topic: "t", Partition: 0}, tp.Partition{Topic: "t", Partition: 1}
+	con.assign(p0, 0)
+	con.assign(p1, 0)
+	run(t, f)
+	for con.s[p1.Key()].results < 2 {
+		select {
+		case r := <-f.Results():
+			con.take(r)
+		case <-ctx.Done():
+			t.Fatal("no results of partition 1")
+		}
+	}
+	f.Unassign(p1)
+	delete(con.gens, p1.Key())
+	// Reassigning p0 after the Unassign is a barrier: commands apply in
+	// order, so once a result of p0's new generation arrives, p1 is gone.
+	con.assign(p0, 0)
+	for con.s[p0.Key()].results == 0 {
+		select {
+		case r := <-f.Results():
+			con.take(r) // a result of p1 before the barrier is ignored and released
+		case <-ctx.Done():
+			t.Fatal("no result after the barrier")
+		}
+	}
+	atBarrier := count()
+	// More data for both; p0 is read to its end while p1 must stay quiet.
+	cl := producer(t, c)
+	produce(ctx, t, cl, "t", 1, "late-1")
+	produce(ctx, t, cl, "t", 0, "late-0")
+	ends := endOffsets(ctx, t, c, "t")
+	for con.s[p0.Key()].end < ends[p0.Key()] {
+		select {
+		case r := <-f.Results():
+			if r.Partition.Key() == p1.Key() {
+				t.Fatalf("result of unassigned partition 1: [%d, %d)", r.Start, r.End)
+			}
+			con.take(r)
+		case <-ctx.Done():
+			t.Fatal("partition 0 stopped")
+		}
+	}
+	if n := count() - atBarrier; n > 1 {
+		t.Errorf("%d fetches of partition 1 after Unassign, want at most the one in flight", n)
+	}
+}

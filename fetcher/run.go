@@ -1,0 +1,667 @@
+package fetcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/seed83556561/mirrord/internal/meta"
+	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// pstate is where a partition is in its fetch cycle:
+//
+//	needLeader → resolving → ready (queued for a grant) → granted → inFlight
+//	  → ready → ..., or → pending (maxQueued results wait for the consumer)
+//	  → ready → ...
+//
+// with backoff after a retriable error and failed after a fatal one.
+type pstate int
+
+const (
+	stNeedLeader pstate = iota
+	stResolving
+	stBackoff
+	stReady
+	stGranted
+	stInFlight
+	stPending
+	stFailed
+)
+
+// part is the coordinator's view of one assigned partition.
+type part struct {
+	p        tp.Partition
+	gen      uint64
+	offset   int64 // next fetch offset
+	state    pstate
+	dead     bool // unassigned or replaced by a newer generation
+	queued   bool // in the wait queue
+	leader   meta.Leader
+	known    bool // leader is valid
+	maxBytes int32
+	reserved int64 // budget reserved while granted
+	queuedN  int   // results queued and not yet taken by the consumer
+	attempts int   // consecutive failed attempts
+	retryAt  time.Time
+	// corruptAt is the offset at which a malformed batch was seen once,
+	// -1 if none: a second failure there fails the partition.
+	corruptAt int64
+	// starved: the last fetch held no complete batch although data was
+	// there; the partition goes first in its next request, where brokers
+	// return at least one batch whatever its size (KIP-74).
+	starved bool
+}
+
+// coord is Run's state, owned by the goroutine that runs Run.
+type coord struct {
+	f   *Fetcher
+	ctx context.Context
+	wg  *sync.WaitGroup
+
+	parts   map[tp.Key]*part
+	waitq   []*part // ready partitions in grant order (FIFO); stale entries skipped
+	granted []*part // granted partitions in grant order, waiting for their broker's loop
+	pending []queued
+
+	buffered int64 // bytes delivered or queued and not yet released
+	reserved int64 // bytes the requests granted or in flight may return
+
+	loops    map[int32]*loop
+	outcomes chan *outcome
+
+	resolveCh    chan []resolveReq
+	resolvedCh   chan []resolved
+	resolverBusy bool
+
+	timer *time.Timer
+}
+
+type queued struct {
+	r  Result
+	pt *part
+}
+
+// loop is one broker's fetch loop as the coordinator sees it.
+type loop struct {
+	work chan *fetchReq // capacity 1; sent to only when idle
+	busy bool
+}
+
+type resolveReq struct {
+	key tp.Key
+	gen uint64
+}
+
+type resolved struct {
+	resolveReq
+	leader meta.Leader
+	err    error
+}
+
+// Run fetches until ctx is done, then waits for every goroutine it started
+// and returns nil. It runs once; a second call returns ErrRunning.
+func (f *Fetcher) Run(ctx context.Context) error {
+	if !f.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer close(f.results)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	c := &coord{
+		f:          f,
+		ctx:        ctx,
+		wg:         &wg,
+		parts:      make(map[tp.Key]*part),
+		loops:      make(map[int32]*loop),
+		outcomes:   make(chan *outcome),
+		resolveCh:  make(chan []resolveReq, 1),
+		resolvedCh: make(chan []resolved),
+		timer:      time.NewTimer(time.Hour),
+	}
+	defer c.timer.Stop()
+	wg.Go(func() { f.resolver(ctx, c.resolveCh, c.resolvedCh) })
+	f.poke() // commands given before Run
+	c.loop()
+	return nil
+}
+
+func (c *coord) loop() {
+	for {
+		c.step()
+		var (
+			out  chan<- Result
+			head Result
+		)
+		if len(c.pending) > 0 {
+			out, head = c.f.results, c.pending[0].r
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.f.wake:
+			c.apply(c.f.takeCommands())
+		case o := <-c.outcomes:
+			c.applyOutcome(o)
+		case rs := <-c.resolvedCh:
+			c.applyResolved(rs)
+		case out <- head:
+			c.delivered()
+		case <-c.timer.C:
+		}
+	}
+}
+
+// step moves partitions along: backoffs that ended, leader lookups, grants,
+// requests to idle broker loops; stops idle loops that lead nothing; and arms
+// the timer for the next backoff.
+func (c *coord) step() {
+	now := c.f.now()
+	var next time.Time
+	var lookups []resolveReq
+	for key, pt := range c.parts {
+		if pt.state == stBackoff {
+			if now.Before(pt.retryAt) {
+				if next.IsZero() || pt.retryAt.Before(next) {
+					next = pt.retryAt
+				}
+				continue
+			}
+			if pt.known {
+				c.ready(pt)
+			} else {
+				pt.state = stNeedLeader
+			}
+		}
+		if pt.state == stNeedLeader && !c.resolverBusy {
+			pt.state = stResolving
+			lookups = append(lookups, resolveReq{key: key, gen: pt.gen})
+		}
+	}
+	if len(lookups) > 0 {
+		c.resolverBusy = true
+		c.resolveCh <- lookups // capacity 1 and the resolver is idle
+	}
+	c.grant()
+	c.dispatch()
+	c.stopIdleLoops()
+	c.f.m.buffered.Set(float64(c.buffered))
+
+	if !c.timer.Stop() {
+		select {
+		case <-c.timer.C:
+		default:
+		}
+	}
+	if !next.IsZero() {
+		c.timer.Reset(next.Sub(now))
+	}
+}
+
+// ready queues pt for a grant.
+func (c *coord) ready(pt *part) {
+	pt.state = stReady
+	if !pt.queued {
+		pt.queued = true
+		c.waitq = append(c.waitq, pt)
+	}
+}
+
+// grant reserves budget for ready partitions in FIFO order. The fair share
+// rule: grants go strictly in the order partitions became ready; when the
+// head does not fit, nobody behind it is granted, so a partition with a
+// large fetch size is not overtaken forever by small ones, and a partition
+// that just got data queues behind every partition that was waiting. A
+// partition fits if the bytes delivered and not released, plus those
+// reserved by granted and in-flight fetches, plus its own maximum stay
+// within MaxBufferedBytes, or if nothing at all is buffered or reserved.
+func (c *coord) grant() {
+	for len(c.waitq) > 0 {
+		pt := c.waitq[0]
+		if pt.dead || pt.state != stReady {
+			pt.queued = false
+			c.waitq = c.waitq[1:]
+			continue
+		}
+		used := c.buffered + c.reserved
+		if used > 0 && used+int64(pt.maxBytes) > c.f.cfg.MaxBufferedBytes {
+			return
+		}
+		pt.queued = false
+		c.waitq = c.waitq[1:]
+		pt.state = stGranted
+		pt.reserved = int64(pt.maxBytes)
+		c.reserved += pt.reserved
+		c.granted = append(c.granted, pt)
+	}
+	if len(c.waitq) == 0 {
+		c.waitq = nil // let the backing array go
+	}
+}
+
+// dispatch sends one request to every idle broker loop with granted
+// partitions, starting loops as needed.
+func (c *coord) dispatch() {
+	var byBroker map[int32][]*part
+	keep := c.granted[:0]
+	for _, pt := range c.granted {
+		if pt.dead || pt.state != stGranted {
+			continue
+		}
+		if l := c.loops[pt.leader.Broker]; l != nil && l.busy {
+			keep = append(keep, pt)
+			continue
+		}
+		if byBroker == nil {
+			byBroker = make(map[int32][]*part)
+		}
+		byBroker[pt.leader.Broker] = append(byBroker[pt.leader.Broker], pt)
+	}
+	clear(c.granted[len(keep):])
+	c.granted = keep
+	for broker, pts := range byBroker {
+		// Starved partitions first: brokers return a batch above the
+		// partition limit only to the first partition with data.
+		slices.SortStableFunc(pts, func(a, b *part) int {
+			switch {
+			case a.starved && !b.starved:
+				return -1
+			case b.starved && !a.starved:
+				return 1
+			}
+			return 0
+		})
+		req := &fetchReq{broker: broker, items: make([]reqItem, len(pts))}
+		for i, pt := range pts {
+			req.items[i] = reqItem{
+				p:        pt.p,
+				gen:      pt.gen,
+				offset:   pt.offset,
+				maxBytes: pt.maxBytes,
+				epoch:    pt.leader.Epoch,
+				reserved: pt.reserved,
+			}
+			pt.reserved = 0 // now carried by the request
+			pt.state = stInFlight
+		}
+		l := c.loops[broker]
+		if l == nil {
+			l = &loop{work: make(chan *fetchReq, 1)}
+			c.loops[broker] = l
+			c.wg.Go(func() { c.f.brokerLoop(c.ctx, broker, l.work, c.outcomes) })
+			c.f.log.Debug("started broker fetch loop", "broker", broker)
+		}
+		l.busy = true
+		l.work <- req // capacity 1 and the loop is idle
+	}
+}
+
+// stopIdleLoops ends the loops of brokers that lead no live partition.
+func (c *coord) stopIdleLoops() {
+	if len(c.loops) == 0 {
+		return
+	}
+	used := make(map[int32]bool, len(c.loops))
+	for _, pt := range c.parts {
+		if pt.known && pt.state != stFailed {
+			used[pt.leader.Broker] = true
+		}
+	}
+	for broker, l := range c.loops {
+		if !l.busy && !used[broker] {
+			close(l.work)
+			delete(c.loops, broker)
+			c.f.log.Debug("stopped broker fetch loop", "broker", broker)
+		}
+	}
+}
+
+// apply runs the commands of Assign, Unassign and Release.
+func (c *coord) apply(cmds []command) {
+	for _, cmd := range cmds {
+		switch cmd.kind {
+		case cmdAssign:
+			c.drop(cmd.p.Key())
+			c.parts[cmd.p.Key()] = &part{
+				p:         cmd.p,
+				gen:       cmd.gen,
+				offset:    cmd.offset,
+				state:     stNeedLeader,
+				maxBytes:  c.f.cfg.PartitionMaxBytes,
+				corruptAt: -1,
+			}
+			c.f.log.Debug("assigned partition", "partition", cmd.p.String(), "offset", cmd.offset, "gen", cmd.gen)
+		case cmdUnassign:
+			c.drop(cmd.p.Key())
+			delete(c.parts, cmd.p.Key())
+			c.f.log.Debug("unassigned partition", "partition", cmd.p.String())
+		case cmdRelease:
+			c.buffered -= int64(cmd.n)
+			if c.buffered < 0 {
+				c.f.log.Error("released more bytes than were delivered; the buffer bound no longer holds",
+					"excess", -c.buffered, "release", cmd.n)
+				c.buffered = 0
+			}
+		}
+	}
+}
+
+// drop retires the current generation of a partition: its grant is
+// returned and its queued results are dropped with their bytes. A fetch in
+// flight returns its reservation when it completes.
+func (c *coord) drop(key tp.Key) {
+	pt := c.parts[key]
+	if pt == nil {
+		return
+	}
+	pt.dead = true
+	c.reserved -= pt.reserved
+	pt.reserved = 0
+	c.pending = slices.DeleteFunc(c.pending, func(q queued) bool {
+		if q.pt == pt {
+			c.buffered -= int64(q.r.Bytes)
+			return true
+		}
+		return false
+	})
+}
+
+// delivered: the consumer took the head result.
+func (c *coord) delivered() {
+	q := c.pending[0]
+	c.pending[0] = queued{}
+	c.pending = c.pending[1:]
+	if len(c.pending) == 0 {
+		c.pending = nil
+	}
+	pt := q.pt
+	pt.queuedN--
+	if !pt.dead && pt.state == stPending {
+		c.ready(pt)
+	}
+}
+
+// maxQueued is how many results of one partition may wait for the consumer.
+// Two lets a partition fetch ahead while its last result is handed over, so
+// that its next fetch goes out with the response that brought that result
+// rather than after the broker's next long poll; zero-byte results (only
+// control or aborted batches) stay bounded by the number of partitions.
+const maxQueued = 2
+
+// deliver queues a result of pt and fetches ahead if pt may.
+func (c *coord) deliver(pt *part, r Result) {
+	r.Partition, r.Gen = pt.p, pt.gen
+	c.buffered += int64(r.Bytes)
+	c.pending = append(c.pending, queued{r: r, pt: pt})
+	pt.queuedN++
+	switch {
+	case r.Err != nil:
+		pt.state = stFailed
+	case pt.queuedN < maxQueued:
+		c.ready(pt)
+	default:
+		pt.state = stPending
+	}
+}
+
+// fail ends pt with err.
+func (c *coord) fail(pt *part, kind string, err error) {
+	c.f.m.errors[kind].Inc()
+	c.deliver(pt, Result{
+		Start: pt.offset, End: pt.offset,
+		HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1,
+		Err: err,
+	})
+}
+
+// retry backs pt off after a retriable error; invalidate forgets its leader.
+func (c *coord) retry(pt *part, kind string, err error, invalidate bool) {
+	c.f.m.errors[kind].Inc()
+	pt.attempts++
+	d := c.f.backoff(pt.attempts)
+	pt.state = stBackoff
+	pt.retryAt = c.f.now().Add(d)
+	if invalidate {
+		pt.known = false
+		c.f.leaders.Invalidate(pt.p.Key())
+	}
+	args := []any{"partition", pt.p.String(), "offset", pt.offset, "kind", kind, "attempt", pt.attempts, "backoff", d, "error", err}
+	if pt.attempts%10 == 5 {
+		c.f.log.Warn("partition fetch keeps failing, retrying", args...)
+	} else {
+		c.f.log.Debug("partition fetch failed, retrying", args...)
+	}
+}
+
+func (c *coord) applyResolved(rs []resolved) {
+	c.resolverBusy = false
+	for _, r := range rs {
+		pt := c.parts[r.key]
+		if pt == nil || pt.gen != r.gen || pt.state != stResolving {
+			continue
+		}
+		if r.err != nil {
+			pt.state = stNeedLeader // retry below sets backoff
+			c.retry(pt, KindMetadata, r.err, false)
+			continue
+		}
+		switch {
+		case pt.p.ID == [16]byte{}:
+			pt.p.ID = r.leader.ID
+		case r.leader.ID != [16]byte{} && r.leader.ID != pt.p.ID:
+			c.fail(pt, KindTopicRecreated, fmt.Errorf(
+				"%w: %s at offset %d: topic ID %x was assigned, the source now reports %x: the topic was deleted and created again and the mirrored data has no continuation there; investigate, then reassign the partition",
+				ErrTopicRecreated, pt.p, pt.offset, pt.p.ID, r.leader.ID))
+			continue
+		}
+		pt.leader, pt.known = r.leader, true
+		c.ready(pt)
+	}
+}
+
+func (c *coord) applyOutcome(o *outcome) {
+	if l := c.loops[o.broker]; l != nil {
+		l.busy = false
+	}
+	c.f.m.requests.Inc()
+	for i := range o.items {
+		it := &o.items[i]
+		c.reserved -= it.reserved
+		pt := c.parts[it.p.Key()]
+		if pt == nil || pt.gen != it.gen || pt.state != stInFlight {
+			continue // unassigned or reassigned while in flight
+		}
+		switch {
+		case o.err != nil:
+			c.retry(pt, KindConnection, fmt.Errorf("fetch %s from broker %d: %w", pt.p, o.broker, o.err), true)
+		case it.missing:
+			c.retry(pt, KindOther, fmt.Errorf("fetch %s from broker %d: the response does not hold the partition", pt.p, o.broker), false)
+		case it.code == 0:
+			c.applyData(pt, it)
+		case it.code == kerr.OffsetOutOfRange.Code:
+			c.applyOutOfRange(pt, it)
+		default:
+			err := kerr.ErrorForCode(it.code)
+			kind, leaderErr := classify(err)
+			switch {
+			case leaderErr:
+				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), true)
+			case kerr.IsRetriable(err):
+				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), false)
+			default:
+				c.fail(pt, KindRefused, fmt.Errorf("%w: %s at offset %d, broker %d: %w; fix the cause (e.g. grant the link's principal READ on the topic), then reassign the partition",
+					ErrRefused, pt.p, pt.offset, o.broker, err))
+			}
+		}
+	}
+}
+
+// classify names the metric kind of a partition error and whether it means
+// that the leader must be looked up again.
+func classify(err error) (kind string, leaderErr bool) {
+	switch {
+	case errors.Is(err, kerr.NotLeaderForPartition):
+		return KindNotLeader, true
+	case errors.Is(err, kerr.FencedLeaderEpoch):
+		return KindFencedLeaderEpoch, true
+	case errors.Is(err, kerr.UnknownLeaderEpoch):
+		return KindUnknownLeaderEpoch, true
+	case errors.Is(err, kerr.LeaderNotAvailable):
+		return KindLeaderNotAvailable, true
+	case errors.Is(err, kerr.UnknownTopicID), errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.InconsistentTopicID):
+		return KindUnknownTopic, true
+	case errors.Is(err, kerr.ReplicaNotAvailable):
+		return KindReplicaNotAvail, true
+	case errors.Is(err, kerr.KafkaStorageError):
+		return KindStorage, true
+	}
+	return KindOther, false
+}
+
+// applyData takes a partition's records: trims them to the buffer bound,
+// handles a malformed batch and a response without a complete batch, and
+// queues the result.
+func (c *coord) applyData(pt *part, it *itemOutcome) {
+	fl := &it.f
+	start := pt.offset
+	end, aborted, badErr := fl.End, fl.Aborted, fl.Err
+
+	// The buffer bound: take batches while the bytes buffered are below
+	// MaxBufferedBytes, so that they never exceed it by more than one
+	// batch. Grants keep responses within the budget; only a batch above
+	// a partition limit (KIP-74) or a grant made before such a batch
+	// arrived can make this cut, and the rest is fetched again.
+	n, bytes := len(fl.Batches), 0
+	for i, b := range fl.Batches {
+		if c.buffered+int64(bytes) >= c.f.cfg.MaxBufferedBytes {
+			n = i
+			break
+		}
+		bytes += len(b.Raw)
+	}
+	if n < len(fl.Batches) {
+		end = max(start, fl.Batches[n].Header.BaseOffset)
+		aborted = fl.AbortedBefore[n]
+		badErr = nil // beyond the cut; seen again on the next fetch
+	}
+
+	switch {
+	case badErr != nil && end == start:
+		// Nothing before the bad batch: refetch it once, then fail.
+		if !errors.Is(badErr, transform.ErrCorrupt) {
+			c.fail(pt, KindCorrupt, fmt.Errorf("%w: %s at offset %d: %w; the source partition holds a legacy message set: upgrade its message format (log.message.format.version 0.11 or later) or do not mirror it",
+				ErrUnsupportedFormat, pt.p, start, badErr))
+			return
+		}
+		if pt.corruptAt == start {
+			c.fail(pt, KindCorrupt, fmt.Errorf("%w: %s at offset %d, fetched twice: %w; check the source broker's log for the partition, or reassign the partition past the damaged batch",
+				ErrCorrupt, pt.p, start, badErr))
+			return
+		}
+		c.f.m.errors[KindCorrupt].Inc()
+		c.f.log.Warn("corrupt batch in fetch response, fetching it again", "partition", pt.p.String(), "offset", start, "error", badErr)
+		pt.corruptAt = start
+		c.ready(pt)
+		return
+	case badErr != nil:
+		// The batches before it are good; the next fetch starts at
+		// the bad one, and counts as its second look.
+		c.f.m.errors[KindCorrupt].Inc()
+		c.f.log.Warn("corrupt batch in fetch response, fetching it again", "partition", pt.p.String(), "offset", end, "error", badErr)
+		pt.corruptAt = end
+	case end > pt.corruptAt:
+		pt.corruptAt = -1
+	}
+
+	if end == start {
+		pt.attempts = 0
+		if n == 0 && len(fl.Batches) > 0 {
+			c.ready(pt) // cut by the buffer bound before the first batch
+			return
+		}
+		if fl.Examined == 0 && (fl.Truncated > 0 || it.records == 0 && start < it.lso) {
+			c.starve(pt, it)
+		}
+		c.ready(pt) // caught up: the next fetch long-polls
+		return
+	}
+	pt.starved = false
+	pt.attempts = 0
+	pt.offset = end
+	c.f.m.aborted.Add(float64(aborted))
+	c.f.m.bytes.Add(float64(bytes))
+	c.deliver(pt, Result{
+		Batches:          fl.Batches[:n:n],
+		Start:            start,
+		End:              end,
+		HighWatermark:    it.hw,
+		LastStableOffset: it.lso,
+		LogStartOffset:   it.logStart,
+		AbortedBatches:   aborted,
+		Bytes:            bytes,
+	})
+}
+
+// starve handles a response that held data for pt but no complete batch: the
+// partition's limit is below the size of its next batch. Its limit doubles
+// (up to MaxPartitionMaxBytes and MaxBufferedBytes) and it goes first in its
+// next request.
+func (c *coord) starve(pt *part, it *itemOutcome) {
+	pt.starved = true
+	limit := int32(min(int64(MaxPartitionMaxBytes), c.f.cfg.MaxBufferedBytes))
+	if pt.maxBytes >= limit {
+		c.f.log.Debug("no complete batch within the largest partition fetch size; asking first in the next request",
+			"partition", pt.p.String(), "offset", pt.offset, "max_bytes", pt.maxBytes)
+		return
+	}
+	next := min(limit, pt.maxBytes*2)
+	c.f.log.Info("no complete batch within the partition fetch size, doubling it",
+		"partition", pt.p.String(), "offset", pt.offset, "from", pt.maxBytes, "to", next, "truncated_bytes", it.f.Truncated)
+	pt.maxBytes = next
+}
+
+// applyOutOfRange applies the out-of-range policy with the log start and end
+// offsets looked up after the error.
+func (c *coord) applyOutOfRange(pt *part, it *itemOutcome) {
+	if it.rangeErr != nil {
+		c.retry(pt, KindMetadata, fmt.Errorf("%s offset %d is out of range; looking up the valid range: %w", pt.p, pt.offset, it.rangeErr), false)
+		return
+	}
+	off, start, end := pt.offset, it.rangeStart, it.rangeEnd
+	switch {
+	case off > end:
+		c.fail(pt, KindOutOfRange, fmt.Errorf(
+			"%w: %s offset %d is above the high watermark %d (valid range [%d, %d]): the source partition was truncated or the topic recreated, so mirrored data may have no continuation; investigate, then reassign the partition from a valid offset",
+			ErrOffsetOutOfRange, pt.p, off, end, start, end))
+	case off < start && c.f.cfg.OnOutOfRange == OutOfRangeFail:
+		c.fail(pt, KindOutOfRange, fmt.Errorf(
+			"%w: %s offset %d is below the log start offset %d (valid range [%d, %d]): %d records were deleted at the source before they were mirrored; set on_offset_out_of_range = %q to skip them, or investigate (retention too short for the link's lag?)",
+			ErrOffsetOutOfRange, pt.p, off, start, start, end, start-off, OutOfRangeEarliest))
+	case off < start:
+		skipped := start - off
+		c.f.m.errors[KindOutOfRange].Inc()
+		c.f.m.skipped.Add(float64(skipped))
+		c.f.log.Warn("fetch offset below the log start offset; skipping records lost at the source",
+			"partition", pt.p.String(), "offset", off, "log_start_offset", start, "high_watermark", end, "skipped_records", skipped)
+		pt.attempts = 0
+		pt.offset = start
+		c.deliver(pt, Result{
+			Start: off, End: start,
+			HighWatermark: end, LastStableOffset: it.lso, LogStartOffset: start,
+			SkippedRecords: skipped,
+		})
+	default:
+		// In range again (the log start or the high watermark moved
+		// since the fetch): fetch again.
+		c.retry(pt, KindOutOfRange, fmt.Errorf("%s offset %d was out of range and is within [%d, %d] now", pt.p, off, start, end), false)
+	}
+}
