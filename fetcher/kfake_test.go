@@ -159,8 +159,8 @@ func TestTruncatedAndCorruptResponses(t *testing.T) {
 			answered: 2, failAt: 2,
 		},
 		{
-			name: "bad magic twice fails without crc checks",
-			keep: true,
+			name:     "bad magic twice fails without crc checks",
+			keep:     true,
 			craft:    corruptFrom(4, flipMagic, -1),
 			answered: 2, failAt: 4,
 		},
