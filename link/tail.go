@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -71,7 +72,11 @@ func (t *tailReader) fetch(ctx context.Context) ([][]byte, error) {
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
 	req.MinBytes = 0
-	req.MaxBytes = tailChunkBytes // == the one partition's limit (DESIGN §11)
+	// The request limit never binds before the partition limit (DESIGN
+	// §11: kfake drops a partition's aborted-transaction list when the
+	// request limit cuts it; the batch that crosses a partition limit
+	// would also cross an equal request limit).
+	req.MaxBytes = math.MaxInt32
 	req.IsolationLevel = 0
 	req.SessionEpoch = -1
 	rt := kmsg.NewFetchRequestTopic()
