@@ -219,6 +219,26 @@ func TestLeaderMovesAndFaults(t *testing.T) {
 	notLeader := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Partitions: []int32{1}, Err: kerr.NotLeaderForPartition, Count: 3})
 	unknownID := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Partitions: []int32{2}, Err: kerr.UnknownTopicID, Count: 2})
 
+	// Two fetches of partition 3 lose their connection.
+	var mu sync.Mutex
+	dropped := 0
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.Partition == 3 && dropped < 2 {
+					dropped++
+					if dropped < 2 {
+						c.KeepControl()
+					}
+					return nil, errors.New("connection dropped by the test"), true
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
 	f, m := newFetcher(t, c, Config{PartitionMaxBytes: 1 << 10, MaxBufferedBytes: 16 << 10})
 	con := newConsumer(t, f)
 	con.assignAll(ends)
@@ -245,8 +265,53 @@ func TestLeaderMovesAndFaults(t *testing.T) {
 	}
 	lm := m.forLink(testLink)
 	moves := testutil.ToFloat64(lm.errors[KindNotLeader]) + testutil.ToFloat64(lm.errors[KindFencedLeaderEpoch])
-	if moves < 3 || testutil.ToFloat64(lm.errors[KindUnknownTopic]) < 2 {
-		t.Errorf("errors counted: not leader or fenced %v, unknown topic %v", moves, testutil.ToFloat64(lm.errors[KindUnknownTopic]))
+	if moves < 3 || testutil.ToFloat64(lm.errors[KindUnknownTopic]) < 2 || testutil.ToFloat64(lm.errors[KindConnection]) < 2 {
+		t.Errorf("errors counted: not leader or fenced %v, unknown topic %v, connection %v",
+			moves, testutil.ToFloat64(lm.errors[KindUnknownTopic]), testutil.ToFloat64(lm.errors[KindConnection]))
+	}
+}
+
+// Guards the other ways a partition fails: a topic ID that the source
+// contradicts (recreated topic) and a non-retriable broker error; each
+// result names the partition and offset and wraps its sentinel.
+func TestPartitionFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(c *kfake.Cluster, p *tp.Partition)
+		want  error
+		says  string
+	}{
+		{
+			name:  "topic recreated",
+			setup: func(_ *kfake.Cluster, p *tp.Partition) { p.ID = [16]byte{1, 2, 3} },
+			want:  ErrTopicRecreated, says: "t[0] at offset 3: topic ID 01020300000000000000000000000000 was assigned",
+		},
+		{
+			name: "authorization refused",
+			setup: func(c *kfake.Cluster, _ *tp.Partition) {
+				c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Err: kerr.TopicAuthorizationFailed, Count: -1})
+			},
+			want: ErrRefused, says: "t[0] at offset 3, broker",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := deadline(t)
+			c := source(t, 1, "t")
+			produceBulk(ctx, t, c, "t", 1, 6, 3, 10)
+			p := tp.Partition{Topic: "t", Partition: 0}
+			tc.setup(c, &p)
+			f, _ := newFetcher(t, c, Config{})
+			f.Assign(p, 3)
+			run(t, f)
+			select {
+			case r := <-f.Results():
+				if !errors.Is(r.Err, tc.want) || r.Start != 3 || !strings.Contains(r.Err.Error(), tc.says) {
+					t.Fatalf("result [%d, %d) error %v, want %v saying %q", r.Start, r.End, r.Err, tc.want, tc.says)
+				}
+			case <-ctx.Done():
+				t.Fatal("no result")
+			}
+		})
 	}
 }
 

@@ -52,8 +52,9 @@ type filtered struct {
 
 // filterRecords takes apart the record batches of one partition of a
 // READ_COMMITTED fetch response that started at offset start, exactly as a
-// Kafka consumer does (Apache Kafka's clients CompletedFetch.nextFetchedRecord
-// with consumeAbortedTransactionsUpTo, isBatchAborted and containsAbortMarker):
+// Kafka consumer does (Apache Kafka, clients/src/main/java/org/apache/kafka/
+// clients/consumer/internals/CompletedFetch.java: nextFetchedRecord with
+// consumeAbortedTransactionsUpTo, isBatchAborted and containsAbortMarker):
 //
 //   - the aborted transactions of the response are taken in order of their
 //     first offset;
