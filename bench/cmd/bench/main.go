@@ -1,0 +1,101 @@
+// Command bench measures mirrord against a record-level mirror (the way
+// MirrorMaker-style tools work) on the same data, in one run; see
+// bench/README.md. From the repository root:
+//
+//	go run ./bench/cmd/bench                 # 1 GiB, 3 runs per side and codec
+//	go run ./bench/cmd/bench -size 256MiB -runs 5
+//
+// It prints progress to stderr and the report (Markdown tables) to stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/seed83556561/mirrord/bench/harness"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var (
+		cfg      harness.Config
+		size     = fs.String("size", "1GiB", "source data over all codec topics: bytes, or a number with KiB, MiB, GiB")
+		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
+		codecs   = fs.String("codecs", "lz4,zstd,none", "codec topics to load and mirror")
+		samples  = fs.Bool("samples", true, "also print every run")
+		sides    = fs.String("sides", "mirrord,peer", "mirrors to run, in this order within each round")
+	)
+	fs.IntVar(&cfg.Runs, "runs", harness.DefaultRuns, "runs per side and codec")
+	partitions := fs.Int("partitions", 6, "partitions per topic")
+	fs.IntVar(&cfg.PeerTasks, "peer-tasks", 0, "the peer's consumer-producer pairs (0: GOMAXPROCS)")
+	fs.BoolVar(&cfg.Verify, "verify", false, "compare every destination topic with its source record by record (not timed)")
+	fs.StringVar(&cfg.TransformBenchtime, "transform-benchtime", "2s", "-benchtime of the transform benchmarks; empty skips them")
+	fs.StringVar(&cfg.WorkDir, "workdir", "", "directory for binaries, logs and cluster files (default: a temporary one)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary work directory")
+	fs.DurationVar(&cfg.RunTimeout, "run-timeout", harness.DefaultRunTimeout, "limit of one mirror run")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level of the mirrors (their logs are in the work directory)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if cfg.Size, err = parseSize(*size); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -size: %v\n", err)
+		return 2
+	}
+	if cfg.MaxBufferedBytes, err = parseSize(*buffered); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -max-buffered-bytes: %v\n", err)
+		return 2
+	}
+	cfg.Codecs = strings.Split(*codecs, ",")
+	cfg.Sides = strings.Split(*sides, ",")
+	cfg.Partitions = int32(*partitions)
+	cfg.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	rep, err := harness.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	fmt.Printf("Command: go run ./bench/cmd/bench %s\n\n", strings.Join(args, " "))
+	rep.Write(os.Stdout)
+	if *samples {
+		fmt.Println()
+		rep.WriteSamples(os.Stdout)
+	}
+	return 0
+}
+
+var errSize = errors.New("want bytes or a number with KiB, MiB or GiB")
+
+// parseSize reads "1GiB", "256MiB", "8MiB", "65536".
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%q: %w", s, errSize)
+		}
+		return int64(n * float64(u.mult)), nil
+	}
+	return 0, fmt.Errorf("%q: %w", s, errSize)
+}

@@ -1,0 +1,211 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Binaries are the programs the benchmark runs, each in its own process.
+type Binaries struct {
+	Mirrord     string // ./cmd/mirrord
+	KfakeServer string // ./bench/cmd/kfakeserver
+	PeerMirror  string // ./bench/cmd/peermirror
+}
+
+// ModuleDir is the root of the Go module that holds the working directory.
+func ModuleDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, goTool(), "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside a Go module: run the benchmark from the mirrord repository")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// goTool is the go command on PATH (go test puts its own first).
+func goTool() string { return "go" }
+
+// Build compiles the three programs of the benchmark into outDir.
+func Build(ctx context.Context, moduleDir, outDir string) (Binaries, error) {
+	b := Binaries{
+		Mirrord:     filepath.Join(outDir, "mirrord"),
+		KfakeServer: filepath.Join(outDir, "kfakeserver"),
+		PeerMirror:  filepath.Join(outDir, "peermirror"),
+	}
+	for out, pkg := range map[string]string{
+		b.Mirrord:     "./cmd/mirrord",
+		b.KfakeServer: "./bench/cmd/kfakeserver",
+		b.PeerMirror:  "./bench/cmd/peermirror",
+	} {
+		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, pkg)
+		cmd.Dir = moduleDir
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
+		}
+	}
+	return b, nil
+}
+
+// process is a child process whose end the harness waits for.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string        // file with its stderr (and stdout, unless read)
+	done chan struct{} // closed when Wait returned
+	err  error         // of Wait
+}
+
+// start runs bin with args; its stderr goes to the file logPath, and so
+// does its stdout unless stdout is non-nil.
+func start(name, bin string, args []string, logPath string, stdout io.Writer) (*process, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s: log file: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	cmd.Stdout = logf
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	// The waiter ends when the process does; stop and every caller of
+	// stop wait for it through done.
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits up to timeout for the process to exit; then
+// it kills it. It returns the process's state and an error if the process
+// had to be killed or exited with a failure.
+func (p *process) stop(timeout time.Duration) (*os.ProcessState, error) {
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return p.cmd.ProcessState, fmt.Errorf("%s did not stop within %s of SIGTERM and was killed; log %s:\n%s", p.name, timeout, p.log, tail(p.log))
+	}
+	if p.err != nil {
+		return p.cmd.ProcessState, fmt.Errorf("%s: %w; log %s:\n%s", p.name, p.err, p.log, tail(p.log))
+	}
+	return p.cmd.ProcessState, nil
+}
+
+// tail is the end of a log file, for error messages.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	const max = 4000
+	if len(b) > max {
+		b = b[len(b)-max:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
+
+// Cluster is a kfake cluster in its own process.
+type Cluster struct {
+	Name  string
+	ID    string
+	Addrs []string
+	proc  *process
+}
+
+// firstLine hands the first line written to it to a channel and drops the
+// rest.
+type firstLine struct {
+	buf  []byte
+	sent bool
+	ch   chan string // buffered, one line
+}
+
+func (w *firstLine) Write(b []byte) (int, error) {
+	if !w.sent {
+		w.buf = append(w.buf, b...)
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
+			w.ch <- string(w.buf[:i])
+			w.sent, w.buf = true, nil
+		}
+	}
+	return len(b), nil
+}
+
+// StartCluster starts bin (kfakeserver) with the cluster ID id, its log
+// files under dataDir, and its stderr in logPath, and waits until it
+// listens.
+func StartCluster(ctx context.Context, bin, name, id, dataDir, logPath string) (*Cluster, error) {
+	w := &firstLine{ch: make(chan string, 1)}
+	p, err := start("cluster "+name, bin, []string{"-cluster-id", id, "-data-dir", dataDir}, logPath, w)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Name: name, ID: id, proc: p}
+	fail := func(format string, args ...any) (*Cluster, error) {
+		_, _ = p.stop(10 * time.Second)
+		return nil, fmt.Errorf("cluster %s: "+format+"; log %s:\n%s", append([]any{name}, append(args, logPath, tail(logPath))...)...)
+	}
+	select {
+	case line := <-w.ch:
+		rest, found := strings.CutPrefix(line, "listening ")
+		if !found || rest == "" {
+			return fail("kfakeserver printed %q instead of its addresses", line)
+		}
+		c.Addrs = strings.Split(rest, ",")
+	case <-p.done:
+		return fail("kfakeserver exited before it listened: %v", p.err)
+	case <-ctx.Done():
+		return fail("waiting for it to listen: %v", ctx.Err())
+	}
+	return c, nil
+}
+
+// Opts are kgo options that reach the cluster.
+func (c *Cluster) Opts() []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(c.Addrs...)} }
+
+// Stop ends the cluster's process.
+func (c *Cluster) Stop() error {
+	_, err := c.proc.stop(2 * time.Minute)
+	return err
+}
