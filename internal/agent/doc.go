@@ -1,0 +1,40 @@
+// Package agent is the mirrord daemon: it runs every link of a validated
+// configuration in one process and serves their metrics, health and admin
+// API over HTTP on agent.listen.
+//
+// New builds one link.Link per link block, with the kgo options of its two
+// clusters (internal/kclient) plus the agent's own: franz-go client metrics
+// (plugin/kprom) and a kgo logger. It registers the link, fetcher and
+// appender metrics once on the registry and does no network I/O; it reads
+// the TLS files the configuration names, so that a missing file is an
+// error at start.
+//
+// # Goroutines
+//
+// Run owns every goroutine of the agent in one errgroup and waits for all of
+// them before it returns: the HTTP server, one goroutine per link (link.Run,
+// which owns the link's own goroutines), one start-up ping per cluster, and
+// the stopper. When the context ends, the links stop first (in-flight
+// appends drain and each link commits a final checkpoint), then the HTTP
+// server shuts down, so that /v1/links and /metrics show the stop until it
+// is done. A link drains for at most half of agent.shutdown_timeout and
+// commits its final checkpoint within the other half.
+//
+// # Metrics
+//
+// Everything is registered on one registry under the namespace mirrord_:
+// the link, fetcher and appender metrics (labelled by link),
+// mirrord_build_info, and the franz-go client metrics as
+// mirrord_kafka_*{cluster, role}, one kprom.Metrics per cluster and role
+// (source or destination) shared by every client of that role. kprom's
+// buffered_* gauges read the first client of each role only; mirrord sends
+// raw requests and buffers nothing in kgo, so they stay 0.
+//
+// # Limits
+//
+// Two links must not mirror into the same destination topic: each keeps its
+// own producer state and checkpoints for the partitions it writes, so the
+// two would see each other's batches as foreign. Whether two rename
+// templates and topic selections can meet is not decided statically; the
+// links' foreign-batch counters (mirrord_foreign_batches_total) show it.
+package agent
