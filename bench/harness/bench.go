@@ -301,27 +301,49 @@ type bench struct {
 
 // load fills the source and records each topic's size and end offsets.
 func (b *bench) load(ctx context.Context) error {
-	per := b.cfg.Size / int64(len(b.cfg.Codecs))
 	b.say("loading %d MiB of values into %d topics of %d partitions (%v)", b.cfg.Size>>20, len(b.cfg.Codecs), b.cfg.Partitions, b.cfg.Codecs)
 	start := time.Now()
-	topics, err := load.Run(ctx, load.Config{Codecs: b.cfg.Codecs, BytesPerTopic: per, Partitions: b.cfg.Partitions}, b.src.Opts())
+	topics, err := LoadSource(ctx, b.src, b.cfg.Codecs, b.cfg.Size, b.cfg.Partitions)
 	if err != nil {
 		return err
 	}
 	b.rep.LoadTime = time.Since(start)
-	adm := kadm.NewClient(b.srcCl)
+	b.rep.Topics = topics
+	for _, t := range topics {
+		b.say("loaded %s: %d records, %d MiB payload, %d MiB stored (%.2fx)", t.Name, t.Records, t.PayloadBytes>>20, t.Bytes>>20, float64(t.PayloadBytes)/float64(t.Bytes))
+	}
+	b.say("loaded in %s", b.rep.LoadTime.Round(time.Millisecond))
+	return nil
+}
+
+// LoadSource fills src with size bytes of values spread over one topic per
+// codec (see package load) and returns each topic with its stored size and
+// end offsets.
+func LoadSource(ctx context.Context, src *Cluster, codecs []string, size int64, partitions int32) ([]SourceTopic, error) {
+	per := size / int64(len(codecs))
+	topics, err := load.Run(ctx, load.Config{Codecs: codecs, BytesPerTopic: per, Partitions: partitions}, src.Opts())
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(src.Opts()...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: source client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	names := make([]string, len(topics))
 	for i, t := range topics {
 		names[i] = t.Name
 	}
 	sizes, err := adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{})
 	if err != nil {
-		return fmt.Errorf("bench: describe source log dirs: %w", err)
+		return nil, fmt.Errorf("bench: describe source log dirs: %w", err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, names...)
 	if err != nil {
-		return fmt.Errorf("bench: source end offsets: %w", err)
+		return nil, fmt.Errorf("bench: source end offsets: %w", err)
 	}
+	var out []SourceTopic
 	for _, t := range topics {
 		st := SourceTopic{Topic: t}
 		for _, dirs := range sizes {
@@ -335,19 +357,17 @@ func (b *bench) load(ctx context.Context) error {
 		for p := range t.Partitions {
 			o, ok := ends.Lookup(t.Name, p)
 			if !ok || o.Err != nil {
-				return fmt.Errorf("bench: source end offset of %s[%d]: %v", t.Name, p, o.Err)
+				return nil, fmt.Errorf("bench: source end offset of %s[%d]: %v", t.Name, p, o.Err)
 			}
 			st.Ends = append(st.Ends, o.Offset)
 			records += o.Offset
 		}
 		if records != t.Records || st.Bytes == 0 {
-			return fmt.Errorf("bench: source topic %s holds %d records in %d bytes after loading %d records", t.Name, records, st.Bytes, t.Records)
+			return nil, fmt.Errorf("bench: source topic %s holds %d records in %d bytes after loading %d records", t.Name, records, st.Bytes, t.Records)
 		}
-		b.rep.Topics = append(b.rep.Topics, st)
-		b.say("loaded %s: %d records, %d MiB payload, %d MiB stored (%.2fx)", t.Name, t.Records, t.PayloadBytes>>20, st.Bytes>>20, float64(t.PayloadBytes)/float64(st.Bytes))
+		out = append(out, st)
 	}
-	b.say("loaded in %s", b.rep.LoadTime.Round(time.Millisecond))
-	return nil
+	return out, nil
 }
 
 // run mirrors one topic with one side into fresh destination topics named
@@ -395,7 +415,10 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	if err != nil {
 		return Sample{}, err
 	}
-	werr := b.waitMirrored(rctx, p, top, dstTopic)
+	werr := WaitMirrored(rctx, b.dstCl, top, dstTopic, p.done)
+	if werr != nil && p.exited() {
+		werr = fmt.Errorf("%w: %v", werr, p.err)
+	}
 	wall := time.Since(t0)
 	ps, serr := p.stop(b.cfg.StopTimeout)
 	if werr != nil {
@@ -438,18 +461,19 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 // its source: a mirror wrote something twice.
 var errDuplicates = errors.New("destination holds more records than the source")
 
-// waitMirrored polls the destination's end offsets until they reach the
-// source's for every partition, or the process exits, or ctx ends.
-func (b *bench) waitMirrored(ctx context.Context, p *process, top SourceTopic, dstTopic string) error {
-	adm := kadm.NewClient(b.dstCl)
+// WaitMirrored polls the destination's end offsets until they reach the
+// source's for every partition of top, or exited is closed (the mirror
+// ended), or ctx ends.
+func WaitMirrored(ctx context.Context, dst *kgo.Client, top SourceTopic, dstTopic string, exited <-chan struct{}) error {
+	adm := kadm.NewClient(dst)
 	t := time.NewTicker(DefaultPollInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("destination not complete: %w", ctx.Err())
-		case <-p.done:
-			return fmt.Errorf("mirror exited before the destination was complete: %v", p.err)
+		case <-exited:
+			return errExited
 		case <-t.C:
 		}
 		ends, err := adm.ListEndOffsets(ctx, dstTopic)
@@ -475,3 +499,6 @@ func (b *bench) waitMirrored(ctx context.Context, p *process, top SourceTopic, d
 		}
 	}
 }
+
+// errExited says that the mirror ended before the destination was complete.
+var errExited = errors.New("mirror exited before the destination was complete")

@@ -51,13 +51,21 @@ func Build(ctx context.Context, moduleDir, outDir string) (Binaries, error) {
 		b.KfakeServer: "./bench/cmd/kfakeserver",
 		b.PeerMirror:  "./bench/cmd/peermirror",
 	} {
-		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, pkg)
-		cmd.Dir = moduleDir
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
+		if err := BuildPackage(ctx, moduleDir, out, pkg); err != nil {
+			return b, err
 		}
 	}
 	return b, nil
+}
+
+// BuildPackage runs go build -o out pkg in moduleDir.
+func BuildPackage(ctx context.Context, moduleDir, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, pkg)
+	cmd.Dir = moduleDir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
+	}
+	return nil
 }
 
 // process is a child process whose end the harness waits for.

@@ -1,0 +1,13 @@
+// Package profile runs mirrord's agent in the benchmark's own process, so
+// that a CPU profile shows where mirrord spends its time while the two
+// kfake clusters run in their own processes and stay out of the profile:
+//
+//	go test -run='^$' -bench=MirrordRun -benchtime=3x ./bench/profile \
+//	    -args -profile.size=256MiB -profile.cpuprofile=/tmp/mirrord.cpu
+//	go tool pprof -top /tmp/mirrord.cpu
+//
+// The profile covers only the mirroring (not the build, the clusters'
+// start or the load), which is why the package has its own flag instead of
+// go test's -cpuprofile. The agent is built from the same generated HCL
+// that `mirrord run --config` reads in the benchmark (bench/harness).
+package profile

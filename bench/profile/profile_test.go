@@ -1,0 +1,181 @@
+package profile
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/bench/harness"
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/agent"
+)
+
+var (
+	sizeFlag    = flag.String("profile.size", "256MiB", "source data over all codec topics (KiB, MiB, GiB)")
+	codecsFlag  = flag.String("profile.codecs", "lz4,zstd,none", "codec topics, one sub-benchmark each")
+	bufferFlag  = flag.Int64("profile.max-buffered-bytes", 64<<20, "the link's max_buffered_bytes")
+	cpuFlag     = flag.String("profile.cpuprofile", "", "write a CPU profile of the mirroring only to this file")
+	logFlag     = flag.String("profile.log-level", "warn", "the agent's log level (stderr)")
+	clusterLogs = flag.String("profile.workdir", "", "directory for the clusters' files and logs (default: a temporary one)")
+)
+
+func parseSize(s string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"", 1}} {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseFloat(num, 64)
+			if err != nil || n <= 0 {
+				return 0, fmt.Errorf("size %q: want a positive number with KiB, MiB or GiB", s)
+			}
+			return int64(n * u.mult), nil
+		}
+	}
+	return 0, fmt.Errorf("size %q", s)
+}
+
+// BenchmarkMirrordRun mirrors each codec topic with an in-process agent
+// into fresh destination topics per iteration; bytes/s are source bytes as
+// stored.
+func BenchmarkMirrordRun(b *testing.B) {
+	size, err := parseSize(*sizeFlag)
+	if err != nil {
+		b.Fatal(err)
+	}
+	codecs := strings.Split(*codecsFlag, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+
+	dir := *clusterLogs
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	mod, err := harness.ModuleDir(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bin := filepath.Join(dir, "kfakeserver")
+	if err := harness.BuildPackage(ctx, mod, bin, "./bench/cmd/kfakeserver"); err != nil {
+		b.Fatal(err)
+	}
+	start := func(name string) *harness.Cluster {
+		data := filepath.Join(dir, name)
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		c, err := harness.StartCluster(ctx, bin, name, newID(name), data, filepath.Join(dir, name+".log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if err := c.Stop(); err != nil {
+				b.Error(err)
+			}
+		})
+		return c
+	}
+	src, dst := start("source"), start("destination")
+	topics, err := harness.LoadSource(ctx, src, codecs, size, 6)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dstCl, err := kgo.NewClient(dst.Opts()...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dstCl.Close()
+
+	if *cpuFlag != "" {
+		f, err := os.Create(*cpuFlag)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	id := 0
+	for _, top := range topics {
+		b.Run(top.Codec, func(b *testing.B) {
+			b.SetBytes(top.Bytes)
+			for b.Loop() {
+				id++
+				mirror(ctx, b, src, dst, dstCl, top, id)
+			}
+		})
+	}
+}
+
+// mirror runs an agent with one link over top until the destination holds
+// all of it, then stops the agent cleanly and deletes what it created.
+func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl *kgo.Client, top harness.SourceTopic, id int) {
+	state := fmt.Sprintf("__mirror_state.p%d", id)
+	hcl := harness.MirrordConfig(harness.MirrordLink{
+		Name:             fmt.Sprintf("profile-p%d", id),
+		Source:           src.Addrs,
+		Dest:             dst.Addrs,
+		Topics:           []string{top.Name},
+		Rename:           fmt.Sprintf("{topic}.p%d", id),
+		StateTopic:       state,
+		MaxBufferedBytes: *bufferFlag,
+		LogLevel:         *logFlag,
+	})
+	cfg, err := config.Parse("profile.hcl", []byte(hcl), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := agent.New(cfg, agent.Deps{Logger: hclog.New(&hclog.LoggerOptions{Name: "mirrord", Level: hclog.LevelFromString(*logFlag), Output: os.Stderr})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = a.Run(actx)
+	}()
+	dstTopic := fmt.Sprintf("%s.p%d", top.Name, id)
+	werr := harness.WaitMirrored(ctx, dstCl, top, dstTopic, done)
+	stop()
+	<-done
+	if werr != nil || runErr != nil {
+		b.Fatalf("mirror %s into %s: %v; agent: %v", top.Name, dstTopic, werr, runErr)
+	}
+	b.StopTimer()
+	resps, err := kadm.NewClient(dstCl).DeleteTopics(ctx, dstTopic, state)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		b.Fatalf("delete %s and %s: %v", dstTopic, state, err)
+	}
+	b.StartTimer()
+}
+
+// newID is a fixed, valid cluster ID per role: real 22-character base64url
+// UUIDs, distinct.
+func newID(role string) string {
+	if role == "source" {
+		return "MkU3OEVBNTcwNTJENDM2Qg"
+	}
+	return "LqsXsMnTTYq0dBuyEJh1_A"
+}
