@@ -1,0 +1,25 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/agent"
+)
+
+// newAgent builds the agent of cfg with its logs on logOut and its metrics
+// on reg. The links run with the configuration's values: kfake, like
+// Kafka, gives a replication factor of -1 min(3, brokers) replicas.
+func newAgent(cfg *config.Config, logOut io.Writer, reg *prometheus.Registry) (*agent.Agent, error) {
+	ag, err := agent.New(cfg, agent.Deps{
+		Logger:   agent.NewLogger(cfg.Agent, logOut),
+		Registry: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return ag, nil
+}
