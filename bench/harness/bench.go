@@ -135,7 +135,7 @@ type Sample struct {
 	SourceBytes int64 // the source topic's log bytes, as stored (compressed)
 	Records     int64
 	User, Sys   time.Duration // of the mirror process
-	MaxRSS      int64         // peak resident set of the mirror process, bytes
+	MaxRSS      int64         // peak resident set of the mirror process (VmHWM), bytes
 }
 
 // CPU is the mirror process's user and system time.
@@ -220,12 +220,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	say("source cluster %s on %s, destination cluster %s on %s", src.ID, strings.Join(src.Addrs, ","), dst.ID, strings.Join(dst.Addrs, ","))
 
 	b := &bench{cfg: cfg, bins: bins, src: src, dst: dst, say: say, rep: rep}
-	if b.srcCl, err = kgo.NewClient(src.Opts()...); err != nil {
-		return nil, fmt.Errorf("bench: source client: %w", err)
-	}
-	defer b.srcCl.Close()
-	if b.dstCl, err = kgo.NewClient(dst.Opts()...); err != nil {
-		return nil, fmt.Errorf("bench: destination client: %w", err)
+	if b.dstCl, err = dst.PollClient(); err != nil {
+		return nil, err
 	}
 	defer b.dstCl.Close()
 
@@ -291,12 +287,12 @@ func newClusterID() string {
 
 // bench is the state of one Run.
 type bench struct {
-	cfg          Config
-	bins         Binaries
-	src, dst     *Cluster
-	srcCl, dstCl *kgo.Client
-	say          func(string, ...any)
-	rep          *Report
+	cfg      Config
+	bins     Binaries
+	src, dst *Cluster
+	dstCl    *kgo.Client // polls the destination
+	say      func(string, ...any)
+	rep      *Report
 }
 
 // load fills the source and records each topic's size and end offsets.
@@ -430,7 +426,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	s := Sample{
 		Side: side, Codec: top.Codec, Run: run, Wall: wall,
 		SourceBytes: top.Bytes, Records: top.Records,
-		User: ps.UserTime(), Sys: ps.SystemTime(), MaxRSS: maxRSS(ps),
+		User: ps.UserTime(), Sys: ps.SystemTime(), MaxRSS: p.peakRSS(),
 	}
 	if b.cfg.Verify {
 		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic)
@@ -463,7 +459,7 @@ var errDuplicates = errors.New("destination holds more records than the source")
 
 // WaitMirrored polls the destination's end offsets until they reach the
 // source's for every partition of top, or exited is closed (the mirror
-// ended), or ctx ends.
+// ended), or ctx ends. dst should be a Cluster.PollClient.
 func WaitMirrored(ctx context.Context, dst *kgo.Client, top SourceTopic, dstTopic string, exited <-chan struct{}) error {
 	adm := kadm.NewClient(dst)
 	t := time.NewTicker(DefaultPollInterval)

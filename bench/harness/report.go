@@ -125,7 +125,7 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "| %s | mirrord/peer | %.2f | %.2fx | %.3f | %.2f |\n", t.Codec, x.Wall, x.Throughput, x.CPUPerGB, x.PeakRSS)
 		}
 	}
-	fmt.Fprintln(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) and peak RSS (ru_maxrss) are the mirror process's own, from its rusage after a clean SIGTERM stop. Ratios are of medians.")
+	fmt.Fprintln(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) is the mirror process's own, from its rusage after a clean SIGTERM stop; peak RSS is its VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. Ratios are of medians.")
 
 	if len(ratios) > 0 {
 		fmt.Fprintf(w, "\n| codec | CPU per GB, mirrord ÷ peer (target ≤ %.2f on lz4, zstd) | throughput, mirrord ÷ peer (target ≥ %.1f) | mirrord peak RSS − max_buffered_bytes (%d MiB) |\n", TargetCPURatio, TargetThroughputRatio, c.MaxBufferedBytes>>20)

@@ -91,7 +91,7 @@ func BenchmarkMirrordRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dstCl, err := kgo.NewClient(dst.Opts()...)
+	dstCl, err := dst.PollClient()
 	if err != nil {
 		b.Fatal(err)
 	}
