@@ -52,8 +52,10 @@ func runRun(args []string, _, stderr io.Writer) int {
 	log := agent.NewLogger(cfg.Agent, stderr)
 	a, err := agent.New(cfg, agent.Deps{Logger: log, Version: version})
 	if err != nil {
+		// What the file names cannot be used (TLS files): a configuration
+		// problem like the others.
 		fmt.Fprintf(stderr, "mirrord run: %v\n", err)
-		return exitError
+		return exitUsage
 	}
 
 	// Two signals fit, so that a second one is never lost while the

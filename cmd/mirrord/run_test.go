@@ -388,6 +388,17 @@ link "l" {
   topics { include = [".*"] }
 }
 `, ln.Addr().String()))
+	noCA := writeFile(t, "noca.hcl", `cluster "a" {
+  bootstrap_servers = ["127.0.0.1:1"]
+  tls { ca_file = "/nonexistent/ca.pem" }
+}
+cluster "b" { bootstrap_servers = ["127.0.0.1:2"] }
+link "l" {
+  source = "a"
+  destination = "b"
+  topics { include = [".*"] }
+}
+`)
 	bad := writeFile(t, "bad.hcl", "agent {\n  log_level = \"loud\"\n}\ncluster \"a\" {\n}\n")
 	for _, tc := range []struct {
 		name   string
@@ -404,6 +415,7 @@ link "l" {
 			bad + `:4:1: cluster.a.bootstrap_servers: required (list the brokers as host:port, e.g. ["kafka1:9092", "kafka2:9092"])`,
 			bad + `:1:1: link: at least one link block is required (add link "name" { source = ..., destination = ..., topics { include = [...] } })`,
 		}},
+		{"unreadable CA file", []string{"run", "--config", noCA}, exitUsage, []string{`mirrord run: cluster "a": tls failed: read tls.ca_file: open /nonexistent/ca.pem: no such file or directory`}},
 		{"address in use", []string{"run", "--config", busy}, exitError, []string{ln.Addr().String(), "agent.listen", "cannot listen"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 			}
 			opts, err := deps.Options(cfg.Clusters[name])
 			if err != nil {
-				errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
+				errs = append(errs, err) // it names the cluster and the file
 				base[name] = nil
 				continue
 			}

@@ -640,7 +640,7 @@ func TestNewRefusesUnreadableTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(cfg, Deps{})
-	if err == nil || !strings.Contains(err.Error(), `cluster dst`) || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+	if err == nil || !strings.Contains(err.Error(), `cluster "dst"`) || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
 		t.Fatalf("New: %v", err)
 	}
 }
