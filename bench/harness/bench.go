@@ -136,6 +136,11 @@ type Sample struct {
 	Records     int64
 	User, Sys   time.Duration // of the mirror process
 	MaxRSS      int64         // peak resident set of the mirror process (VmHWM), bytes
+
+	// SourceBrokerCPU and DestBrokerCPU are the kfake processes' CPU
+	// time during the run's wall time: what the mirror cost the
+	// brokers, and whether they, not the mirror, bounded its speed.
+	SourceBrokerCPU, DestBrokerCPU time.Duration
 }
 
 // CPU is the mirror process's user and system time.
@@ -146,6 +151,12 @@ func (s Sample) MBps() float64 { return float64(s.SourceBytes) / 1e6 / s.Wall.Se
 
 // CPUPerGB is CPU seconds per source gigabyte (10^9).
 func (s Sample) CPUPerGB() float64 { return s.CPU().Seconds() / (float64(s.SourceBytes) / 1e9) }
+
+// Busy is how many cores the mirror and the two brokers kept busy on
+// average during the run.
+func (s Sample) Busy() float64 {
+	return (s.CPU() + s.SourceBrokerCPU + s.DestBrokerCPU).Seconds() / s.Wall.Seconds()
+}
 
 // SourceTopic is one loaded topic with its stored size.
 type SourceTopic struct {
@@ -407,7 +418,8 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.RunTimeout)
 	defer cancel()
 	t0 := time.Now()
-	p, err := start(side, bin, args, logPath, nil)
+	srcCPU, dstCPU := b.src.CPU(), b.dst.CPU()
+	p, err := start(side, bin, args, logPath, nil, true)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -416,6 +428,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		werr = fmt.Errorf("%w: %v", werr, p.err)
 	}
 	wall := time.Since(t0)
+	srcCPU, dstCPU = b.src.CPU()-srcCPU, b.dst.CPU()-dstCPU
 	ps, serr := p.stop(b.cfg.StopTimeout)
 	if werr != nil {
 		return Sample{}, fmt.Errorf("bench: %s run %d of %s into %s: %w; log %s:\n%s", side, run, top.Name, dstTopic, werr, logPath, tail(logPath))
@@ -427,6 +440,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		Side: side, Codec: top.Codec, Run: run, Wall: wall,
 		SourceBytes: top.Bytes, Records: top.Records,
 		User: ps.UserTime(), Sys: ps.SystemTime(), MaxRSS: p.peakRSS(),
+		SourceBrokerCPU: srcCPU, DestBrokerCPU: dstCPU,
 	}
 	if b.cfg.Verify {
 		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic)

@@ -84,8 +84,9 @@ type process struct {
 const rssInterval = 10 * time.Millisecond
 
 // start runs bin with args; its stderr goes to the file logPath, and so
-// does its stdout unless stdout is non-nil.
-func start(name, bin string, args []string, logPath string, stdout io.Writer) (*process, error) {
+// does its stdout unless stdout is non-nil. With sample, its peak RSS is
+// sampled while it runs.
+func start(name, bin string, args []string, logPath string, stdout io.Writer, sample bool) (*process, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s: log file: %w", name, err)
@@ -107,6 +108,10 @@ func start(name, bin string, args []string, logPath string, stdout io.Writer) (*
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
+		if !sample {
+			<-exited
+			return
+		}
 		t := time.NewTicker(rssInterval)
 		defer t.Stop()
 		for {
@@ -213,7 +218,7 @@ func (w *firstLine) Write(b []byte) (int, error) {
 // listens.
 func StartCluster(ctx context.Context, bin, name, id, dataDir, logPath string) (*Cluster, error) {
 	w := &firstLine{ch: make(chan string, 1)}
-	p, err := start("cluster "+name, bin, []string{"-cluster-id", id, "-data-dir", dataDir}, logPath, w)
+	p, err := start("cluster "+name, bin, []string{"-cluster-id", id, "-data-dir", dataDir}, logPath, w, false)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +256,10 @@ func (c *Cluster) PollClient() (*kgo.Client, error) {
 	}
 	return cl, nil
 }
+
+// CPU is the cluster process's CPU time so far (user and system), or 0
+// off Linux.
+func (c *Cluster) CPU() time.Duration { return cpuTime(c.proc.cmd.Process.Pid) }
 
 // Stop ends the cluster's process.
 func (c *Cluster) Stop() error {

@@ -15,7 +15,7 @@ func TestPeakRSSIsTheChilds(t *testing.T) {
 	for n := 1; n < len(ballast); n *= 2 {
 		copy(ballast[n:], ballast[:n]) // touch every page
 	}
-	p, err := start("sleep", "/bin/sh", []string{"-c", "sleep 0.3"}, filepath.Join(t.TempDir(), "log"), nil)
+	p, err := start("sleep", "/bin/sh", []string{"-c", "sleep 0.3"}, filepath.Join(t.TempDir(), "log"), nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestPeakRSSIsTheChilds(t *testing.T) {
 // TestStopKillsAHungProcess guards the run's end: a mirror that ignores
 // SIGTERM is killed after the timeout and the run reports it.
 func TestStopKillsAHungProcess(t *testing.T) {
-	p, err := start("stubborn", "/bin/sh", []string{"-c", `trap "" TERM; echo ready; sleep 30`}, filepath.Join(t.TempDir(), "log"), nil)
+	p, err := start("stubborn", "/bin/sh", []string{"-c", `trap "" TERM; echo ready; sleep 30`}, filepath.Join(t.TempDir(), "log"), nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,5 +46,25 @@ func TestStopKillsAHungProcess(t *testing.T) {
 	}
 	if !p.exited() {
 		t.Fatal("process still running after stop")
+	}
+}
+
+// TestCPUTime guards the /proc/PID/stat parsing: a process that spins for
+// a while has used CPU time, and one that does not exist has none.
+func TestCPUTime(t *testing.T) {
+	p, err := start("spin", "/bin/sh", []string{"-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 30"}, filepath.Join(t.TempDir(), "log"), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	for cpuTime(p.cmd.Process.Pid) < 50*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("cpuTime of a spinning shell stayed at %s", cpuTime(p.cmd.Process.Pid))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := cpuTime(1 << 30); got != 0 {
+		t.Fatalf("cpuTime of a missing process = %s, want 0", got)
 	}
 }

@@ -32,10 +32,12 @@ func stats(vs []float64) stat {
 type sideStats struct {
 	n                    int
 	wall, mbps, cpu, rss stat // seconds, MB/s, CPU s per GB, MiB
+	srcCPU, dstCPU       stat // the brokers' CPU seconds during the run
+	busy                 stat // cores busy: mirror, source and destination CPU over wall time
 }
 
 func (r *Report) sideStats(side, codec string) (sideStats, bool) {
-	var wall, mbps, cpu, rss []float64
+	var wall, mbps, cpu, rss, src, dst, busy []float64
 	for _, s := range r.Samples {
 		if s.Side != side || s.Codec != codec {
 			continue
@@ -44,11 +46,15 @@ func (r *Report) sideStats(side, codec string) (sideStats, bool) {
 		mbps = append(mbps, s.MBps())
 		cpu = append(cpu, s.CPUPerGB())
 		rss = append(rss, float64(s.MaxRSS)/(1<<20))
+		src = append(src, s.SourceBrokerCPU.Seconds())
+		dst = append(dst, s.DestBrokerCPU.Seconds())
+		busy = append(busy, s.Busy())
 	}
 	if len(wall) == 0 {
 		return sideStats{}, false
 	}
-	return sideStats{n: len(wall), wall: stats(wall), mbps: stats(mbps), cpu: stats(cpu), rss: stats(rss)}, true
+	return sideStats{n: len(wall), wall: stats(wall), mbps: stats(mbps), cpu: stats(cpu), rss: stats(rss),
+		srcCPU: stats(src), dstCPU: stats(dst), busy: stats(busy)}, true
 }
 
 // Ratios are mirrord's medians over the peer's for one codec.
@@ -106,8 +112,8 @@ func (r *Report) Write(w io.Writer) {
 	h := r.Host
 	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch)
 
-	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s (best / med) | CPU s per GB (min / med) | peak RSS MiB (min / med / max) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s (best / med) | CPU s per GB (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy (med) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	ratios := map[string]Ratios{}
 	for _, x := range r.Ratios() {
 		ratios[x.Codec] = x
@@ -118,14 +124,15 @@ func (r *Report) Write(w io.Writer) {
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f / %.0f |\n",
-				t.Codec, side, s.wall.min, s.wall.med, s.mbps.max, s.mbps.med, s.cpu.min, s.cpu.med, s.rss.min, s.rss.med, s.rss.max)
+			fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f |\n",
+				t.Codec, side, s.wall.min, s.wall.med, s.mbps.max, s.mbps.med, s.cpu.min, s.cpu.med, s.rss.min, s.rss.med, s.rss.max,
+				s.srcCPU.med, s.dstCPU.med, s.busy.med)
 		}
 		if x, ok := ratios[t.Codec]; ok {
-			fmt.Fprintf(w, "| %s | mirrord/peer | %.2f | %.2fx | %.3f | %.2f |\n", t.Codec, x.Wall, x.Throughput, x.CPUPerGB, x.PeakRSS)
+			fmt.Fprintf(w, "| %s | mirrord/peer | %.2f | %.2fx | %.3f | %.2f | | |\n", t.Codec, x.Wall, x.Throughput, x.CPUPerGB, x.PeakRSS)
 		}
 	}
-	fmt.Fprintln(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) is the mirror process's own, from its rusage after a clean SIGTERM stop; peak RSS is its VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. Ratios are of medians.")
+	fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) is the mirror process's own, from its rusage after a clean SIGTERM stop; peak RSS is its VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two kfake processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, out of %d. Ratios are of medians.\n", h.NumCPU)
 
 	if len(ratios) > 0 {
 		fmt.Fprintf(w, "\n| codec | CPU per GB, mirrord ÷ peer (target ≤ %.2f on lz4, zstd) | throughput, mirrord ÷ peer (target ≥ %.1f) | mirrord peak RSS − max_buffered_bytes (%d MiB) |\n", TargetCPURatio, TargetThroughputRatio, c.MaxBufferedBytes>>20)
@@ -162,10 +169,11 @@ func verdict(met bool) string {
 
 // WriteSamples prints every run, for the record.
 func (r *Report) WriteSamples(w io.Writer) {
-	fmt.Fprintln(w, "| codec | side | run | wall s | MB/s | user s | sys s | CPU s per GB | peak RSS MiB |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| codec | side | run | wall s | MB/s | user s | sys s | CPU s per GB | peak RSS MiB | src broker CPU s | dst broker CPU s |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Samples {
-		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.1f | %.2f | %.2f | %.2f | %d |\n",
-			s.Codec, s.Side, s.Run, s.Wall.Seconds(), s.MBps(), s.User.Seconds(), s.Sys.Seconds(), s.CPUPerGB(), s.MaxRSS>>20)
+		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %.2f | %.2f |\n",
+			s.Codec, s.Side, s.Run, s.Wall.Seconds(), s.MBps(), s.User.Seconds(), s.Sys.Seconds(), s.CPUPerGB(), s.MaxRSS>>20,
+			s.SourceBrokerCPU.Seconds(), s.DestBrokerCPU.Seconds())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"time"
 )
 
 // peakRSS is the high-water mark of a running process's resident set in
@@ -30,4 +31,33 @@ func peakRSS(pid int) int64 {
 		return 0
 	}
 	return kb << 10
+}
+
+// userHZ is the unit of the times in /proc/PID/stat (USER_HZ, which Linux
+// fixes at 100 on every architecture Go supports).
+const userHZ = 100
+
+// cpuTime is a running process's user plus system time from
+// /proc/PID/stat, or 0 if it cannot be read.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields are counted
+	// after its closing parenthesis, from field 3 (state).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(string(f[11]), 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(string(f[12]), 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * time.Second / userHZ
 }
