@@ -21,7 +21,6 @@ import (
 	"github.com/seed83556561/mirrord/internal/tp"
 	"github.com/seed83556561/mirrord/internal/verify"
 	"github.com/seed83556561/mirrord/statestore"
-	"github.com/seed83556561/mirrord/transform"
 )
 
 // cluster is one in-process Kafka cluster of a test with an admin client.
@@ -263,65 +262,18 @@ func load(t *testing.T, c *cluster, p *produced, kind producerKind, codec int, t
 // ---- checks ----
 
 // mirrorOf compares every source topic with its mirror through the verify
-// capability; salts come from the link's state topic. A salt is committed
-// before the batch it concerns is appended, so a destination batch read
-// during the comparison may need a salt committed after the comparison
-// began: a salt that is not known is looked up again in the state topic.
+// capability, with the salts of the link's state topic.
 func mirrorOf(t *testing.T, src, dst *cluster, stateTopic string, topics map[string]string) (verify.Report, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	salts, err := readSalts(ctx, dst, stateTopic)
+	salts, err := verify.StateSalts(ctx, dst.cl, dst.opts(), stateTopic)
 	if err != nil {
 		return verify.Report{}, err
 	}
 	return verify.Run(ctx, verify.Config{
-		Source: src.cl, Destination: dst.cl, Topics: topics, SourceClusterID: src.id,
-		Salt: func(d tp.Partition, o transform.Origin) (int64, bool) {
-			k := d.Key()
-			mu.Lock()
-			defer mu.Unlock()
-			if s, ok := salts[saltKey{k, o}]; ok {
-				return s, true
-			}
-			if fresh, err := readSalts(ctx, dst, stateTopic); err == nil {
-				salts = fresh
-			}
-			s, ok := salts[saltKey{k, o}]
-			return s, ok
-		},
+		Source: src.cl, Destination: dst.cl, Topics: topics, SourceClusterID: src.id, Salt: salts,
 	})
-}
-
-type saltKey struct {
-	k tp.Key
-	o transform.Origin
-}
-
-// readSalts reads the collision salts of a destination cluster's state
-// topic, keyed by destination topic name.
-func readSalts(ctx context.Context, dst *cluster, stateTopic string) (map[saltKey]int64, error) {
-	view, err := replayState(ctx, dst, stateTopic)
-	if errors.Is(err, statestore.ErrNoTopic) {
-		return nil, nil // the link has not created it yet: no salts
-	}
-	if err != nil {
-		return nil, err
-	}
-	md, err := dst.adm.Metadata(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := map[statestore.UUID]string{}
-	for _, td := range md.Topics {
-		names[statestore.UUID(td.ID)] = td.Topic
-	}
-	out := map[saltKey]int64{}
-	for k, v := range view.Salts {
-		out[saltKey{tp.Key{Topic: names[k.TopicID], Partition: k.Partition}, transform.Origin{Cluster: k.SourceClusterID, PID: k.OriginalPID}}] = v.Salt
-	}
-	return out, nil
 }
 
 func replayState(ctx context.Context, dst *cluster, stateTopic string) (*statestore.View, error) {

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -90,5 +91,23 @@ func TestStateNames(t *testing.T) {
 	}
 	if State(9).String() != "STATE(9)" || Event(99).String() != "event(99)" {
 		t.Error("unknown values not named by number")
+	}
+}
+
+// Guards the JSON form of a state that /v1/links serves and clients read.
+func TestStateJSON(t *testing.T) {
+	for _, s := range States {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back State
+		if err := json.Unmarshal(b, &back); err != nil || back != s {
+			t.Errorf("%s: %s decodes to %s, %v", s, b, back, err)
+		}
+	}
+	var s State
+	if err := json.Unmarshal([]byte(`"SLEEPING"`), &s); err == nil {
+		t.Error("unknown state name accepted")
 	}
 }

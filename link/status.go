@@ -2,6 +2,7 @@ package link
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -54,4 +55,19 @@ func (l *Link) setStatus(fn func(*Status)) {
 	l.mu.Lock()
 	fn(&l.status)
 	l.mu.Unlock()
+}
+
+// UnmarshalJSON reads a state by name, as MarshalJSON writes it.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		return fmt.Errorf("link state: %w", err)
+	}
+	for _, st := range States {
+		if st.String() == name {
+			*s = st
+			return nil
+		}
+	}
+	return fmt.Errorf("link state: unknown state %q", name)
 }

@@ -209,7 +209,7 @@ func TestReplayAfterCompaction(t *testing.T) {
 
 // TestLeaseValid guards DESIGN §7's self-stop: the lease counts from the
 // send of the last successful commit, not from its acknowledgement, and a
-// STOPPED commit gives it up at once.
+// STOPPED or PAUSED commit gives it up at once.
 func TestLeaseValid(t *testing.T) {
 	ctx := testCtx(t)
 	_, dst := kafkatest.Pair(t)
@@ -268,6 +268,22 @@ func TestLeaseValid(t *testing.T) {
 	if sess.LeaseValid(sent.Add(time.Second)) {
 		t.Error("lease still valid after committing STOPPED")
 	}
+
+	// PAUSED is a clean stop too: a new session does not wait for it.
+	paused, err := s.Begin(ctx, "l2", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = paused.Close(ctx) })
+	if err := paused.Commit(ctx, Mirroring); err != nil {
+		t.Fatal(err)
+	}
+	if err := paused.Commit(ctx, Paused); err != nil {
+		t.Fatal(err)
+	}
+	if paused.LeaseValid(sent.Add(time.Second)) {
+		t.Error("lease still valid after committing PAUSED")
+	}
 }
 
 // TestLeaseWait guards how long a new session waits for the old lease.
@@ -278,6 +294,7 @@ func TestLeaseWait(t *testing.T) {
 	v.Links["expired"] = LinkValue{State: Mirroring, LeaseExpiresMs: now.Add(-10 * time.Second).UnixMilli()}
 	v.Links["stopped"] = LinkValue{State: Stopped, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
 	v.Links["failed"] = LinkValue{State: Failed, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
+	v.Links["paused"] = LinkValue{State: Paused, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
 	tests := []struct {
 		link string
 		skew time.Duration
@@ -288,6 +305,7 @@ func TestLeaseWait(t *testing.T) {
 		{"expired", 2 * time.Second, 0},
 		{"expired", 15 * time.Second, 5 * time.Second},
 		{"stopped", 2 * time.Second, 0},
+		{"paused", 2 * time.Second, 0},
 		{"failed", 2 * time.Second, 12 * time.Second},
 		{"never-seen", 2 * time.Second, 0},
 	}

@@ -253,10 +253,10 @@ func (s *Session) produce(ctx context.Context, state int8, recs []Record) error 
 	}
 	krecs = append(krecs, &kgo.Record{Topic: s.store.cfg.Topic, Key: lk, Value: lv})
 	s.pendingSent = sent
-	s.stopping = state == Stopped
+	s.stopping = state == Stopped || state == Paused
 	if s.stopping {
-		// The new session will not wait for a STOPPED session's
-		// lease, so appending ends before the record is sent.
+		// The new session will not wait for a STOPPED or PAUSED
+		// session's lease, so appending ends before the record is sent.
 		s.lastSent.Store(-1)
 	}
 

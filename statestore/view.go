@@ -75,12 +75,12 @@ func (v *View) Apply(r Record) {
 // now, before it may reconcile and append (DESIGN §7): until the lease that
 // the previous session's last commit recorded has expired, plus skew for the
 // difference between the two agents' clocks. It is zero when the link has
-// no record, when the previous session recorded a clean STOPPED (it stopped
-// appending before it wrote that), and when the lease expired long enough
-// ago.
+// no record, when the previous session recorded a clean STOPPED or PAUSED
+// (it stopped appending before it wrote that), and when the lease expired
+// long enough ago.
 func (v *View) LeaseWait(link string, now time.Time, skew time.Duration) time.Duration {
 	lv, ok := v.Links[link]
-	if !ok || lv.State == Stopped {
+	if !ok || lv.State == Stopped || lv.State == Paused {
 		return 0
 	}
 	wait := time.UnixMilli(lv.LeaseExpiresMs).Add(skew).Sub(now)
