@@ -141,6 +141,10 @@ type Sample struct {
 	// time during the run's wall time: what the mirror cost the
 	// brokers, and whether they, not the mirror, bounded its speed.
 	SourceBrokerCPU, DestBrokerCPU time.Duration
+	// MachineCPU is the CPU time of every process on the machine during
+	// the run's wall time: above the mirror's and the brokers', it shows
+	// other load competing with the benchmark.
+	MachineCPU time.Duration
 }
 
 // CPU is the mirror process's user and system time.
@@ -158,6 +162,10 @@ func (s Sample) Busy() float64 {
 	return (s.CPU() + s.SourceBrokerCPU + s.DestBrokerCPU).Seconds() / s.Wall.Seconds()
 }
 
+// MachineBusy is how many cores all processes of the machine kept busy on
+// average during the run.
+func (s Sample) MachineBusy() float64 { return s.MachineCPU.Seconds() / s.Wall.Seconds() }
+
 // SourceTopic is one loaded topic with its stored size.
 type SourceTopic struct {
 	load.Topic
@@ -174,6 +182,9 @@ type Report struct {
 	Samples   []Sample
 	Transform []TransformRatio
 	Host      Host
+	// LoadBefore and LoadAfter are the machine's load averages (1, 5,
+	// 15 minutes) when the benchmark started and after its last run.
+	LoadBefore, LoadAfter string
 }
 
 // Run runs the benchmark.
@@ -182,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	rep := &Report{Config: cfg, Started: time.Now(), Host: host()}
+	rep := &Report{Config: cfg, Started: time.Now(), Host: host(), LoadBefore: loadAvg()}
 	say := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
@@ -254,6 +265,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
+	rep.LoadAfter = loadAvg()
 	if err = src.Stop(); err != nil {
 		return nil, err
 	}
@@ -418,7 +430,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.RunTimeout)
 	defer cancel()
 	t0 := time.Now()
-	srcCPU, dstCPU := b.src.CPU(), b.dst.CPU()
+	srcCPU, dstCPU, allCPU := b.src.CPU(), b.dst.CPU(), machineCPU()
 	p, err := start(side, bin, args, logPath, nil, true)
 	if err != nil {
 		return Sample{}, err
@@ -428,7 +440,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		werr = fmt.Errorf("%w: %v", werr, p.err)
 	}
 	wall := time.Since(t0)
-	srcCPU, dstCPU = b.src.CPU()-srcCPU, b.dst.CPU()-dstCPU
+	srcCPU, dstCPU, allCPU = b.src.CPU()-srcCPU, b.dst.CPU()-dstCPU, machineCPU()-allCPU
 	ps, serr := p.stop(b.cfg.StopTimeout)
 	if werr != nil {
 		return Sample{}, fmt.Errorf("bench: %s run %d of %s into %s: %w; log %s:\n%s", side, run, top.Name, dstTopic, werr, logPath, tail(logPath))
@@ -440,7 +452,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		Side: side, Codec: top.Codec, Run: run, Wall: wall,
 		SourceBytes: top.Bytes, Records: top.Records,
 		User: ps.UserTime(), Sys: ps.SystemTime(), MaxRSS: p.peakRSS(),
-		SourceBrokerCPU: srcCPU, DestBrokerCPU: dstCPU,
+		SourceBrokerCPU: srcCPU, DestBrokerCPU: dstCPU, MachineCPU: allCPU,
 	}
 	if b.cfg.Verify {
 		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic)

@@ -34,10 +34,11 @@ type sideStats struct {
 	wall, mbps, cpu, rss stat // seconds, MB/s, CPU s per GB, MiB
 	srcCPU, dstCPU       stat // the brokers' CPU seconds during the run
 	busy                 stat // cores busy: mirror, source and destination CPU over wall time
+	machine              stat // cores busy on the whole machine
 }
 
 func (r *Report) sideStats(side, codec string) (sideStats, bool) {
-	var wall, mbps, cpu, rss, src, dst, busy []float64
+	var wall, mbps, cpu, rss, src, dst, busy, machine []float64
 	for _, s := range r.Samples {
 		if s.Side != side || s.Codec != codec {
 			continue
@@ -49,12 +50,13 @@ func (r *Report) sideStats(side, codec string) (sideStats, bool) {
 		src = append(src, s.SourceBrokerCPU.Seconds())
 		dst = append(dst, s.DestBrokerCPU.Seconds())
 		busy = append(busy, s.Busy())
+		machine = append(machine, s.MachineBusy())
 	}
 	if len(wall) == 0 {
 		return sideStats{}, false
 	}
 	return sideStats{n: len(wall), wall: stats(wall), mbps: stats(mbps), cpu: stats(cpu), rss: stats(rss),
-		srcCPU: stats(src), dstCPU: stats(dst), busy: stats(busy)}, true
+		srcCPU: stats(src), dstCPU: stats(dst), busy: stats(busy), machine: stats(machine)}, true
 }
 
 // Ratios are mirrord's medians over the peer's for one codec.
@@ -110,9 +112,9 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "mirrord: `mirrord run`, one link per run, max_buffered_bytes = %d MiB. Peer: kgo consumer (read_committed) → idempotent acks=all kgo producer, same partition and codec, %s tasks, %d MiB producer buffer, 5 ms linger, 1 MiB batches.  \n",
 		c.MaxBufferedBytes>>20, peerTasks, c.MaxBufferedBytes>>20)
 	h := r.Host
-	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch)
+	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s; load average %s before the runs, %s after.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch, r.LoadBefore, r.LoadAfter)
 
-	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s (best / med) | CPU s per GB (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy (med) |")
+	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s (best / med) | CPU s per GB (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	ratios := map[string]Ratios{}
 	for _, x := range r.Ratios() {
@@ -124,15 +126,15 @@ func (r *Report) Write(w io.Writer) {
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f |\n",
+			fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f / %.1f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f / %.2f |\n",
 				t.Codec, side, s.wall.min, s.wall.med, s.mbps.max, s.mbps.med, s.cpu.min, s.cpu.med, s.rss.min, s.rss.med, s.rss.max,
-				s.srcCPU.med, s.dstCPU.med, s.busy.med)
+				s.srcCPU.med, s.dstCPU.med, s.busy.med, s.machine.med)
 		}
 		if x, ok := ratios[t.Codec]; ok {
 			fmt.Fprintf(w, "| %s | mirrord/peer | %.2f | %.2fx | %.3f | %.2f | | |\n", t.Codec, x.Wall, x.Throughput, x.CPUPerGB, x.PeakRSS)
 		}
 	}
-	fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) is the mirror process's own, from its rusage after a clean SIGTERM stop; peak RSS is its VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two kfake processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, out of %d. Ratios are of medians.\n", h.NumCPU)
+	fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). Wall time runs from the mirror's start until the destination's end offsets reach the source's; CPU time (user + system) is the mirror process's own, from its rusage after a clean SIGTERM stop; peak RSS is its VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two kfake processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, and that of every process on the machine (/proc/stat), out of %d: where the machine's figure is higher, other load competed with the run. Ratios are of medians.\n", h.NumCPU)
 
 	if len(ratios) > 0 {
 		fmt.Fprintf(w, "\n| codec | CPU per GB, mirrord ÷ peer (target ≤ %.2f on lz4, zstd) | throughput, mirrord ÷ peer (target ≥ %.1f) | mirrord peak RSS − max_buffered_bytes (%d MiB) |\n", TargetCPURatio, TargetThroughputRatio, c.MaxBufferedBytes>>20)
@@ -169,11 +171,11 @@ func verdict(met bool) string {
 
 // WriteSamples prints every run, for the record.
 func (r *Report) WriteSamples(w io.Writer) {
-	fmt.Fprintln(w, "| codec | side | run | wall s | MB/s | user s | sys s | CPU s per GB | peak RSS MiB | src broker CPU s | dst broker CPU s |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| codec | side | run | wall s | MB/s | user s | sys s | CPU s per GB | peak RSS MiB | src broker CPU s | dst broker CPU s | machine CPU s |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Samples {
-		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %.2f | %.2f |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.2f |\n",
 			s.Codec, s.Side, s.Run, s.Wall.Seconds(), s.MBps(), s.User.Seconds(), s.Sys.Seconds(), s.CPUPerGB(), s.MaxRSS>>20,
-			s.SourceBrokerCPU.Seconds(), s.DestBrokerCPU.Seconds())
+			s.SourceBrokerCPU.Seconds(), s.DestBrokerCPU.Seconds(), s.MachineCPU.Seconds())
 	}
 }

@@ -61,3 +61,43 @@ func cpuTime(pid int) time.Duration {
 	}
 	return time.Duration(utime+stime) * time.Second / userHZ
 }
+
+// machineCPU is the CPU time all processes of the machine have used since
+// boot (every state of /proc/stat's cpu line except idle and iowait), or 0
+// if it cannot be read.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return 0
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / userHZ
+}
+
+// loadAvg is the first three fields of /proc/loadavg, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := bytes.Fields(b)
+	if len(f) < 3 {
+		return ""
+	}
+	return string(bytes.Join(f[:3], []byte(" ")))
+}
