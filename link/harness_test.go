@@ -73,7 +73,10 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 			Name: name, Source: src.name, Destination: dst.name,
 			Include: inc, Rename: "{topic}", StartFrom: "earliest",
 			StateTopic: "__mirror_state", StateTopicPartitions: 1, StateTopicReplicationFactor: 1,
-			CheckpointInterval: 150 * time.Millisecond, SessionTimeout: time.Second, ProducerStateExpiry: time.Hour,
+			// A session timeout that a starved -race run on two cores
+			// does not miss; a missed lease fails the link (correctly)
+			// and costs a retry.
+			CheckpointInterval: 200 * time.Millisecond, SessionTimeout: 3 * time.Second, ProducerStateExpiry: time.Hour,
 			MaxBufferedBytes: 8 << 20, OnOffsetOutOfRange: "fail",
 		},
 		Source:                       config.Cluster{Name: src.name, BootstrapServers: src.c.ListenAddrs()},

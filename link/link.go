@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -140,6 +141,9 @@ type Link struct {
 	// crash, set by tests, makes the next stop abrupt: no drain, no
 	// final checkpoint, as if the process died.
 	crash func() bool
+	// prepared counts PREPARING → MIRRORING transitions (tests: each one
+	// leaves a barrier per partition).
+	prepared atomic.Int64
 }
 
 type control uint8
@@ -263,6 +267,7 @@ func (l *Link) Run(ctx context.Context) error {
 				}
 			default:
 				fenced = false
+				l.prepared.Add(1)
 				if err := move(EvPrepared, nil); err != nil {
 					return err
 				}

@@ -17,11 +17,13 @@ import (
 
 // consumeAll reads every record of the topics from the cluster up to their
 // high watermarks as of the call. A partition whose last offsets are
-// transaction markers never shows a record at its high watermark - 1, so
-// the read also ends when polls find nothing for five seconds.
-func consumeAll(t *testing.T, c *cluster, topics ...string) []*kgo.Record {
+// transaction markers (markers: a source cluster with transactional
+// producers) never shows a record at its high watermark - 1, so such a read
+// also ends when polls find nothing for five seconds; a destination holds no
+// markers and is read to its end offsets, however slow the machine.
+func consumeAll(t *testing.T, c *cluster, markers bool, topics ...string) []*kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ends, err := c.adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
@@ -53,7 +55,7 @@ func consumeAll(t *testing.T, c *cluster, topics ...string) []*kgo.Record {
 		}
 		if fs.NumRecords() > 0 {
 			idleSince = time.Now()
-		} else if time.Since(idleSince) > 5*time.Second {
+		} else if markers && time.Since(idleSince) > 5*time.Second {
 			break // nothing more: the rest are transaction markers
 		}
 		fs.EachRecord(func(r *kgo.Record) {
@@ -75,7 +77,7 @@ func consumeAll(t *testing.T, c *cluster, topics ...string) []*kgo.Record {
 func exactlyOnce(t *testing.T, dst *cluster, p *produced, topics ...string) int {
 	t.Helper()
 	got := map[string]int{}
-	for _, r := range consumeAll(t, dst, topics...) {
+	for _, r := range consumeAll(t, dst, false, topics...) {
 		got[r.Topic+"/"+string(r.Key)]++
 	}
 	p.mu.Lock()
@@ -192,8 +194,10 @@ func TestMirrorSurvivesCrashes(t *testing.T) {
 	})
 	const kills = 5
 	rng := rand.New(rand.NewPCG(1, 2))
+	var links []*testLink
 	for range kills {
 		l := startLink(t, cfg, src, dst, "crashy")
+		links = append(links, l)
 		l.waitState(t, Mirroring, 30*time.Second)
 		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
 		l.stop(t, true)
@@ -201,17 +205,25 @@ func TestMirrorSurvivesCrashes(t *testing.T) {
 	close(stopLoad)
 	wg.Wait()
 
-	startLink(t, cfg, src, dst, "crashy")
+	last := startLink(t, cfg, src, dst, "crashy")
 	rep := waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
 	n := exactlyOnce(t, dst, p, "t")
 	t.Logf("killed the agent %d times; %d committed records mirrored exactly once (verify: %d records)", kills, n, rep.Records)
-	barriersPerPartition(t, dst, "__mirror_state", kills+1)
+	barriersPerPartition(t, dst, "__mirror_state", append(links, last)...)
 }
 
-// barriersPerPartition checks that every session that reached MIRRORING
-// left one barrier record per destination partition in the state topic.
-func barriersPerPartition(t *testing.T, dst *cluster, stateTopic string, sessions int) {
+// barriersPerPartition checks that every session of the links that reached
+// MIRRORING left one barrier record per destination partition in the state
+// topic.
+func barriersPerPartition(t *testing.T, dst *cluster, stateTopic string, links ...*testLink) {
 	t.Helper()
+	var sessions int
+	for _, l := range links {
+		sessions += int(l.prepared.Load())
+	}
+	if sessions < len(links) {
+		t.Fatalf("%d links reached MIRRORING %d times in all", len(links), sessions)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	view, err := replayState(ctx, dst, stateTopic)

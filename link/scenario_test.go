@@ -252,7 +252,7 @@ func TestChainCollision(t *testing.T) {
 func producerIDs(t *testing.T, c *cluster, topic string) map[int64]int {
 	t.Helper()
 	out := map[int64]int{}
-	for _, r := range consumeAll(t, c, topic) {
+	for _, r := range consumeAll(t, c, true, topic) {
 		out[r.ProducerID]++
 	}
 	return out
@@ -291,7 +291,7 @@ func TestDiscoveryWhileMirroring(t *testing.T) {
 	if n := len(tds["grow"].Partitions); n != 3 {
 		t.Errorf("destination grow has %d partitions, want 3", n)
 	}
-	barriersPerPartition(t, dst, "__mirror_state", 1)
+	barriersPerPartition(t, dst, "__mirror_state", l)
 }
 
 // Pause stops mirroring after a final checkpoint; resume prepares again
@@ -316,7 +316,10 @@ func TestPauseResume(t *testing.T) {
 	l.waitState(t, Mirroring, 30*time.Second)
 	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
-	barriersPerPartition(t, dst, "__mirror_state", 2)
+	if got := l.prepared.Load(); got < 2 {
+		t.Errorf("link reached MIRRORING %d times, want at least 2 (start and resume)", got)
+	}
+	barriersPerPartition(t, dst, "__mirror_state", l)
 }
 
 // A source offset that retention deleted fails the link with an error that
@@ -362,7 +365,7 @@ func TestOffsetOutOfRange(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			got := consumeAll(t, dst, "t")
+			got := consumeAll(t, dst, false, "t")
 			if len(got) != 70 {
 				t.Fatalf("destination holds %d records, want 50 + the 20 that retention left", len(got))
 			}

@@ -224,8 +224,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.addrMu.Lock()
 	a.addr = ln.Addr()
 	a.addrMu.Unlock()
-	close(a.ready)
+	// Logged before Ready closes, so that whoever waits on Ready finds
+	// the address in the log.
 	a.log.Info("http listening", "addr", ln.Addr().String(), "metrics", "/metrics", "api", "/v1/links")
+	close(a.ready)
 
 	srv := &http.Server{
 		Handler:           a.mux,
