@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/kfetch"
 	"github.com/seed83556561/mirrord/internal/meta"
 	"github.com/seed83556561/mirrord/internal/tp"
 	"github.com/seed83556561/mirrord/transform"
@@ -68,64 +67,34 @@ func (t *tailReader) fetch(ctx context.Context) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = 0
-	req.MinBytes = 0
-	// The request limit never binds before the partition limit (DESIGN
-	// §11: kfake drops a partition's aborted-transaction list when the
-	// request limit cuts it; the batch that crosses a partition limit
-	// would also cross an equal request limit).
-	req.MaxBytes = math.MaxInt32
-	req.IsolationLevel = 0
-	req.SessionEpoch = -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = t.p.Topic
-	rt.TopicID = ld.ID
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = t.p.Partition
-	rp.FetchOffset = t.pos
-	rp.CurrentLeaderEpoch = ld.Epoch
-	rp.LogStartOffset = -1
-	rp.PartitionMaxBytes = tailChunkBytes
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-
-	resp, err := req.RequestWith(ctx, t.cl.Broker(int(ld.Broker)))
+	p := t.p
+	p.ID = ld.ID
+	rp, err := kfetch.Do(ctx, t.cl, ld.Broker, kfetch.Request{
+		Partition: p, Offset: t.pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: tailChunkBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
 		return nil, err
 	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if rp.Partition != t.p.Partition {
-				continue
-			}
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return nil, err
-			}
-			var out [][]byte
-			buf := rp.RecordBatches
-			for len(buf) > 0 && t.pos < t.end {
-				b, rest, err := transform.NextBatch(buf)
-				if errors.Is(err, transform.ErrTruncated) {
-					break
-				}
-				if err != nil {
-					return nil, fmt.Errorf("destination %s: %w", t.p, err)
-				}
-				buf = rest
-				h, _ := transform.ParseHeader(b)
-				if h.NextOffset() <= t.pos {
-					continue // a batch before the position, as brokers return whole batches
-				}
-				out = append(out, b)
-				t.pos = h.NextOffset()
-			}
-			return out, nil
+	var out [][]byte
+	buf := rp.RecordBatches
+	for len(buf) > 0 && t.pos < t.end {
+		b, rest, err := transform.NextBatch(buf)
+		if errors.Is(err, transform.ErrTruncated) {
+			break
 		}
+		if err != nil {
+			return nil, fmt.Errorf("destination %s: %w", t.p, err)
+		}
+		buf = rest
+		h, _ := transform.ParseHeader(b)
+		if h.NextOffset() <= t.pos {
+			continue // a batch before the position, as brokers return whole batches
+		}
+		out = append(out, b)
+		t.pos = h.NextOffset()
 	}
-	return nil, fmt.Errorf("fetch response does not mention %s", t.p)
+	return out, nil
 }

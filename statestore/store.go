@@ -14,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kfetch"
+	"github.com/seed83556561/mirrord/internal/tp"
 )
 
 // DefaultTopic is the state topic's name unless the link says otherwise.
@@ -33,15 +35,12 @@ var (
 )
 
 // Fetch sizes of the replay. A replay fetches one partition per request, and
-// the request's MaxBytes is far above the partition's: a READ_COMMITTED fetch
+// the request's MaxBytes never binds (package kfetch): a READ_COMMITTED fetch
 // whose request-level limit binds partway through a partition comes back
 // from kfake without that partition's aborted-transaction list (DESIGN §11),
-// and the replay would then take aborted records for committed ones. With
-// one partition per request the request limit can only bind first if a
-// single batch is larger than fetchMaxBytes-fetchPartitionMaxBytes.
+// and the replay would then take aborted records for committed ones.
 const (
 	fetchPartitionMaxBytes = 1 << 20
-	fetchMaxBytes          = 64 << 20
 	fetchMaxWaitMillis     = 500
 	// fetchRetries bounds consecutive retriable errors of one partition
 	// before the replay gives up.
@@ -388,48 +387,29 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 // leader and processes the answer with kgo's own batch parser (aborted
 // transactions dropped, control records skipped, CRCs checked).
 func (r *partitionReader) fetch(ctx context.Context, off int64) (kgo.FetchPartition, int64, error) {
-	req := kmsg.NewPtrFetchRequest()
-	req.MaxWaitMillis = fetchMaxWaitMillis
-	req.MinBytes = 1
-	req.MaxBytes = fetchMaxBytes
-	req.IsolationLevel = 1 // READ_COMMITTED
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = r.topic
-	rt.TopicID = r.id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = r.p
-	rp.FetchOffset = off
-	rp.PartitionMaxBytes = fetchPartitionMaxBytes
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-
-	kresp, err := r.cl.Broker(int(r.leader)).RetriableRequest(ctx, req)
+	rp, err := kfetch.Do(ctx, r.cl, r.leader, kfetch.Request{
+		Partition:         tp.Partition{Topic: r.topic, ID: r.id, Partition: r.p},
+		Offset:            off,
+		LeaderEpoch:       -1,
+		PartitionMaxBytes: fetchPartitionMaxBytes,
+		ReadCommitted:     true,
+		MaxWait:           fetchMaxWaitMillis * time.Millisecond,
+		MinBytes:          1,
+	})
 	if err != nil {
-		return kgo.FetchPartition{}, 0, fmt.Errorf("fetch state topic %q partition %d at offset %d from broker %d: %w", r.topic, r.p, off, r.leader, err)
-	}
-	resp := kresp.(*kmsg.FetchResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return kgo.FetchPartition{Err: err}, off, nil
-	}
-	for i := range resp.Topics {
-		t := &resp.Topics[i]
-		if t.Topic != r.topic && t.TopicID != r.id {
-			continue
+		var ke *kerr.Error
+		if errors.As(err, &ke) {
+			return kgo.FetchPartition{Err: ke}, off, nil
 		}
-		for j := range t.Partitions {
-			if t.Partitions[j].Partition != r.p {
-				continue
-			}
-			fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-				Offset:         off,
-				IsolationLevel: kgo.ReadCommitted(),
-				Topic:          r.topic,
-				Partition:      r.p,
-			}, &t.Partitions[j], kgo.DefaultDecompressor(), nil)
-			return fp, next, nil
-		}
+		return kgo.FetchPartition{}, 0, fmt.Errorf("state topic %q: %w", r.topic, err)
 	}
-	return kgo.FetchPartition{}, 0, fmt.Errorf("fetch state topic %q partition %d at offset %d: the response from broker %d does not hold the partition", r.topic, r.p, off, r.leader)
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		Offset:         off,
+		IsolationLevel: kgo.ReadCommitted(),
+		Topic:          r.topic,
+		Partition:      r.p,
+	}, rp, kgo.DefaultDecompressor(), nil)
+	return fp, next, nil
 }
 
 func (r *partitionReader) refreshLeader(ctx context.Context) error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
@@ -14,20 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kfetch"
+	"github.com/seed83556561/mirrord/internal/tp"
 )
 
 const (
-	// fetchPartitionBytes is the partition limit of a fetch. The request
-	// limit must never be the one that binds: kfake checks it first and,
-	// when it binds inside a partition, leaves out that partition's
-	// aborted transactions (DESIGN §11). Equal limits are not enough: the
-	// batch that crosses the partition limit crosses an equal request
-	// limit too, and the request check wins. With one partition per
-	// request, no request limit is needed at all; the response stays
-	// within the partition limit or one batch (KIP-74), and brokers clamp
-	// the request limit to their fetch.max.bytes.
+	// fetchPartitionBytes is the partition limit of a fetch; package
+	// kfetch keeps the request limit from binding (DESIGN §11).
 	fetchPartitionBytes = 4 << 20
-	fetchRequestBytes   = math.MaxInt32
 	fetchMaxWait        = 500 * time.Millisecond
 
 	// maxAttempts bounds retries of a request that fails retriably (leader
@@ -328,38 +322,21 @@ func (s *side) fetchOnce(ctx context.Context, offset int64) (*kmsg.FetchResponse
 	if s.leader < 0 {
 		return nil, kerr.LeaderNotAvailable
 	}
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(fetchMaxWait / time.Millisecond)
-	req.MinBytes = 1
-	req.MaxBytes = fetchRequestBytes
-	req.SessionID = 0
-	req.SessionEpoch = -1 // a full fetch, no session
-	if s.committed {
-		req.IsolationLevel = 1
+	part, err := kfetch.Do(ctx, s.cl, s.leader, kfetch.Request{
+		Partition:         tp.Partition{Topic: s.topic, ID: s.id, Partition: s.partition},
+		Offset:            offset,
+		LeaderEpoch:       -1,
+		PartitionMaxBytes: fetchPartitionBytes,
+		ReadCommitted:     s.committed,
+		MaxWait:           fetchMaxWait,
+		MinBytes:          1,
+	})
+	if errors.Is(err, kfetch.ErrNoPartition) {
+		return nil, &responseError{err.Error()}
 	}
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = s.topic
-	rt.TopicID = s.id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = s.partition
-	rp.FetchOffset = offset
-	rp.PartitionMaxBytes = fetchPartitionBytes
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-
-	kresp, err := s.cl.Broker(int(s.leader)).RetriableRequest(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	resp := kresp.(*kmsg.FetchResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].Partition != s.partition {
-		return nil, &responseError{fmt.Sprintf("the fetch response does not hold exactly the partition asked for (%d topics)", len(resp.Topics))}
-	}
-	part := &resp.Topics[0].Partitions[0]
 	return part, kerr.ErrorForCode(part.ErrorCode)
 }
 
