@@ -273,6 +273,7 @@ func (l *Link) Run(ctx context.Context) error {
 				}
 			}
 		case Mirroring:
+			since := time.Now()
 			ev, err := r.mirror(ctx)
 			r.close()
 			r = nil
@@ -283,6 +284,13 @@ func (l *Link) Run(ctx context.Context) error {
 			case EvFail:
 				fenced = errors.Is(err, statestore.ErrFenced)
 				l.fail(err)
+				// A link that mirrored for longer than the longest
+				// backoff has recovered: its next failure starts
+				// the backoff afresh. One that fails again soon
+				// keeps doubling it.
+				if time.Since(since) > l.cfg.BackoffMax {
+					attempts = 0
+				}
 			case EvReprepare:
 				l.log.Info("new partitions need reconciling; preparing again")
 				attempts = 0
