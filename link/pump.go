@@ -197,9 +197,6 @@ func (r *run) onFetch(res fetchResult) {
 	} else {
 		r.fetch.Release(res.Bytes)
 	}
-	if res.SkippedRecords > 0 {
-		r.l.met.error("offset_out_of_range_skipped")
-	}
 	r.try(p)
 }
 
