@@ -241,14 +241,10 @@ func (r *run) try(p *part) {
 			r.l.met.duplicates.Inc()
 			r.done(p)
 			continue
-		case transform.KindSequenceGap:
-			r.l.met.gaps.Inc()
 		case transform.KindLowerEpoch:
-			r.l.met.lowEpoch.Inc()
 			r.log.Warn("batch with an epoch below its producer's current one; appended",
 				"destination", p.dst, "source_offset", h.BaseOffset, "producer_id", h.ProducerID, "epoch", h.ProducerEpoch)
 		case transform.KindUnresolvable:
-			r.l.met.unresolvable.Inc()
 			r.log.Warn("mapped producer ID held by another origin and neither can move (both forwarded by upstream mirrors); appended under the shared PID",
 				"destination", p.dst, "source_offset", h.BaseOffset, "pid", d.Mapped, "holder", d.Holder)
 		}
@@ -306,14 +302,23 @@ func (r *run) onAppend(res appender.Result) {
 
 // acked records that p's in-flight batch is at the destination from base.
 func (r *run) acked(p *part, base int64) {
-	it := p.queue[p.head]
 	oh, _ := transform.ParseHeader(p.out)
 	p.psm.Commit(p.dec, r.l.deps.Now())
 	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
 	m := r.l.met
-	m.records.Add(float64(it.hdr.NumRecords))
+	m.records.Add(float64(oh.NumRecords)) // what was appended: a trimmed batch holds fewer than its source
 	m.bytes.Add(float64(len(p.out)))
 	m.batches.Inc()
+	// Counted once appended: a batch decided twice (fetched again after
+	// CORRUPT_MESSAGE) counts once.
+	switch p.dec.Kind {
+	case transform.KindSequenceGap:
+		m.gaps.Inc()
+	case transform.KindLowerEpoch:
+		m.lowEpoch.Inc()
+	case transform.KindUnresolvable:
+		m.unresolvable.Inc()
+	}
 	p.inflight, p.settling, p.out = false, false, nil
 	r.done(p)
 	r.try(p)
