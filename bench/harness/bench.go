@@ -43,6 +43,7 @@ type Config struct {
 	Codecs     []string // default load.Codecs
 	Partitions int32    // per topic; default load.DefaultPartitions
 	Sides      []string // Mirrord and Peer by default, in that order within a round
+	Brokers    int      // per cluster; default 1
 
 	MaxBufferedBytes int64 // mirrord's max_buffered_bytes and the peer's producer buffer; default 64 MiB
 	PeerTasks        int   // the peer's consumer-producer pairs; 0: its GOMAXPROCS
@@ -229,12 +230,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	src, err := StartCluster(ctx, bins.KfakeServer, "source", newClusterID(), filepath.Join(cfg.WorkDir, "source"), filepath.Join(cfg.WorkDir, "logs", "source.log"))
+	src, err := StartCluster(ctx, bins.KfakeServer, "source", newClusterID(), cfg.Brokers, filepath.Join(cfg.WorkDir, "source"), filepath.Join(cfg.WorkDir, "logs", "source.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer stopCluster(src, &err)
-	dst, err := StartCluster(ctx, bins.KfakeServer, "destination", newClusterID(), filepath.Join(cfg.WorkDir, "destination"), filepath.Join(cfg.WorkDir, "logs", "destination.log"))
+	dst, err := StartCluster(ctx, bins.KfakeServer, "destination", newClusterID(), cfg.Brokers, filepath.Join(cfg.WorkDir, "destination"), filepath.Join(cfg.WorkDir, "logs", "destination.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -365,12 +366,19 @@ func LoadSource(ctx context.Context, src *Cluster, codecs []string, size int64, 
 	var out []SourceTopic
 	for _, t := range topics {
 		st := SourceTopic{Topic: t}
+		// Every broker reports its replicas (and kfake's brokers each
+		// report the whole cluster): a partition's size is the largest
+		// any broker reports.
+		size := map[int32]int64{}
 		for _, dirs := range sizes {
 			dirs.EachPartition(func(d kadm.DescribedLogDirPartition) {
 				if d.Topic == t.Name {
-					st.Bytes += d.Size
+					size[d.Partition] = max(size[d.Partition], d.Size)
 				}
 			})
+		}
+		for _, n := range size {
+			st.Bytes += n
 		}
 		var records int64
 		for p := range t.Partitions {

@@ -213,12 +213,12 @@ func (w *firstLine) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// StartCluster starts bin (kfakeserver) with the cluster ID id, its log
-// files under dataDir, and its stderr in logPath, and waits until it
-// listens.
-func StartCluster(ctx context.Context, bin, name, id, dataDir, logPath string) (*Cluster, error) {
+// StartCluster starts bin (kfakeserver) with the cluster ID id, brokers
+// brokers (0: one), its log files under dataDir, and its stderr in
+// logPath, and waits until it listens.
+func StartCluster(ctx context.Context, bin, name, id string, brokers int, dataDir, logPath string) (*Cluster, error) {
 	w := &firstLine{ch: make(chan string, 1)}
-	p, err := start("cluster "+name, bin, []string{"-cluster-id", id, "-data-dir", dataDir}, logPath, w, false)
+	p, err := start("cluster "+name, bin, []string{"-cluster-id", id, "-brokers", fmt.Sprint(max(brokers, 1)), "-data-dir", dataDir}, logPath, w, false)
 	if err != nil {
 		return nil, err
 	}

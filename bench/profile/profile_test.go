@@ -24,6 +24,7 @@ import (
 var (
 	sizeFlag    = flag.String("profile.size", "256MiB", "source data over all codec topics (KiB, MiB, GiB)")
 	codecsFlag  = flag.String("profile.codecs", "lz4,zstd,none", "codec topics, one sub-benchmark each")
+	partsFlag   = flag.Int("profile.partitions", 6, "partitions per topic")
 	bufferFlag  = flag.Int64("profile.max-buffered-bytes", 64<<20, "the link's max_buffered_bytes")
 	cpuFlag     = flag.String("profile.cpuprofile", "", "write a CPU profile of the mirroring only to this file")
 	logFlag     = flag.String("profile.log-level", "warn", "the agent's log level (stderr)")
@@ -75,7 +76,7 @@ func BenchmarkMirrordRun(b *testing.B) {
 		if err := os.MkdirAll(data, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		c, err := harness.StartCluster(ctx, bin, name, newID(name), data, filepath.Join(dir, name+".log"))
+		c, err := harness.StartCluster(ctx, bin, name, newID(name), 1, data, filepath.Join(dir, name+".log"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func BenchmarkMirrordRun(b *testing.B) {
 		return c
 	}
 	src, dst := start("source"), start("destination")
-	topics, err := harness.LoadSource(ctx, src, codecs, size, 6)
+	topics, err := harness.LoadSource(ctx, src, codecs, size, int32(*partsFlag))
 	if err != nil {
 		b.Fatal(err)
 	}

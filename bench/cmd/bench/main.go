@@ -38,6 +38,7 @@ func run(args []string) int {
 	)
 	fs.IntVar(&cfg.Runs, "runs", harness.DefaultRuns, "runs per side and codec")
 	partitions := fs.Int("partitions", 6, "partitions per topic")
+	fs.IntVar(&cfg.Brokers, "brokers", 1, "brokers per kfake cluster (one process each way)")
 	fs.IntVar(&cfg.PeerTasks, "peer-tasks", 0, "the peer's consumer-producer pairs (0: GOMAXPROCS)")
 	fs.BoolVar(&cfg.Verify, "verify", false, "compare every destination topic with its source record by record (not timed)")
 	fs.StringVar(&cfg.TransformBenchtime, "transform-benchtime", "2s", "-benchtime of the transform benchmarks; empty skips them")
