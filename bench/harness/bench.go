@@ -189,7 +189,7 @@ type Report struct {
 }
 
 // Run runs the benchmark.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	cfg.defaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -198,7 +198,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	say := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
-	var err error
 	if cfg.ModuleDir == "" {
 		if cfg.ModuleDir, err = ModuleDir(ctx); err != nil {
 			return nil, err
@@ -282,8 +281,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// stopCluster stops c when Run returns; its error becomes Run's if Run had
-// none.
+// stopCluster stops c when Run returns (Run stops both clusters itself
+// before it succeeds; stopping again only reports the same outcome); its
+// error becomes Run's if Run had none.
 func stopCluster(c *Cluster, runErr *error) {
 	if err := c.Stop(); err != nil && *runErr == nil {
 		*runErr = err
