@@ -280,12 +280,7 @@ func mirrorOf(t *testing.T, src, dst *cluster, stateTopic string, topics map[str
 }
 
 func replayState(ctx context.Context, dst *cluster, stateTopic string) (*statestore.View, error) {
-	st, err := statestore.New(statestore.Config{Topic: stateTopic}, statestore.Deps{ClientOpts: dst.opts()})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	return st.Replay(ctx)
+	return statestore.ReadView(ctx, stateTopic, dst.opts())
 }
 
 // waitMirrored waits until the destination holds every committed source

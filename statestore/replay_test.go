@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/logtest"
 )
 
 // produceRaw writes key/value bytes to the state topic with a plain
@@ -28,8 +29,8 @@ func produceRaw(t *testing.T, cl *kgo.Client, key, value []byte) {
 func TestReplaySkipsUnknownRecords(t *testing.T) {
 	ctx := testCtx(t)
 	_, dst := kafkatest.Pair(t)
-	var logs logBuffer
-	s := newStore(t, dst, Config{}, bufferLogger(&logs))
+	var logs logtest.Buffer
+	s := newStore(t, dst, Config{}, logtest.Logger(&logs))
 	if err := s.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	}
 
 	w := &signalWriter{needle: "waits for an open transaction", ch: make(chan struct{})}
-	rs := newStore(t, dst, Config{}, bufferLogger(w))
+	rs := newStore(t, dst, Config{}, logtest.Logger(w))
 	var v *View
 	done := make(chan struct{})
 	go func() {

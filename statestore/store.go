@@ -462,3 +462,15 @@ func (s *Store) Replay(ctx context.Context) (*View, error) {
 	s.log.Debug("replayed state topic", "records", len(v.Records), "skipped", v.Skipped)
 	return v, nil
 }
+
+// ReadView replays a state topic once, for readers that are not a link
+// session (verification, operators' tools, tests): a Store is made on the
+// cluster reached with opts, replayed and closed.
+func ReadView(ctx context.Context, topic string, opts []kgo.Opt) (*View, error) {
+	s, err := New(Config{Topic: topic}, Deps{ClientOpts: opts})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Replay(ctx)
+}

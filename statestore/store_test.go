@@ -1,14 +1,11 @@
 package statestore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,28 +44,6 @@ func begin(t *testing.T, ctx context.Context, s *Store, link string) *Session {
 	}
 	t.Cleanup(func() { _ = sess.Close(context.Background()) })
 	return sess
-}
-
-// logBuffer is a goroutine-safe sink for hclog output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func bufferLogger(w io.Writer) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Output: w, Level: hclog.Info, DisableTime: true})
 }
 
 // keyOf renders a record's key and value for comparisons in failures.

@@ -130,12 +130,7 @@ func stateOf(t *testing.T, dst *kfake.Cluster) *statestore.View {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	st, err := statestore.New(statestore.Config{}, statestore.Deps{ClientOpts: []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	view, err := st.Replay(ctx)
+	view, err := statestore.ReadView(ctx, statestore.DefaultTopic, []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/logtest"
 	"github.com/seed83556561/mirrord/internal/verify"
 	"github.com/seed83556561/mirrord/link"
 	"github.com/seed83556561/mirrord/statestore"
@@ -35,26 +35,10 @@ import (
 // test from hanging.
 const within = 90 * time.Second
 
-// logBuffer collects an agent's log lines and shows them if the test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newLogBuffer(t *testing.T) *logBuffer {
-	b := &logBuffer{}
+// newLogBuffer collects an agent's log lines and shows them if the test
+// fails.
+func newLogBuffer(t *testing.T) *logtest.Buffer {
+	b := &logtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() || testing.Verbose() {
 			t.Logf("agent log:\n%s", b.String())
@@ -366,12 +350,7 @@ func replayState(t *testing.T, dst *kfake.Cluster) *statestore.View {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	st, err := statestore.New(statestore.Config{}, statestore.Deps{ClientOpts: []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	view, err := st.Replay(ctx)
+	view, err := statestore.ReadView(ctx, statestore.DefaultTopic, []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)})
 	if err != nil {
 		t.Fatal(err)
 	}

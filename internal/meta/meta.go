@@ -98,15 +98,9 @@ func (l *Leaders) Invalidate(p tp.Key) {
 // cache entries. A topic that does not exist is dropped from the cache and is
 // not an error: Lookup reports it.
 func (l *Leaders) Refresh(ctx context.Context, topics ...string) error {
-	req := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, l.cl)
+	resp, err := Request(ctx, l.cl, topics...)
 	if err != nil {
-		return fmt.Errorf("metadata for %v: %w", topics, err)
+		return err
 	}
 	now := l.now()
 	l.mu.Lock()
@@ -141,4 +135,21 @@ func (l *Leaders) Refresh(ctx context.Context, topics ...string) error {
 		}
 	}
 	return nil
+}
+
+// Request issues a Metadata request for topics (every topic when none are
+// named) through kgo, which picks a broker and retries, bypassing kgo's
+// metadata cache.
+func Request(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.MetadataResponse, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("metadata for %v: %w", topics, err)
+	}
+	return resp, nil
 }

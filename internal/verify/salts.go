@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/meta"
 	"github.com/seed83556561/mirrord/internal/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -168,12 +169,7 @@ func (s *saltReader) readLocked(ctx context.Context, ends map[int32]int64) error
 	byID := map[saltByID]int64{}
 	byName := map[saltByName]int64{}
 	if ends != nil {
-		store, err := statestore.New(statestore.Config{Topic: s.topic}, statestore.Deps{ClientOpts: s.opts})
-		if err != nil {
-			return err
-		}
-		view, err := store.Replay(ctx)
-		store.Close()
+		view, err := statestore.ReadView(ctx, s.topic, s.opts)
 		switch {
 		case errors.Is(err, statestore.ErrNoTopic):
 			view = statestore.NewView()
@@ -222,15 +218,9 @@ func (s *saltReader) topicNames(ctx context.Context) (map[[16]byte]string, error
 // metadata asks a destination broker for the topics' metadata (every
 // topic's without names), bypassing the client's cache.
 func (s *saltReader) metadata(ctx context.Context, topics ...string) (*kmsg.MetadataResponse, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := meta.Request(ctx, s.cl, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("read salts: destination metadata: %w", err)
+		return nil, fmt.Errorf("read salts: destination %w", err)
 	}
 	return resp, nil
 }
