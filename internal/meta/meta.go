@@ -142,6 +142,7 @@ func (l *Leaders) Refresh(ctx context.Context, topics ...string) error {
 // metadata cache.
 func Request(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false // a lookup never creates a topic
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(t)

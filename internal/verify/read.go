@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kfetch"
+	"github.com/seed83556561/mirrord/internal/meta"
 	"github.com/seed83556561/mirrord/internal/tp"
 )
 
@@ -120,19 +121,12 @@ func metadata(ctx context.Context, cl *kgo.Client, topics []string) (map[string]
 				return nil, fmt.Errorf("metadata: %w (last error: %w)", err, last)
 			}
 		}
-		req := kmsg.NewPtrMetadataRequest()
-		req.AllowAutoTopicCreation = false
-		for _, t := range topics {
-			rt := kmsg.NewMetadataRequestTopic()
-			rt.Topic = kmsg.StringPtr(t)
-			req.Topics = append(req.Topics, rt)
-		}
-		resp, err := req.RequestWith(ctx, cl)
+		resp, err := meta.Request(ctx, cl, topics...)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("metadata: %w", err)
+				return nil, err
 			}
-			last = fmt.Errorf("metadata: %w", err)
+			last = err
 			continue
 		}
 		out := make(map[string]topicMeta, len(topics))
