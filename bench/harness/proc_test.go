@@ -15,9 +15,16 @@ func TestPeakRSSIsTheChilds(t *testing.T) {
 	for n := 1; n < len(ballast); n *= 2 {
 		copy(ballast[n:], ballast[:n]) // touch every page
 	}
-	p, err := start("sleep", "/bin/sh", []string{"-c", "sleep 0.3"}, filepath.Join(t.TempDir(), "log"), nil, true)
+	p, err := start("sleep", "/bin/sh", []string{"-c", "sleep 30"}, filepath.Join(t.TempDir(), "log"), nil, true)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Stop only once the sampler has read the child at least once: a
+	// SIGTERM sent at once can end it before the first sample on a
+	// loaded machine, which left the peak at 0 and failed the test for a
+	// reason that has nothing to do with what it guards.
+	for deadline := time.Now().Add(10 * time.Second); p.peakRSS() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
 	}
 	ps, err := p.stop(10 * time.Second)
 	if err != nil && !strings.Contains(err.Error(), "signal: terminated") {
