@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -155,7 +155,7 @@ type Deps struct {
 	// Leaders caches the destination cluster's partition leaders; the
 	// appender invalidates an entry when a broker's answer says it is
 	// wrong. Required.
-	Leaders *meta.Leaders
+	Leaders *leaders.Cache
 	// Logger gets the appender's logs. Default: discard.
 	Logger hclog.Logger
 	// Metrics receives the appender's metrics. Default: unregistered.
@@ -303,7 +303,7 @@ type batch struct {
 	attempts int       // answers that proved the batch was not appended
 	due      time.Time // end of the current backoff, on the monotonic clock
 
-	leader    meta.Leader // from the last lookup
+	leader    leaders.Leader // from the last lookup
 	lookupErr error
 	topicID   [16]byte // what the request names the topic by
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -31,7 +31,7 @@ func TestNew(t *testing.T) {
 	good := kafkatest.Client(t, c)
 	leaderAck := kafkatest.Client(t, c, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
 	noAck := kafkatest.Client(t, c, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
-	leaders := meta.New(good, 0)
+	leaders := leaders.New(good, 0)
 	yes := func() bool { return true }
 	cases := []struct {
 		name string

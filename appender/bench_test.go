@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // BenchmarkAppend appends 256 KiB batches to a kfake cluster over 8
@@ -37,7 +37,7 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	a, err := New(Config{Link: "bench"}, Deps{
 		Client:  cl,
-		Leaders: meta.New(cl, 0),
+		Leaders: leaders.New(cl, 0),
 		Logger:  hclog.NewNullLogger(),
 		MaySend: func() bool { return true },
 	})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 // TestClassifyCode guards the one decision that can duplicate data: only

@@ -19,10 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/batchtest"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -113,7 +113,7 @@ type harness struct {
 	c       *kfake.Cluster
 	cl      *kgo.Client
 	adm     *kadm.Client
-	leaders *meta.Leaders
+	leaders *leaders.Cache
 	reg     *prometheus.Registry
 	a       *Appender
 	obs     *observer
@@ -128,7 +128,7 @@ type harnessOpts struct {
 	brokers    int
 	cfg        Config
 	clientOpts []kgo.Opt
-	leaderAge  time.Duration // meta.Leaders maxAge; 0: its default
+	leaderAge  time.Duration // leaders.Cache maxAge; 0: its default
 	noRun      bool
 }
 
@@ -148,7 +148,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h.obs = observe(h.c)
 	h.cl = kafkatest.Client(t, h.c, o.clientOpts...)
 	h.adm = kadm.NewClient(h.cl)
-	h.leaders = meta.New(h.cl, o.leaderAge)
+	h.leaders = leaders.New(h.cl, o.leaderAge)
 	h.reg = prometheus.NewRegistry()
 	h.may.Store(true)
 	logger := hclog.New(&hclog.LoggerOptions{Output: h.logs, Level: hclog.Debug})

@@ -57,7 +57,7 @@
 //     exponential backoff (capped), forever.
 //
 // Requests carry many partitions, READ_COMMITTED, ReplicaID -1, no fetch
-// session, each partition's CurrentLeaderEpoch from meta.Leaders and both the
+// session, each partition's CurrentLeaderEpoch from leaders.Cache and both the
 // topic name and the topic ID (v13+ sends only IDs). The request-level
 // MaxBytes is the protocol maximum so that it never binds before the
 // partition limits (see fetch in broker.go). Broker throttling (KIP-219) is
@@ -76,6 +76,6 @@
 //     after OFFSET_OUT_OF_RANGE, looks up the valid range (kadm). The
 //     coordinator starts a loop when it first sends a request to a broker
 //     and stops it when the broker leads no assigned partition;
-//   - one leader resolver that runs meta.Leaders lookups, which may ask the
+//   - one leader resolver that runs leaders.Cache lookups, which may ask the
 //     cluster, so that the coordinator never blocks on I/O.
 package fetcher

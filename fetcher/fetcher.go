@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -49,10 +49,10 @@ type Config struct {
 
 // Deps are the fetcher's collaborators.
 type Deps struct {
-	Client  *kgo.Client   // source cluster
-	Leaders *meta.Leaders // source cluster
-	Logger  hclog.Logger  // nil: discard
-	Metrics *Metrics      // nil: an unregistered set
+	Client  *kgo.Client    // source cluster
+	Leaders *leaders.Cache // source cluster
+	Logger  hclog.Logger   // nil: discard
+	Metrics *Metrics       // nil: an unregistered set
 }
 
 // Batch is one committed data batch.
@@ -130,7 +130,7 @@ type Fetcher struct {
 	cfg     Config
 	cl      *kgo.Client
 	adm     *kadm.Client
-	leaders *meta.Leaders
+	leaders *leaders.Cache
 	log     hclog.Logger
 	m       linkMetrics
 

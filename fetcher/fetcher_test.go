@@ -15,16 +15,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // Guards construction: defaults filled in, every problem reported at once.
 func TestNew(t *testing.T) {
 	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
 	cl := kafkatest.Client(t, c)
-	deps := Deps{Client: cl, Leaders: meta.New(cl, 0)}
+	deps := Deps{Client: cl, Leaders: leaders.New(cl, 0)}
 	for _, tc := range []struct {
 		name string
 		cfg  Config

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -66,7 +66,7 @@ func newFetcher(t *testing.T, c *kfake.Cluster, cfg Config) (*Fetcher, *Metrics)
 	cfg.Link = testLink
 	f, err := New(cfg, Deps{
 		Client:  cl,
-		Leaders: meta.New(cl, time.Minute),
+		Leaders: leaders.New(cl, time.Minute),
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: w, Level: hclog.Debug}),
 		Metrics: m,
 	})
@@ -403,7 +403,7 @@ func rawFetch(ctx context.Context, t *testing.T, c *kfake.Cluster, k tp.Key, off
 func rawFetchResp(ctx context.Context, t *testing.T, c *kfake.Cluster, k tp.Key, offset int64, maxBytes, partMaxBytes int32) *kmsg.FetchResponse {
 	t.Helper()
 	cl := kafkatest.Client(t, c)
-	l, err := meta.New(cl, time.Minute).Lookup(ctx, k)
+	l, err := leaders.New(cl, time.Minute).Lookup(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}

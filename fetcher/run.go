@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -43,7 +43,7 @@ type part struct {
 	state    pstate
 	dead     bool // unassigned or replaced by a newer generation
 	queued   bool // in the wait queue
-	leader   meta.Leader
+	leader   leaders.Leader
 	known    bool // leader is valid
 	maxBytes int32
 	reserved int64 // budget reserved while granted
@@ -101,7 +101,7 @@ type resolveReq struct {
 
 type resolved struct {
 	resolveReq
-	leader meta.Leader
+	leader leaders.Leader
 	err    error
 }
 

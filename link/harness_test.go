@@ -16,11 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
-	"github.com/seed83556561/mirrord/internal/verify"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // cluster is one in-process Kafka cluster of a test with an admin client.
@@ -319,4 +319,4 @@ func topicPartition(topic string, id [16]byte, partition int32) tp.Partition {
 	return tp.Partition{Topic: topic, ID: id, Partition: partition}
 }
 
-func newLeaders(c *cluster) *meta.Leaders { return meta.New(c.cl, 0) }
+func newLeaders(c *cluster) *leaders.Cache { return leaders.New(c.cl, 0) }

@@ -119,7 +119,7 @@ type Deps struct {
 	FetcherMetrics  *fetcher.Metrics  // nil: an unregistered set
 	AppenderMetrics *appender.Metrics // nil: an unregistered set
 	// SourceOpts and DestinationOpts are the kgo options that reach each
-	// cluster (seed brokers, TLS, SASL); see internal/kclient.
+	// cluster (seed brokers, TLS, SASL); see internal/dial.
 	SourceOpts, DestinationOpts []kgo.Opt
 	Now                         func() time.Time
 	Rand                        func() int64 // collision salts

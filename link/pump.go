@@ -10,7 +10,7 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )

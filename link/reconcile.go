@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 // recon is the reconciliation of one partition in progress.

@@ -16,8 +16,8 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -37,7 +37,7 @@ type run struct {
 
 	src, dst               *kgo.Client
 	srcAdm, dstAdm         *kadm.Client
-	srcLeaders, dstLeaders *meta.Leaders
+	srcLeaders, dstLeaders *leaders.Cache
 	srcID, dstID           string
 	region                 transform.Region
 	sameCluster            bool
@@ -132,7 +132,7 @@ func (l *Link) prepare(ctx context.Context, standby bool) (_ *run, err error) {
 		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
 	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
-	r.srcLeaders, r.dstLeaders = meta.New(r.src, 0), meta.New(r.dst, 0)
+	r.srcLeaders, r.dstLeaders = leaders.New(r.src, 0), leaders.New(r.dst, 0)
 
 	if r.srcID, err = clusterID(ctx, r.srcAdm, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
 		return nil, err

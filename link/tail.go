@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/kfetch"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -26,7 +26,7 @@ const tailChunkBytes = 4 << 20
 // reconciles, so it reads one partition at a time and synchronously.
 type tailReader struct {
 	cl      *kgo.Client
-	leaders *meta.Leaders
+	leaders *leaders.Cache
 	p       tp.Partition
 	pos     int64 // next offset to read
 	end     int64
@@ -69,7 +69,7 @@ func (t *tailReader) fetch(ctx context.Context) ([][]byte, error) {
 	}
 	p := t.p
 	p.ID = ld.ID
-	rp, err := kfetch.Do(ctx, t.cl, ld.Broker, kfetch.Request{
+	rp, err := rawfetch.Do(ctx, t.cl, ld.Broker, rawfetch.Request{
 		Partition: p, Offset: t.pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: tailChunkBytes,
 	})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed83556561/mirrord/internal/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/transform"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/kfetch"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 // DefaultTopic is the state topic's name unless the link says otherwise.
@@ -35,7 +35,7 @@ var (
 )
 
 // Fetch sizes of the replay. A replay fetches one partition per request, and
-// the request's MaxBytes never binds (package kfetch): a READ_COMMITTED fetch
+// the request's MaxBytes never binds (package rawfetch): a READ_COMMITTED fetch
 // whose request-level limit binds partway through a partition comes back
 // from kfake without that partition's aborted-transaction list (DESIGN §11),
 // and the replay would then take aborted records for committed ones.
@@ -387,7 +387,7 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 // leader and processes the answer with kgo's own batch parser (aborted
 // transactions dropped, control records skipped, CRCs checked).
 func (r *partitionReader) fetch(ctx context.Context, off int64) (kgo.FetchPartition, int64, error) {
-	rp, err := kfetch.Do(ctx, r.cl, r.leader, kfetch.Request{
+	rp, err := rawfetch.Do(ctx, r.cl, r.leader, rawfetch.Request{
 		Partition:         tp.Partition{Topic: r.topic, ID: r.id, Partition: r.p},
 		Offset:            off,
 		LeaderEpoch:       -1,

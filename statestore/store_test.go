@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // testCtx bounds a test so that a hang fails instead of blocking CI; no

@@ -1,6 +1,6 @@
 // Package check compares a source topic with its mirror record by record:
 // the benchmark's proof that both mirrors copied everything. Unlike
-// internal/verify, which also checks what mirrord promises about batches
+// package verify, which also checks what mirrord promises about batches
 // (mapped producer IDs, batch boundaries), it checks only what any mirror
 // must keep: per partition and in order, the same keys, values, headers and
 // timestamps, and the source's compression codec.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/seed83556561/mirrord/bench/check"
 	"github.com/seed83556561/mirrord/bench/load"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // TestMirror guards the peer end to end: every record of every codec topic

@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/bench/harness"
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/agent"
 )
 
 var (

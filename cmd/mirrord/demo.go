@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/demo"
+	"github.com/seed83556561/mirrord/demo"
 )
 
 func init() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed83556561/mirrord/internal/demo"
+	"github.com/seed83556561/mirrord/demo"
 )
 
 // TestDemoCommand runs `mirrord demo --duration 3s --records 400` as an

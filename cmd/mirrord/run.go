@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seed83556561/mirrord/internal/agent"
+	"github.com/seed83556561/mirrord/agent"
 )
 
 func init() {

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kclient"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/statestore"
 )
 
@@ -86,7 +86,7 @@ func runStateDump(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mirrord state dump: %s has no link %q\n", *cfgPath, *linkName)
 			return exitError
 		}
-		opts, err = kclient.Options(cfg.Clusters[l.Destination])
+		opts, err = dial.Options(cfg.Clusters[l.Destination])
 		if err != nil {
 			fmt.Fprintf(stderr, "mirrord state dump: link %q destination: %v\n", l.Name, err)
 			return exitError

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kclient"
-	"github.com/seed83556561/mirrord/internal/verify"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 func init() {
@@ -173,7 +173,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 // clusterClient returns a client for the named cluster and the options it
 // was built from.
 func clusterClient(cfg *config.Config, name string) (*kgo.Client, []kgo.Opt, error) {
-	opts, err := kclient.Options(cfg.Clusters[name])
+	opts, err := dial.Options(cfg.Clusters[name])
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/agent"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/link"
 )
 

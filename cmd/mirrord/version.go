@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/seed83556561/mirrord/internal/agent"
+	"github.com/seed83556561/mirrord/agent"
 )
 
 // version is the release version, stamped at build time with

@@ -14,14 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/kfetch"
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 const (
 	// fetchPartitionBytes is the partition limit of a fetch; package
-	// kfetch keeps the request limit from binding (DESIGN §11).
+	// rawfetch keeps the request limit from binding (DESIGN §11).
 	fetchPartitionBytes = 4 << 20
 	fetchMaxWait        = 500 * time.Millisecond
 
@@ -121,7 +121,7 @@ func metadata(ctx context.Context, cl *kgo.Client, topics []string) (map[string]
 				return nil, fmt.Errorf("metadata: %w (last error: %w)", err, last)
 			}
 		}
-		resp, err := meta.Request(ctx, cl, topics...)
+		resp, err := leaders.Metadata(ctx, cl, topics...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err
@@ -316,7 +316,7 @@ func (s *side) fetchOnce(ctx context.Context, offset int64) (*kmsg.FetchResponse
 	if s.leader < 0 {
 		return nil, kerr.LeaderNotAvailable
 	}
-	part, err := kfetch.Do(ctx, s.cl, s.leader, kfetch.Request{
+	part, err := rawfetch.Do(ctx, s.cl, s.leader, rawfetch.Request{
 		Partition:         tp.Partition{Topic: s.topic, ID: s.id, Partition: s.partition},
 		Offset:            offset,
 		LeaderEpoch:       -1,
@@ -325,7 +325,7 @@ func (s *side) fetchOnce(ctx context.Context, offset int64) (*kmsg.FetchResponse
 		MaxWait:           fetchMaxWait,
 		MinBytes:          1,
 	})
-	if errors.Is(err, kfetch.ErrNoPartition) {
+	if errors.Is(err, rawfetch.ErrNoPartition) {
 		return nil, &responseError{err.Error()}
 	}
 	if err != nil {

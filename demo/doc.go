@@ -16,7 +16,7 @@
 // mirrored and their rate from the link's metrics, lag and state from the
 // link's Status); then the wait until the link's position in every source
 // partition reaches the partition's end offset; then the agent stops (a
-// clean stop with its final checkpoint) and internal/verify compares every
+// clean stop with its final checkpoint) and package verify compares every
 // topic with its mirror, with the link's collision salts read from its
 // state topic. The figures and the verdict are printed, and the run is
 // Verified only if verify found no difference, nothing behind, every

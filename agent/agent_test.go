@@ -24,11 +24,11 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/logtest"
-	"github.com/seed83556561/mirrord/internal/verify"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/link"
 	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // within is the generous deadline of every wait; it only keeps a broken

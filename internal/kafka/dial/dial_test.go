@@ -1,4 +1,4 @@
-package kclient
+package dial
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -361,7 +361,7 @@ func TestPingNeedsOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := Ping(testContext(t), cl); err == nil || !strings.Contains(err.Error(), "kclient.Options") {
+	if err := Ping(testContext(t), cl); err == nil || !strings.Contains(err.Error(), "dial.Options") {
 		t.Errorf("ping: %v", err)
 	}
 }

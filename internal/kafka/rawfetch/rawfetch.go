@@ -1,4 +1,4 @@
-// Package kfetch sends a raw, sessionless Fetch for one partition to one
+// Package rawfetch sends a raw, sessionless Fetch for one partition to one
 // broker: the one-partition reads that reconciliation, state-topic replay and
 // verification make, as opposed to the fetcher's many-partition pipeline.
 //
@@ -9,7 +9,7 @@
 // Real brokers clamp it to their fetch.max.bytes.
 //
 // The package starts no goroutines and keeps no state.
-package kfetch
+package rawfetch
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 // ErrNoPartition means a response did not hold the partition asked for.

@@ -1,4 +1,4 @@
-package kfetch
+package rawfetch
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // Guards the reason the package exists: a READ_COMMITTED fetch whose

@@ -1,4 +1,4 @@
-package meta
+package leaders
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // Guards leader lookup, caching, invalidation after a leader move, and the

@@ -1,4 +1,4 @@
-// Package kclient turns a config.Cluster into franz-go client options —
+// Package dial turns a config.Cluster into franz-go client options —
 // seed brokers, client ID, TLS and SASL — so that every component connects
 // to a cluster the same way, and explains connection failures in terms of
 // the configuration (Ping).
@@ -10,7 +10,7 @@
 //
 // The package starts no goroutines. The hook is safe for concurrent use
 // by the client's connections.
-package kclient
+package dial
 
 import (
 	"context"
@@ -47,7 +47,7 @@ var (
 // files; an error names the cluster and the file.
 func Options(c *config.Cluster) ([]kgo.Opt, error) {
 	if c == nil {
-		return nil, errors.New("kclient: nil cluster")
+		return nil, errors.New("dial: nil cluster")
 	}
 	if len(c.BootstrapServers) == 0 {
 		return nil, fmt.Errorf("cluster %q: no bootstrap servers", c.Name)
@@ -153,7 +153,7 @@ func Ping(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	if h == nil {
-		return errors.New("kclient: Ping needs a client built from kclient.Options")
+		return errors.New("dial: Ping needs a client built from dial.Options")
 	}
 	before := h.saslCutOff.Load()
 	err := cl.Ping(ctx)

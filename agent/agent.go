@@ -19,7 +19,7 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/kclient"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/link"
 )
 
@@ -49,7 +49,7 @@ type Deps struct {
 	// process collectors.
 	Registry *prometheus.Registry
 	// Options returns the kgo options that reach a cluster. Nil:
-	// kclient.Options.
+	// dial.Options.
 	Options func(*config.Cluster) ([]kgo.Opt, error)
 	// Tune, if set, adjusts each link's configuration after the agent
 	// filled it in from the file (tests, the demo).
@@ -99,7 +99,7 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 		deps.Registry = newRegistry()
 	}
 	if deps.Options == nil {
-		deps.Options = kclient.Options
+		deps.Options = dial.Options
 	}
 	a := &Agent{
 		cfg:   cfg,
@@ -305,13 +305,13 @@ func (a *Agent) ping(ctx context.Context, c pingTarget) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	err = kclient.Ping(ctx, cl)
+	err = dial.Ping(ctx, cl)
 	switch {
 	case err == nil:
 		log.Info("cluster reachable")
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		// the agent stopped first
-	case errors.Is(err, kclient.ErrAuthentication), errors.Is(err, kclient.ErrTLS):
+	case errors.Is(err, dial.ErrAuthentication), errors.Is(err, dial.ErrTLS):
 		log.Error("cluster refuses mirrord; its links retry, but will not mirror until the configuration or the cluster is fixed", "error", err)
 	default:
 		log.Warn("cluster not reachable at start; its links keep retrying", "error", err)

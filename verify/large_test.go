@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // largeRecords is the size of TestRunLarge: a few hundred thousand records,

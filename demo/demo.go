@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/tp"
-	"github.com/seed83556561/mirrord/internal/verify"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // Defaults of Config.

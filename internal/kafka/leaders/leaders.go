@@ -1,4 +1,4 @@
-// Package meta keeps, for one cluster, where each partition is led: leader
+// Package leaders keeps, for one cluster, where each partition is led: leader
 // broker, leader epoch and topic ID, from Metadata requests issued through
 // kgo (which picks a broker and retries). The requests bypass kgo's metadata
 // cache (kadm.Metadata would serve answers up to MetadataMinAge old), because
@@ -6,10 +6,10 @@
 // and the appender share this view per cluster and invalidate it when a
 // broker says it is not the leader.
 //
-// Leaders is safe for concurrent use; it starts no goroutines. Refreshes are
+// A Cache is safe for concurrent use; it starts no goroutines. Refreshes are
 // single-flight per call: concurrent callers that miss the cache may each
 // issue a Metadata request, which is harmless and bounded by their number.
-package meta
+package leaders
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
 // ErrNoLeader means the partition exists but has no leader right now
@@ -39,8 +39,8 @@ type Leader struct {
 	ID     [16]byte // topic ID
 }
 
-// Leaders caches partition leaders of one cluster.
-type Leaders struct {
+// Cache holds the partition leaders of one cluster.
+type Cache struct {
 	cl     *kgo.Client
 	maxAge time.Duration
 	now    func() time.Time
@@ -54,17 +54,17 @@ type entry struct {
 	at     time.Time
 }
 
-// New returns a Leaders over the client's cluster. Entries older than maxAge
+// New returns a Cache over the client's cluster. Entries older than maxAge
 // are refreshed on lookup (zero means 30s).
-func New(cl *kgo.Client, maxAge time.Duration) *Leaders {
+func New(cl *kgo.Client, maxAge time.Duration) *Cache {
 	if maxAge <= 0 {
 		maxAge = 30 * time.Second
 	}
-	return &Leaders{cl: cl, maxAge: maxAge, now: time.Now, entries: make(map[tp.Key]entry)}
+	return &Cache{cl: cl, maxAge: maxAge, now: time.Now, entries: make(map[tp.Key]entry)}
 }
 
 // Lookup returns the leader of p, from the cache when fresh.
-func (l *Leaders) Lookup(ctx context.Context, p tp.Key) (Leader, error) {
+func (l *Cache) Lookup(ctx context.Context, p tp.Key) (Leader, error) {
 	l.mu.Lock()
 	e, ok := l.entries[p]
 	l.mu.Unlock()
@@ -88,7 +88,7 @@ func (l *Leaders) Lookup(ctx context.Context, p tp.Key) (Leader, error) {
 
 // Invalidate drops the cached leader of p, so that the next Lookup asks the
 // cluster.
-func (l *Leaders) Invalidate(p tp.Key) {
+func (l *Cache) Invalidate(p tp.Key) {
 	l.mu.Lock()
 	delete(l.entries, p)
 	l.mu.Unlock()
@@ -97,8 +97,8 @@ func (l *Leaders) Invalidate(p tp.Key) {
 // Refresh asks the cluster for the given topics' metadata and replaces their
 // cache entries. A topic that does not exist is dropped from the cache and is
 // not an error: Lookup reports it.
-func (l *Leaders) Refresh(ctx context.Context, topics ...string) error {
-	resp, err := Request(ctx, l.cl, topics...)
+func (l *Cache) Refresh(ctx context.Context, topics ...string) error {
+	resp, err := Metadata(ctx, l.cl, topics...)
 	if err != nil {
 		return err
 	}
@@ -137,10 +137,10 @@ func (l *Leaders) Refresh(ctx context.Context, topics ...string) error {
 	return nil
 }
 
-// Request issues a Metadata request for topics (every topic when none are
+// Metadata issues a Metadata request for topics (every topic when none are
 // named) through kgo, which picks a broker and retries, bypassing kgo's
 // metadata cache.
-func Request(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.MetadataResponse, error) {
+func Metadata(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.AllowAutoTopicCreation = false // a lookup never creates a topic
 	for _, t := range topics {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/agent"
 )
 
 // newAgent builds the agent of cfg with its logs on logOut and its metrics

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/meta"
-	"github.com/seed83556561/mirrord/internal/tp"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -218,7 +218,7 @@ func (s *saltReader) topicNames(ctx context.Context) (map[[16]byte]string, error
 // metadata asks a destination broker for the topics' metadata (every
 // topic's without names), bypassing the client's cache.
 func (s *saltReader) metadata(ctx context.Context, topics ...string) (*kmsg.MetadataResponse, error) {
-	resp, err := meta.Request(ctx, s.cl, topics...)
+	resp, err := leaders.Metadata(ctx, s.cl, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("read salts: destination %w", err)
 	}

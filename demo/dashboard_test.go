@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/agent"
 	"github.com/seed83556561/mirrord/link"
 )
 

@@ -3,7 +3,7 @@
 // API over HTTP on agent.listen.
 //
 // New builds one link.Link per link block, with the kgo options of its two
-// clusters (internal/kclient) plus the agent's own: franz-go client metrics
+// clusters (internal/kafka/dial) plus the agent's own: franz-go client metrics
 // (plugin/kprom) and a kgo logger. It registers the link, fetcher and
 // appender metrics once on the registry and does no network I/O; it reads
 // the TLS files the configuration names, so that a missing file is an
