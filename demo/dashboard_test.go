@@ -20,7 +20,7 @@ import (
 	"github.com/seed83556561/mirrord/link"
 )
 
-const dashboardPath = "../../deploy/grafana/mirrord.json"
+const dashboardPath = "../deploy/grafana/mirrord.json"
 
 // metricInfo is one metric family the code registers.
 type metricInfo struct {

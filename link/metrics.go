@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the link pipeline's metrics, all labelled by link. One set
@@ -119,4 +120,23 @@ func (lm *linkMetrics) partitionLag(topic string, partition int32, lag int64) {
 
 func (lm *linkMetrics) dropPartitionLag(topic string, partition int32) {
 	lm.m.partitionLag.DeleteLabelValues(lm.name, topic, strconv.Itoa(int(partition)))
+}
+
+// counters reads the link's counters back, for Status.
+func (lm *linkMetrics) counters() Counters {
+	v := func(c prometheus.Counter) int64 {
+		var m dto.Metric
+		if err := c.Write(&m); err != nil || m.Counter == nil {
+			return 0
+		}
+		return int64(m.Counter.GetValue())
+	}
+	return Counters{
+		Records: v(lm.records), Bytes: v(lm.bytes), Batches: v(lm.batches), Reencoded: v(lm.reencoded),
+		Collisions: v(lm.collisions), Unresolvable: v(lm.unresolvable),
+		DuplicatesSkipped: v(lm.duplicates), SequenceGaps: v(lm.gaps), LowerEpochBatches: v(lm.lowEpoch),
+		Barriers: v(lm.barriers), Checkpoints: v(lm.checkpoints),
+		ForeignBatches: v(lm.foreign), ReconciledBatches: v(lm.reconciled),
+		UnknownOutcomes: v(lm.unknown), CorruptRefetches: v(lm.refetches), SessionsFenced: v(lm.fenced),
+	}
 }

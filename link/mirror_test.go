@@ -164,6 +164,11 @@ func TestMirrorProducersAndCodecs(t *testing.T) {
 	if l.Status().State != Mirroring {
 		t.Errorf("state %s, want MIRRORING", l.Status().State)
 	}
+	// Status reports the counters: every record verified was appended
+	// once by this session (nothing was settled or reconciled).
+	if c := l.Status().Counters; c.Records != rep.Records || c.Batches == 0 || c.Bytes == 0 || c.Barriers == 0 {
+		t.Errorf("status counters %+v, want %d records and nonzero batches, bytes and barriers", c, rep.Records)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if tds, err := dst.adm.ListTopics(ctx, "private"); err == nil && tds.Has("private") {

@@ -24,6 +24,31 @@ type Status struct {
 
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+
+	// Counters are the link's totals since the process started, the
+	// values of its mirrord_* counters.
+	Counters Counters `json:"counters"`
+}
+
+// Counters are a link's running totals since the process started: the
+// values its Prometheus counters hold (see the README's metrics table).
+type Counters struct {
+	Records           int64 `json:"records_mirrored"`
+	Bytes             int64 `json:"bytes_mirrored"`
+	Batches           int64 `json:"batches_mirrored"`
+	Reencoded         int64 `json:"batches_reencoded"`
+	Collisions        int64 `json:"collisions_resolved"`
+	Unresolvable      int64 `json:"collisions_unresolvable"`
+	DuplicatesSkipped int64 `json:"duplicates_skipped"`
+	SequenceGaps      int64 `json:"sequence_gaps"`
+	LowerEpochBatches int64 `json:"lower_epoch_batches"`
+	Barriers          int64 `json:"barriers_emitted"`
+	Checkpoints       int64 `json:"checkpoints"`
+	ForeignBatches    int64 `json:"foreign_batches"`
+	ReconciledBatches int64 `json:"reconciled_batches"`
+	UnknownOutcomes   int64 `json:"unknown_outcomes"`
+	CorruptRefetches  int64 `json:"corrupt_refetches"`
+	SessionsFenced    int64 `json:"sessions_fenced"`
 }
 
 // PartitionStatus is one destination partition of a link.
@@ -48,6 +73,7 @@ func (l *Link) Status() Status {
 	defer l.mu.Unlock()
 	s := l.status
 	s.Partitions = slices.Clone(s.Partitions)
+	s.Counters = l.met.counters()
 	return s
 }
 
