@@ -474,8 +474,8 @@ func TestAgentEndToEnd(t *testing.T) {
 	if v, _ := sample(scrape(t, r.base), "mirrord_link_state", map[string]string{"link": "l", "state": "PAUSED"}); v != 1 {
 		t.Errorf("mirrord_link_state{state=PAUSED} = %v", v)
 	}
-	if lv := replayState(t, dstC).Links["l"]; lv.State != int8(link.Paused) {
-		t.Errorf("state topic says %s after pause, want PAUSED", statestore.StateName(lv.State))
+	if lv := replayState(t, dstC).Links["l"]; lv.State != link.Paused {
+		t.Errorf("state topic says %s after pause, want PAUSED", lv.State.String())
 	}
 
 	// Records produced while paused are mirrored after resume.
@@ -493,7 +493,7 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Error("the HTTP server still answers after Run returned")
 	}
 	view := replayState(t, dstC)
-	if lv, ok := view.Links["l"]; !ok || lv.State != int8(link.Stopped) {
+	if lv, ok := view.Links["l"]; !ok || lv.State != link.Stopped {
 		t.Fatalf("link record %+v (found %v), want STOPPED", lv, ok)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), within)

@@ -2,6 +2,7 @@ package barrier
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -174,7 +175,7 @@ func TestEmitApplyReplay(t *testing.T) {
 	if _, ok := view.Barriers[statestore.PIDResetKey{TopicID: topicA, Partition: 1}]; ok {
 		t.Error("p1 has a barrier, but only p0 was emitted")
 	}
-	if got := view.Checkpoints[checkpoint.Key.(statestore.CheckpointKey)]; got != checkpoint.Value {
+	if got := view.Checkpoints[checkpoint.Key.(statestore.CheckpointKey)]; !reflect.DeepEqual(got, checkpoint.Value) {
 		t.Errorf("checkpoint %+v, want %+v", got, checkpoint.Value)
 	}
 

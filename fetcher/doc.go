@@ -25,16 +25,18 @@
 //     the log start offset to the log start offset, which the result states
 //     (SkippedRecords) and the fetcher logs and counts.
 //   - No control batch and no aborted batch is ever in Batches.
-//   - The buffer bound: the bytes of delivered and unreleased results
-//     (Result.Bytes, the size of their batches) never exceed
-//     MaxBufferedBytes plus one batch. A partition is only fetched while the
-//     bytes buffered plus the partition limits of the fetches granted or in
-//     flight stay within MaxBufferedBytes; a broker may still return one
-//     batch above a partition limit (KIP-74), so a result is cut before the
-//     first batch that arrives with the buffer already full (the rest is
-//     fetched again). A response's memory stays referenced while any of its
-//     batches is held, so the process holds somewhat more than Bytes
-//     counts: the bytes of dropped batches next to held ones.
+//   - The buffer bound (DESIGN §12 I7): every batch of a Result is a
+//     sub-slice of the fetch response it came in, so a response stays
+//     allocated, aborted, control and cut-off bytes included, while any
+//     result that carries its batches is held. The fetcher therefore
+//     charges each response whole (its record bytes, all partitions) to
+//     MaxBufferedBytes from its arrival until the last result pinning it is
+//     released (Result.Pin, Release). A partition is only fetched while the
+//     bytes pinned plus the partition limits of the fetches granted or in
+//     flight stay within MaxBufferedBytes, so the bytes pinned never exceed
+//     MaxBufferedBytes plus what brokers return above a partition limit:
+//     one batch per request (KIP-74), at most one request in flight per
+//     source broker. Results without batches pin nothing.
 //   - Fair share: partitions are granted buffer space strictly in the order
 //     they became ready to fetch (a partition that just got data queues
 //     behind every waiting partition), and a partition that does not fit
@@ -70,7 +72,8 @@
 //   - the coordinator, the goroutine that called Run: it owns all partition
 //     state, the budget and the queue of undelivered results (at most two
 //     per partition), and hands results to the unbuffered Results channel;
-//     Assign, Unassign and Release queue commands for it under a mutex;
+//     Assign, Unassign and Release hand it commands through a mailbox
+//     (internal/mailbox);
 //   - one fetch loop per source broker that leads an assigned partition,
 //     with at most one Fetch in flight; it also filters the response and,
 //     after OFFSET_OUT_OF_RANGE, looks up the valid range (kadm). The

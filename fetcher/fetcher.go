@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,8 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/mailbox"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -42,7 +43,7 @@ type Config struct {
 	Link              string        // for metric labels and logs
 	PartitionMaxBytes int32         // per partition and request; default 1 MiB
 	MaxWait           time.Duration // long poll when caught up; default 500ms
-	MaxBufferedBytes  int64         // default 64 MiB: bytes delivered in Results and not yet Released
+	MaxBufferedBytes  int64         // default 64 MiB: bytes of fetch responses pinned by Results not yet Released
 	OnOutOfRange      string        // "fail" (default) or "earliest"
 	CheckCRCs         bool          // validate every batch's CRC-32C (default false: destination brokers check)
 }
@@ -64,11 +65,34 @@ type Batch struct {
 	Header transform.Header
 }
 
+// Pin stands for the memory of one fetch response. Every batch of a Result
+// is a sub-slice of the response it came in, so the whole response (the
+// batches of every partition in it, and the aborted, control and trimmed
+// bytes between them) stays allocated while any of its results is held.
+// The fetcher charges the whole response to MaxBufferedBytes until the last
+// result that pins it is released (DESIGN §12 I7). The zero Pin pins
+// nothing.
+type Pin struct{ p *pinned }
+
+type pinned struct {
+	bytes int64 // the response's record bytes, all partitions
+	refs  int   // results holding it, not yet released
+}
+
+// Bytes is the size of the response the pin holds (0 for the zero Pin).
+func (p Pin) Bytes() int64 {
+	if p.p == nil {
+		return 0
+	}
+	return p.p.bytes
+}
+
 // Result is what one fetch brought for one partition.
 type Result struct {
 	Partition tp.Partition // with the topic ID the source reports
-	// Gen is the assignment generation (see Assign); a consumer ignores
-	// the results of older generations (and still releases their Bytes).
+	// Gen is the assignment generation the caller gave Assign; a consumer
+	// ignores the results of other generations (and still releases their
+	// Pin).
 	Gen uint64
 	// Batches are the committed data batches in offset order; control
 	// batches and aborted batches are removed. The first batch may begin
@@ -91,10 +115,13 @@ type Result struct {
 	// SkippedRecords is the number of records skipped under
 	// OnOutOfRange = "earliest" (records lost at the source), else 0.
 	SkippedRecords int64
-	// Bytes is what this result charges to the buffer budget: the size of
-	// its Batches. The consumer calls Release(Bytes) when it is done with
-	// them, for every result it receives.
+	// Bytes is the size of Batches (for metrics; the budget counts
+	// Pin).
 	Bytes int
+	// Pin holds the response the batches are part of; the consumer calls
+	// Release(Pin) once it is done with the batches, for every result it
+	// receives. A result without batches has the zero Pin.
+	Pin Pin
 	// Err non-nil means the partition FAILED: it is no longer fetched
 	// until it is assigned again. Start and End are then the offset it
 	// failed at.
@@ -135,12 +162,12 @@ type Fetcher struct {
 	m       linkMetrics
 
 	results chan Result
-	wake    chan struct{} // capacity 1: commands are waiting
-	ran     atomic.Bool
-
-	mu   sync.Mutex // guards cmds and gen
-	cmds []command
-	gen  uint64
+	// cmds carries Assign, Unassign and Release to the coordinator. It
+	// holds at most one assignment per Assign call not yet applied and
+	// one release per delivered result, so it is bounded by the
+	// partitions and results in play.
+	cmds *mailbox.Box[command]
+	ran  atomic.Bool
 
 	// Fields for tests; set by New.
 	now        func() time.Time
@@ -161,7 +188,7 @@ type command struct {
 	p      tp.Partition
 	offset int64
 	gen    uint64
-	n      int
+	pin    Pin
 }
 
 // New returns a fetcher with cfg's defaults filled in. It does no I/O and
@@ -191,7 +218,7 @@ func New(cfg Config, deps Deps) (*Fetcher, error) {
 		log:        deps.Logger.Named("fetcher").With("link", cfg.Link),
 		m:          deps.Metrics.forLink(cfg.Link),
 		results:    make(chan Result),
-		wake:       make(chan struct{}, 1),
+		cmds:       mailbox.New[command](),
 		now:        time.Now,
 		backoffMin: 100 * time.Millisecond,
 		backoffMax: 10 * time.Second,
@@ -234,70 +261,40 @@ func (c *Config) validate() error {
 }
 
 // Assign starts fetching p at offset, or restarts it there if it is
-// assigned already (also after it failed). It returns the new generation:
-// results of older generations that the fetcher still holds are dropped
-// (their bytes released); a consumer ignores any it already received. p.ID
-// may be zero, in which case the fetcher takes the ID the source reports;
-// a non-zero ID that the source contradicts fails the partition
-// (ErrTopicRecreated). Safe from any goroutine; it does not wait for Run.
-func (f *Fetcher) Assign(p tp.Partition, offset int64) uint64 {
-	f.mu.Lock()
-	f.gen++
-	gen := f.gen
-	f.cmds = append(f.cmds, command{kind: cmdAssign, p: p, offset: offset, gen: gen})
-	f.mu.Unlock()
-	f.poke()
-	return gen
+// assigned already (also after it failed), under the caller's generation
+// gen: results of earlier generations that the fetcher still holds are
+// dropped (their pins released), and the consumer ignores any it already
+// received (Result.Gen). The caller gives each assignment of a partition a
+// generation it never gave that partition before. p.ID may be zero, in
+// which case the fetcher takes the ID the source reports; a non-zero ID
+// that the source contradicts fails the partition (ErrTopicRecreated). Safe
+// from any goroutine; it does not wait for Run.
+func (f *Fetcher) Assign(p tp.Partition, offset int64, gen uint64) {
+	f.cmds.Put(command{kind: cmdAssign, p: p, offset: offset, gen: gen})
 }
 
 // Unassign stops fetching p and drops the results of p that the fetcher
-// still holds (their bytes released). Safe from any goroutine.
+// still holds (their pins released). Safe from any goroutine.
 func (f *Fetcher) Unassign(p tp.Partition) {
-	f.send(command{kind: cmdUnassign, p: p})
+	f.cmds.Put(command{kind: cmdUnassign, p: p})
 }
 
 // Results returns the channel of results. It is unbuffered (the fetcher
 // queues at most two undelivered results per partition) and closed when Run
-// returns. Every result received must be Released with its Bytes.
+// returns. Every result received must have its Pin Released.
 func (f *Fetcher) Results() <-chan Result { return f.results }
 
-// Release returns n bytes of delivered results to the buffer budget. Safe
-// from any goroutine.
-func (f *Fetcher) Release(n int) {
-	if n == 0 {
+// Release gives back one result's hold on its response; the response's
+// bytes return to the buffer budget when its last result is released.
+// Releasing the zero Pin does nothing. Safe from any goroutine.
+func (f *Fetcher) Release(p Pin) {
+	if p.p == nil {
 		return
 	}
-	f.send(command{kind: cmdRelease, n: n})
+	f.cmds.Put(command{kind: cmdRelease, pin: p})
 }
 
-func (f *Fetcher) send(c command) {
-	f.mu.Lock()
-	f.cmds = append(f.cmds, c)
-	f.mu.Unlock()
-	f.poke()
-}
-
-func (f *Fetcher) poke() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (f *Fetcher) takeCommands() []command {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	cmds := f.cmds
-	f.cmds = nil
-	return cmds
-}
-
-// backoff returns the wait before retry number attempts (1, 2, ...):
-// exponential from backoffMin, capped at backoffMax.
+// backoff returns the wait before retry number attempts (1, 2, ...).
 func (f *Fetcher) backoff(attempts int) time.Duration {
-	d := f.backoffMin
-	for i := 1; i < attempts && d < f.backoffMax; i++ {
-		d *= 2
-	}
-	return min(d, f.backoffMax)
+	return backoff.Policy{First: f.backoffMin, Max: f.backoffMax}.Wait(attempts)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 // Guards construction: defaults filled in, every problem reported at once.
@@ -301,7 +303,7 @@ func TestPartitionFailures(t *testing.T) {
 			p := tp.Partition{Topic: "t", Partition: 0}
 			tc.setup(c, &p)
 			f, _ := newFetcher(t, c, Config{})
-			f.Assign(p, 3)
+			f.Assign(p, 3, 1)
 			run(t, f)
 			select {
 			case r := <-f.Results():
@@ -333,9 +335,10 @@ func produceBulk(ctx context.Context, t *testing.T, c *kfake.Cluster, topic stri
 	endAll(ctx, t, c, topic, partitions)
 }
 
-// Guards the buffer bound: a consumer that does not release holds at most
-// MaxBufferedBytes plus one batch, and far less than there is to fetch; once
-// it releases, the fetcher continues and everything arrives exactly.
+// Guards the buffer bound (I7): a consumer that does not release holds
+// fetch responses of at most MaxBufferedBytes plus one batch in all, and far
+// less than there is to fetch; once it releases, the fetcher continues and
+// everything arrives exactly.
 func TestBackpressure(t *testing.T) {
 	ctx := deadline(t)
 	c := source(t, 4, "t")
@@ -377,10 +380,10 @@ hold:
 	if con.held == 0 {
 		t.Fatal("nothing delivered")
 	}
-	if con.maxOut > budget+maxBatch {
-		t.Fatalf("held %d bytes unreleased, above the bound %d + one batch (%d)", con.maxOut, budget, maxBatch)
+	if con.maxOut > int64(budget+maxBatch) {
+		t.Fatalf("held responses of %d bytes unreleased, above the bound %d + one batch (%d)", con.maxOut, budget, maxBatch)
 	}
-	if con.held >= total/2 {
+	if con.held >= int64(total/2) {
 		t.Fatalf("held %d of %d bytes: the budget did not stop the fetcher", con.held, total)
 	}
 	gauge := m.forLink(testLink).buffered
@@ -395,8 +398,7 @@ hold:
 	}
 
 	// Release: the fetcher continues.
-	f.Release(con.held)
-	con.hold, con.held = false, 0
+	con.releaseHeld()
 	con.until(ctx, ends)
 	compare(t, con.s, want)
 }
@@ -635,4 +637,98 @@ func TestUnassignStopsFetching(t *testing.T) {
 	if n := count() - atBarrier; n > 1 {
 		t.Errorf("%d fetches of partition 1 after Unassign, want at most the one in flight", n)
 	}
+}
+
+// Guards I7 on an abort-heavy source (issue 10, case 8): every batch of a
+// result is a sub-slice of its whole fetch response, aborted and control
+// bytes included, so a consumer that holds results holds those responses.
+// The fetcher must count them and stop: the source log that the held
+// results cover stays within MaxBufferedBytes plus one batch, although each
+// result delivers only a tiny committed batch.
+func TestBackpressureCountsWholeResponses(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 1, "t")
+	txn := producer(t, c, kgo.TransactionalID("aborting"), kgo.ProducerLinger(0))
+	small := producer(t, c, kgo.ProducerLinger(0))
+	// Incompressible, so that each aborted batch really is 12 KiB.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	big := make([]byte, 12<<10)
+	for i := range big {
+		big[i] = byte(rnd.Uint32())
+	}
+	for i := range 30 {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		produce(ctx, t, txn, "t", 0, string(big))
+		if err := txn.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+		produce(ctx, t, small, "t", 0, fmt.Sprintf("committed %d", i))
+	}
+	endAll(ctx, t, c, "t", 1)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+	k := tp.Key{Topic: "t", Partition: 0}
+
+	// The size of every batch in the log, aborted ones included.
+	type span struct {
+		next int64
+		size int
+	}
+	var log []span
+	maxBatch := 0
+	for off := int64(0); off < ends[k]; {
+		raw, _ := rawFetch(ctx, t, c, k, off)
+		bs, _, err := transform.Split(raw, nil)
+		if err != nil || len(bs) == 0 {
+			t.Fatalf("raw read at %d: %d batches, %v", off, len(bs), err)
+		}
+		for _, b := range bs {
+			h, _ := transform.ParseHeader(b)
+			if h.NextOffset() <= off {
+				continue
+			}
+			log = append(log, span{h.NextOffset(), len(b)})
+			maxBatch = max(maxBatch, len(b))
+			off = h.NextOffset()
+		}
+	}
+
+	const budget = 32 << 10
+	f, _ := newFetcher(t, c, Config{PartitionMaxBytes: 16 << 10, MaxBufferedBytes: budget})
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	con.hold = true
+	run(t, f)
+	quiet := time.NewTimer(time.Second)
+hold:
+	for {
+		select {
+		case r := <-f.Results():
+			con.take(r)
+			quiet.Reset(time.Second)
+		case <-quiet.C:
+			break hold
+		case <-ctx.Done():
+			t.Fatal("deadline")
+		}
+	}
+	covered := 0
+	for _, s := range log {
+		if s.next <= con.s[k].end {
+			covered += s.size
+		}
+	}
+	t.Logf("held %d results covering %d bytes of the source log (pinned %d; budget %d, largest batch %d, log %d batches)",
+		len(con.order), covered, con.maxOut, budget, maxBatch, len(log))
+	if covered > budget+maxBatch {
+		t.Fatalf("held results cover %d bytes of the source log, above the bound %d + one batch (%d): aborted bytes are not counted", covered, budget, maxBatch)
+	}
+	if con.maxOut > int64(budget+maxBatch) {
+		t.Fatalf("held responses of %d bytes, above the bound %d + one batch (%d)", con.maxOut, budget, maxBatch)
+	}
+	con.releaseHeld()
+	con.until(ctx, ends)
+	compare(t, con.s, want)
 }

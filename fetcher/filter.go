@@ -29,9 +29,6 @@ type abortedTxn struct {
 type filtered struct {
 	// Batches are the committed data batches, in offset order.
 	Batches []Batch
-	// AbortedBefore[i] is the number of aborted batches dropped before
-	// Batches[i] (to cut the result at batch i).
-	AbortedBefore []int
 	// End is the offset after the last batch examined: the next fetch
 	// offset. It is start if nothing was examined.
 	End int64
@@ -141,7 +138,6 @@ func filterRecords(records []byte, aborted []abortedTxn, start int64, checkCRCs 
 			out.Aborted++
 		default:
 			out.Batches = append(out.Batches, Batch{Raw: raw, Header: h})
-			out.AbortedBefore = append(out.AbortedBefore, out.Aborted)
 		}
 		out.Examined++
 		out.End = h.NextOffset()

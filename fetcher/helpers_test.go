@@ -174,11 +174,13 @@ type consumer struct {
 	t      *testing.T
 	f      *Fetcher
 	gens   map[tp.Key]uint64
+	gen    uint64 // the last generation given
 	s      map[tp.Key]*stream
 	order  []tp.Key // partition of every result, in delivery order
-	held   int      // bytes received and not released (hold mode)
+	pins   []Pin    // pins of the results held (hold mode)
+	held   int64    // bytes of the distinct responses held (hold mode)
 	hold   bool
-	maxOut int // largest held
+	maxOut int64 // largest held
 	// onResult runs after each result of a current generation.
 	onResult func(n int, r Result)
 }
@@ -189,7 +191,9 @@ func newConsumer(t *testing.T, f *Fetcher) *consumer {
 
 // assign assigns p at offset and expects its results from there.
 func (c *consumer) assign(p tp.Partition, offset int64) {
-	c.gens[p.Key()] = c.f.Assign(p, offset)
+	c.gen++
+	c.f.Assign(p, offset, c.gen)
+	c.gens[p.Key()] = c.gen
 	c.s[p.Key()] = &stream{end: offset, codecs: make(map[int8]bool)}
 }
 
@@ -199,7 +203,7 @@ func (c *consumer) take(r Result) bool {
 	t.Helper()
 	k := r.Partition.Key()
 	if g, ok := c.gens[k]; !ok || r.Gen != g {
-		c.f.Release(r.Bytes)
+		c.f.Release(r.Pin)
 		return false
 	}
 	if r.Err != nil {
@@ -230,21 +234,35 @@ func (c *consumer) take(r Result) bool {
 	if bytes != r.Bytes {
 		t.Fatalf("%s: Bytes %d, batches hold %d", r.Partition, r.Bytes, bytes)
 	}
+	if (len(r.Batches) > 0) != (r.Pin.Bytes() > 0) || r.Pin.Bytes() < int64(bytes) {
+		t.Fatalf("%s: %d batches of %d bytes pin a response of %d bytes", r.Partition, len(r.Batches), bytes, r.Pin.Bytes())
+	}
 	s.end = r.End
 	s.results++
 	s.aborted += r.AbortedBatches
 	s.skipped += r.SkippedRecords
 	c.order = append(c.order, k)
 	if c.hold {
-		c.held += r.Bytes
+		if r.Pin.Bytes() > 0 && !slices.Contains(c.pins, r.Pin) {
+			c.held += r.Pin.Bytes()
+		}
+		c.pins = append(c.pins, r.Pin)
 		c.maxOut = max(c.maxOut, c.held)
 	} else {
-		c.f.Release(r.Bytes)
+		c.f.Release(r.Pin)
 	}
 	if c.onResult != nil {
 		c.onResult(len(c.order), r)
 	}
 	return true
+}
+
+// releaseHeld releases every result held and stops holding.
+func (c *consumer) releaseHeld() {
+	for _, p := range c.pins {
+		c.f.Release(p)
+	}
+	c.pins, c.held, c.hold = nil, 0, false
 }
 
 // until consumes until every partition in want reached its End.

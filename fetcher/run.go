@@ -70,11 +70,14 @@ type coord struct {
 	granted []*part // granted partitions in grant order, waiting for their broker's loop
 	pending []queued
 
-	buffered int64 // bytes delivered or queued and not yet released
+	buffered int64 // bytes of the responses that delivered or queued results pin
 	reserved int64 // bytes the requests granted or in flight may return
 
 	loops    map[int32]*loop
 	outcomes chan *outcome
+
+	// pin is the pin of the response being applied (applyOutcome).
+	pin *pinned
 
 	resolveCh    chan []resolveReq
 	resolvedCh   chan []resolved
@@ -130,7 +133,6 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	}
 	defer c.timer.Stop()
 	wg.Go(func() { f.resolver(ctx, c.resolveCh, c.resolvedCh) })
-	f.poke() // commands given before Run
 	c.loop()
 	return nil
 }
@@ -148,8 +150,8 @@ func (c *coord) loop() {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-c.f.wake:
-			c.apply(c.f.takeCommands())
+		case <-c.f.cmds.Wake():
+			c.apply(c.f.cmds.Take())
 		case o := <-c.outcomes:
 			c.applyOutcome(o)
 		case rs := <-c.resolvedCh:
@@ -345,19 +347,29 @@ func (c *coord) apply(cmds []command) {
 			delete(c.parts, cmd.p.Key())
 			c.f.log.Debug("unassigned partition", "partition", cmd.p.String())
 		case cmdRelease:
-			c.buffered -= int64(cmd.n)
-			if c.buffered < 0 {
-				c.f.log.Error("released more bytes than were delivered; the buffer bound no longer holds",
-					"excess", -c.buffered, "release", cmd.n)
-				c.buffered = 0
-			}
+			c.unpin(cmd.pin)
 		}
 	}
 }
 
+// unpin gives back one result's hold on its response.
+func (c *coord) unpin(p Pin) {
+	if p.p == nil {
+		return
+	}
+	if p.p.refs <= 0 {
+		c.f.log.Error("a fetch response was released more often than results pinned it; the buffer bound no longer holds", "bytes", p.p.bytes)
+		return
+	}
+	p.p.refs--
+	if p.p.refs == 0 {
+		c.buffered -= p.p.bytes
+	}
+}
+
 // drop retires the current generation of a partition: its grant is
-// returned and its queued results are dropped with their bytes. A fetch in
-// flight returns its reservation when it completes.
+// returned and its queued results are dropped, their pins released. A fetch
+// in flight returns its reservation when it completes.
 func (c *coord) drop(key tp.Key) {
 	pt := c.parts[key]
 	if pt == nil {
@@ -368,7 +380,7 @@ func (c *coord) drop(key tp.Key) {
 	pt.reserved = 0
 	c.pending = slices.DeleteFunc(c.pending, func(q queued) bool {
 		if q.pt == pt {
-			c.buffered -= int64(q.r.Bytes)
+			c.unpin(q.r.Pin)
 			return true
 		}
 		return false
@@ -400,7 +412,6 @@ const maxQueued = 2
 // deliver queues a result of pt and fetches ahead if pt may.
 func (c *coord) deliver(pt *part, r Result) {
 	r.Partition, r.Gen = pt.p, pt.gen
-	c.buffered += int64(r.Bytes)
 	c.pending = append(c.pending, queued{r: r, pt: pt})
 	pt.queuedN++
 	switch {
@@ -473,6 +484,19 @@ func (c *coord) applyOutcome(o *outcome) {
 		l.busy = false
 	}
 	c.f.m.requests.Inc()
+	// Every partition's records are sub-slices of the one response: the
+	// results that carry batches share a pin of all of it.
+	pin := &pinned{}
+	for i := range o.items {
+		pin.bytes += int64(o.items[i].records)
+	}
+	c.pin = pin
+	defer func() {
+		c.pin = nil
+		if pin.refs > 0 {
+			c.buffered += pin.bytes
+		}
+	}()
 	for i := range o.items {
 		it := &o.items[i]
 		c.reserved -= it.reserved
@@ -527,31 +551,17 @@ func classify(err error) (kind string, leaderErr bool) {
 	return KindOther, false
 }
 
-// applyData takes a partition's records: trims them to the buffer bound,
-// handles a malformed batch and a response without a complete batch, and
-// queues the result.
+// applyData takes a partition's records: handles a malformed batch and a
+// response without a complete batch, and queues the result, which pins the
+// response (c.pin) when it carries batches.
 func (c *coord) applyData(pt *part, it *itemOutcome) {
 	fl := &it.f
 	start := pt.offset
 	end, aborted, badErr := fl.End, fl.Aborted, fl.Err
 
-	// The buffer bound: take batches while the bytes buffered are below
-	// MaxBufferedBytes, so that they never exceed it by more than one
-	// batch. Grants keep responses within the budget; only a batch above
-	// a partition limit (KIP-74) or a grant made before such a batch
-	// arrived can make this cut, and the rest is fetched again.
 	n, bytes := len(fl.Batches), 0
-	for i, b := range fl.Batches {
-		if c.buffered+int64(bytes) >= c.f.cfg.MaxBufferedBytes {
-			n = i
-			break
-		}
+	for _, b := range fl.Batches {
 		bytes += len(b.Raw)
-	}
-	if n < len(fl.Batches) {
-		end = max(start, fl.Batches[n].Header.BaseOffset)
-		aborted = fl.AbortedBefore[n]
-		badErr = nil // beyond the cut; seen again on the next fetch
 	}
 
 	switch {
@@ -584,10 +594,6 @@ func (c *coord) applyData(pt *part, it *itemOutcome) {
 
 	if end == start {
 		pt.attempts = 0
-		if n == 0 && len(fl.Batches) > 0 {
-			c.ready(pt) // cut by the buffer bound before the first batch
-			return
-		}
 		if fl.Examined == 0 && (fl.Truncated > 0 || it.records == 0 && start < it.lso) {
 			c.starve(pt, it)
 		}
@@ -599,6 +605,11 @@ func (c *coord) applyData(pt *part, it *itemOutcome) {
 	pt.offset = end
 	c.f.m.aborted.Add(float64(aborted))
 	c.f.m.bytes.Add(float64(bytes))
+	var p Pin
+	if n > 0 {
+		c.pin.refs++
+		p = Pin{c.pin}
+	}
 	c.deliver(pt, Result{
 		Batches:          fl.Batches[:n:n],
 		Start:            start,
@@ -608,6 +619,7 @@ func (c *coord) applyData(pt *part, it *itemOutcome) {
 		LogStartOffset:   it.logStart,
 		AbortedBatches:   aborted,
 		Bytes:            bytes,
+		Pin:              p,
 	})
 }
 

@@ -133,7 +133,7 @@ func (r *run) adopted(parts []*part, bps []barrier.Partition) {
 		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
 		barrier.Apply(p.psm, r.log, bps[i])
 		r.addPart(p)
-		p.gen = r.fetch.Assign(p.src, p.srcNext)
+		p.gen = r.assign(p.src, p.srcNext)
 		r.log.Info("mirroring new partition", "source", p.src, "destination", p.dst, "source_offset", p.srcNext)
 	}
 	r.publish()

@@ -86,6 +86,7 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 		BackoffMax:                   time.Second,
 		LeaseSkew:                    0,
 		SettleDelay:                  100 * time.Millisecond,
+		RequestTimeout:               2 * time.Second,
 		ShutdownTimeout:              5 * time.Second,
 		FetchMaxWait:                 100 * time.Millisecond,
 		DestinationReplicationFactor: 1,

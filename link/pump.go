@@ -23,9 +23,9 @@ type fetchResult = fetcher.Result
 type item struct {
 	raw     []byte
 	hdr     transform.Header
-	from    int64 // the fetch position: records of the batch before it are not forwarded
-	end     int64 // source offset after this item
-	release int   // fetch-buffer bytes to release once this item is done
+	from    int64         // the fetch position: records of the batch before it are not forwarded
+	end     int64         // source offset after this item
+	release []fetcher.Pin // fetch responses to release once this item is done
 }
 
 // part is the pipeline state of one destination partition. The link
@@ -57,7 +57,7 @@ func (p *part) pending() int { return len(p.queue) - p.head }
 // commitReq is one state transaction for the committer; done runs on the
 // link goroutine with the outcome.
 type commitReq struct {
-	state int8
+	state State
 	recs  []statestore.Record
 	done  func(error)
 }
@@ -174,11 +174,11 @@ func (r *run) fail(err error) {
 func (r *run) onFetch(res fetchResult) {
 	p := r.bySrc[res.Partition.Key()]
 	if p == nil || res.Gen != p.gen || p.removed {
-		r.fetch.Release(res.Bytes)
+		r.fetch.Release(res.Pin)
 		return
 	}
 	if res.Err != nil {
-		r.fetch.Release(res.Bytes)
+		r.fetch.Release(res.Pin)
 		r.fail(fmt.Errorf("source %s: %w", p.src, res.Err))
 		return
 	}
@@ -193,9 +193,9 @@ func (r *run) onFetch(res fetchResult) {
 		p.queue = append(p.queue, item{end: res.End})
 	}
 	if len(p.queue) > n {
-		p.queue[len(p.queue)-1].release += res.Bytes
+		p.queue[len(p.queue)-1].release = append(p.queue[len(p.queue)-1].release, res.Pin)
 	} else {
-		r.fetch.Release(res.Bytes)
+		r.fetch.Release(res.Pin)
 	}
 	r.try(p)
 }
@@ -204,8 +204,8 @@ func (r *run) onFetch(res fetchResult) {
 func (r *run) done(p *part) {
 	it := &p.queue[p.head]
 	p.srcNext = it.end
-	if it.release > 0 {
-		r.fetch.Release(it.release)
+	for _, pin := range it.release {
+		r.fetch.Release(pin)
 	}
 	*it = item{}
 	p.head++
@@ -333,7 +333,7 @@ func (r *run) reassign(p *part) {
 		r.done(p)
 	}
 	p.inflight, p.settling, p.out = false, false, nil
-	p.gen = r.fetch.Assign(p.src, p.srcNext)
+	p.gen = r.assign(p.src, p.srcNext)
 }
 
 // settle decides an append of unknown outcome (DESIGN §6): after the settle
@@ -447,7 +447,7 @@ func (r *run) flushCommits() {
 		at[p] = pos{p.srcNext, p.dstNext}
 	}
 	r.pump.commitBusy = true
-	req := commitReq{state: int8(Mirroring), recs: recs, done: func(err error) {
+	req := commitReq{state: Mirroring, recs: recs, done: func(err error) {
 		if err != nil {
 			r.fail(fmt.Errorf("commit state transaction: %w", err))
 			return
@@ -505,7 +505,7 @@ drain:
 			r.pump.commitBusy = false
 			res.done(res.err)
 		case res := <-r.fetch.Results():
-			r.fetch.Release(res.Bytes)
+			r.fetch.Release(res.Pin)
 		case <-r.ctx.Done():
 			return
 		}
@@ -517,7 +517,7 @@ drain:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.l.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := r.sess.Commit(ctx, int8(state), recs...); err != nil {
+	if err := r.sess.Commit(ctx, state, recs...); err != nil {
 		r.log.Warn("final checkpoint failed; the next session reconciles from the previous one", "error", err)
 		return
 	}

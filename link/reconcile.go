@@ -58,7 +58,7 @@ func (r *run) reconcile(ctx context.Context, parts []*part) error {
 		}
 		r.log.Info("reconciling destination tail", "destination", p.dst, "from", p.dstNext, "to", end.Offset, "source", p.src, "source_from", p.srcNext)
 		work[p.src.Key()] = rc
-		p.gen = r.fetch.Assign(p.src, p.srcNext)
+		p.gen = r.assign(p.src, p.srcNext)
 	}
 	finish := func(rc *recon) {
 		delete(work, rc.p.src.Key())
@@ -101,10 +101,10 @@ func (r *run) reconcile(ctx context.Context, parts []*part) error {
 		}
 		rc := work[res.Partition.Key()]
 		if rc == nil || res.Gen != rc.p.gen {
-			r.fetch.Release(res.Bytes)
+			r.fetch.Release(res.Pin)
 			continue
 		}
-		r.fetch.Release(res.Bytes) // the walker holds the batches only until it compared them
+		r.fetch.Release(res.Pin) // the walker holds the batches only until it compared them
 		if res.Err != nil {
 			return fmt.Errorf("reconcile %s: %w", rc.p.dst, res.Err)
 		}

@@ -62,6 +62,7 @@ type run struct {
 	gErr  error // first error a run goroutine returned
 
 	closed bool
+	gen    uint64 // the last fetcher generation given
 }
 
 // goRun starts a goroutine of the run; its error, if any, fails the run.
@@ -176,7 +177,7 @@ func (l *Link) prepare(ctx context.Context, standby bool) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	wait := view.LeaseWait(l.cfg.Link.Name, l.deps.Now(), l.cfg.LeaseSkew)
+	wait := view.LeaseWait(l.cfg.Link.Name, l.deps.Now(), l.cfg.LeaseSkew, l.cfg.RequestTimeout)
 	// The session commits at once and then at least every third of its
 	// timeout while it prepares: a state transaction is the session's
 	// lease, and kfake (unlike Kafka) opens a transaction under the new
@@ -242,15 +243,22 @@ func (l *Link) prepare(ctx context.Context, standby bool) (_ *run, err error) {
 		return nil, err
 	}
 	for _, p := range r.parts {
-		p.gen = r.fetch.Assign(p.src, p.srcNext)
+		p.gen = r.assign(p.src, p.srcNext)
 	}
 	r.publish()
 	return r, nil
 }
 
+// assign (re)starts fetching p at offset under a new generation.
+func (r *run) assign(p tp.Partition, offset int64) uint64 {
+	r.gen++
+	r.fetch.Assign(p, offset, r.gen)
+	return r.gen
+}
+
 // keepalive commits the link record (state PREPARING), renewing the lease.
 func (r *run) keepalive(ctx context.Context) error {
-	if err := r.sess.Commit(ctx, int8(Preparing)); err != nil {
+	if err := r.sess.Commit(ctx, Preparing); err != nil {
 		return fmt.Errorf("commit PREPARING: %w", err)
 	}
 	return nil
@@ -377,7 +385,7 @@ func uniq(s []string) []string {
 // this.
 func (r *run) emitBarriers(ctx context.Context, parts []*part) error {
 	if len(parts) == 0 {
-		return r.sess.Commit(ctx, int8(Mirroring))
+		return r.sess.Commit(ctx, Mirroring)
 	}
 	bps := make([]barrier.Partition, 0, len(parts))
 	cks := make([]statestore.Record, 0, len(parts))
@@ -422,7 +430,7 @@ func (r *run) standBy(ctx context.Context) error {
 			return err
 		}
 		lv, ok := view.Links[r.l.cfg.Link.Name]
-		if !ok || lv.State == int8(Stopped) || lv.State == int8(Paused) {
+		if !ok || lv.Clean() {
 			return nil
 		}
 		left := time.UnixMilli(lv.LeaseExpiresMs).Sub(r.l.deps.Now())

@@ -3,31 +3,25 @@ package link
 import (
 	"fmt"
 	"time"
+
+	"github.com/seed83556561/mirrord/statestore"
 )
 
-// State is a link's lifecycle state (DESIGN §8). The values are the ones the
-// state topic's link record carries.
-type State int8
+// State is a link's lifecycle state (DESIGN §8): the state topic's link
+// record carries the same values, so one type serves both.
+type State = statestore.LinkState
 
+// The lifecycle states.
 const (
-	Stopped   State = 0
-	Preparing State = 1
-	Mirroring State = 2
-	Paused    State = 3
-	Failed    State = 4
+	Stopped   = statestore.Stopped
+	Preparing = statestore.Preparing
+	Mirroring = statestore.Mirroring
+	Paused    = statestore.Paused
+	Failed    = statestore.Failed
 )
-
-var stateNames = [...]string{"STOPPED", "PREPARING", "MIRRORING", "PAUSED", "FAILED"}
-
-func (s State) String() string {
-	if s >= 0 && int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("STATE(%d)", int8(s))
-}
 
 // States lists every state, for metrics and tests.
-var States = []State{Stopped, Preparing, Mirroring, Paused, Failed}
+var States = statestore.LinkStates
 
 // Event is something that moves a link from one state to another.
 type Event uint8

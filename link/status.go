@@ -1,8 +1,6 @@
 package link
 
 import (
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 )
@@ -64,9 +62,6 @@ type PartitionStatus struct {
 	CheckpointDest   int64  `json:"checkpoint_destination_offset"`
 }
 
-// MarshalJSON writes the state by name.
-func (s State) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
-
 // Status returns a snapshot of the link.
 func (l *Link) Status() Status {
 	l.mu.Lock()
@@ -81,19 +76,4 @@ func (l *Link) setStatus(fn func(*Status)) {
 	l.mu.Lock()
 	fn(&l.status)
 	l.mu.Unlock()
-}
-
-// UnmarshalJSON reads a state by name, as MarshalJSON writes it.
-func (s *State) UnmarshalJSON(b []byte) error {
-	var name string
-	if err := json.Unmarshal(b, &name); err != nil {
-		return fmt.Errorf("link state: %w", err)
-	}
-	for _, st := range States {
-		if st.String() == name {
-			*s = st
-			return nil
-		}
-	}
-	return fmt.Errorf("link state: unknown state %q", name)
 }

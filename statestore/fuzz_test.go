@@ -94,17 +94,24 @@ func FuzzDecodeValue(f *testing.F) {
 // FuzzRoundTrip builds records of every type from arbitrary field values and
 // checks that they decode to themselves.
 func FuzzRoundTrip(f *testing.F) {
-	f.Add("l", "a", "b", int8(2), int16(3), int32(4), int64(5), int64(-6), []byte{1, 2, 3})
-	f.Add("", "", "", int8(-1), int16(-1), int32(-1), int64(-1), int64(0), []byte{})
-	f.Fuzz(func(t *testing.T, s1, s2, s3 string, i8 int8, i16 int16, i32 int32, i64a, i64b int64, id []byte) {
+	f.Add("l", "a", "b", int8(2), int16(3), int32(4), int64(5), int64(-6), []byte{1, 2, 3}, uint8(2))
+	f.Add("", "", "", int8(-1), int16(-1), int32(-1), int64(-1), int64(0), []byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, s1, s2, s3 string, i8 int8, i16 int16, i32 int32, i64a, i64b int64, id []byte, producers uint8) {
 		if len(s1) > 1<<15-1 || len(s3) > 1<<15-1 {
 			t.Skip("key strings longer than an int16 length are rejected by design (TestEncodeRejects)")
 		}
 		var u UUID
 		copy(u[:], id)
+		var ps []ProducerState
+		for i := range int(producers % 8) {
+			ps = append(ps, ProducerState{SourceClusterID: s3[:min(i, len(s3))], OriginalPID: i64a + int64(i), MappedPID: i64b - int64(i),
+				Region: uint32(i32) + uint32(i), Epoch: i16, LastSequence: i32 - int32(i), LastAppendMs: i64a ^ int64(i)})
+		}
 		recs := []Record{
-			{Key: LinkKey{LinkName: s1}, Value: LinkValue{State: i8, SessionEpoch: i16, SourceClusterID: s2, DestinationClusterID: s3, LeaseExpiresMs: i64a, TimestampMs: i64b}},
-			{Key: CheckpointKey{LinkName: s1, TopicID: u, Partition: i32}, Value: CheckpointValue{SourceTopic: s2, SourcePartition: i32, SourceNextOffset: i64a, DestNextOffset: i64b, TimestampMs: i64a ^ i64b}},
+			{Key: LinkKey{LinkName: s1}, Value: LinkValue{State: LinkState(i8), SessionEpoch: i16, SourceClusterID: s2, DestinationClusterID: s3, LeaseExpiresMs: i64a, TimestampMs: i64b,
+				AppendTimeoutMs: i32, UnresolvedAppends: int32(i16)}},
+			{Key: CheckpointKey{LinkName: s1, TopicID: u, Partition: i32}, Value: CheckpointValue{SourceTopic: s2, SourcePartition: i32, SourceNextOffset: i64a, DestNextOffset: i64b, TimestampMs: i64a ^ i64b,
+				SourceTopicID: UUID(u), Producers: ps}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}, Value: PIDResetValue{SourceClusterID: s2, TimestampMs: i64b}},
 			{Key: PIDCollisionKey{TopicID: u, Partition: i32, SourceClusterID: s3, OriginalPID: i64a}, Value: PIDCollisionValue{Salt: i64b, CollidingClusterID: s2, TimestampMs: i64a}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}}, // tombstone

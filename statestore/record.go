@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -35,33 +36,57 @@ func (t RecordType) String() string {
 	return fmt.Sprintf("unknown(%d)", int16(t))
 }
 
-// valueVersion is the only value version this build reads and writes.
-const valueVersion int16 = 0
-
-// Link states, as the MirrorLinkValue State field carries them (DESIGN §8).
+// Value versions. Every type reads and writes version 0, except the link
+// and checkpoint values, which this build writes as version 1 and reads as
+// 0 or 1 (DESIGN §9: a version may add fields; an agent upgraded over a
+// state topic the previous release wrote resumes from it).
 const (
-	Stopped   int8 = 0
-	Preparing int8 = 1
-	Mirroring int8 = 2
-	Paused    int8 = 3
-	Failed    int8 = 4
+	versionV0 int16 = 0
+	versionV1 int16 = 1
 )
 
-// StateName is the upper-case name of a link state, for logs and dumps.
-func StateName(s int8) string {
-	switch s {
-	case Stopped:
-		return "STOPPED"
-	case Preparing:
-		return "PREPARING"
-	case Mirroring:
-		return "MIRRORING"
-	case Paused:
-		return "PAUSED"
-	case Failed:
-		return "FAILED"
+// LinkState is a link's lifecycle state (DESIGN §8), as the MirrorLinkValue
+// State field carries it. Package link runs the lifecycle over these values.
+type LinkState int8
+
+// Link states.
+const (
+	Stopped   LinkState = 0
+	Preparing LinkState = 1
+	Mirroring LinkState = 2
+	Paused    LinkState = 3
+	Failed    LinkState = 4
+)
+
+// LinkStates lists every state, for metrics and tests.
+var LinkStates = []LinkState{Stopped, Preparing, Mirroring, Paused, Failed}
+
+var linkStateNames = [...]string{"STOPPED", "PREPARING", "MIRRORING", "PAUSED", "FAILED"}
+
+// String is the upper-case name of the state, for logs, dumps and JSON.
+func (s LinkState) String() string {
+	if s >= 0 && int(s) < len(linkStateNames) {
+		return linkStateNames[s]
 	}
-	return fmt.Sprintf("STATE(%d)", s)
+	return fmt.Sprintf("STATE(%d)", int8(s))
+}
+
+// MarshalJSON writes the state by name.
+func (s LinkState) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// UnmarshalJSON reads a state by name, as MarshalJSON writes it.
+func (s *LinkState) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		return fmt.Errorf("link state: %w", err)
+	}
+	for _, st := range LinkStates {
+		if st.String() == name {
+			*s = st
+			return nil
+		}
+	}
+	return fmt.Errorf("link state: unknown state %q", name)
 }
 
 // Sentinel errors of the codec.
@@ -105,13 +130,29 @@ type LinkKey struct {
 
 // LinkValue is MirrorLinkValue: the link's state as of its session's last
 // commit, and the lease that commit renewed.
+//
+// Version 1 adds AppendTimeoutMs and UnresolvedAppends (both 0 when a
+// version 0 record is read): how long after its lease a Produce of the
+// session may still be inside a destination broker, and how many appends
+// the session left unresolved when it stopped (DESIGN §12 I2). A STOPPED or
+// PAUSED record is a clean stop only when UnresolvedAppends is 0.
 type LinkValue struct {
-	State                int8   `json:"State"`
-	SessionEpoch         int16  `json:"SessionEpoch"`
-	SourceClusterID      string `json:"SourceClusterId"`
-	DestinationClusterID string `json:"DestinationClusterId"`
-	LeaseExpiresMs       int64  `json:"LeaseExpiresMs"`
-	TimestampMs          int64  `json:"TimestampMs"`
+	State                LinkState `json:"State"`
+	SessionEpoch         int16     `json:"SessionEpoch"`
+	SourceClusterID      string    `json:"SourceClusterId"`
+	DestinationClusterID string    `json:"DestinationClusterId"`
+	LeaseExpiresMs       int64     `json:"LeaseExpiresMs"`
+	TimestampMs          int64     `json:"TimestampMs"`
+	AppendTimeoutMs      int32     `json:"AppendTimeoutMs"`
+	UnresolvedAppends    int32     `json:"UnresolvedAppends"`
+}
+
+// Clean reports whether the record says the session stopped appending for
+// good with nothing left in flight: a STOPPED or PAUSED record with no
+// unresolved append. A new session need not wait for a clean session's
+// lease.
+func (v LinkValue) Clean() bool {
+	return (v.State == Stopped || v.State == Paused) && v.UnresolvedAppends == 0
 }
 
 // CheckpointKey is MirrorCheckpointKey: one per link and destination
@@ -124,12 +165,33 @@ type CheckpointKey struct {
 
 // CheckpointValue is MirrorCheckpointValue: every forwarded source batch
 // below SourceNextOffset is in the destination below DestNextOffset.
+//
+// Version 1 adds SourceTopicID, so that a source topic deleted and created
+// again under the same name is a new partition and never a continuation
+// (DESIGN §12 I5; zero when a version 0 record is read: the name alone
+// then identifies the topic), and Producers, the destination partition's
+// producer state as of the checkpoint, so that reconciliation reaches the
+// decisions the pipeline reached for the batches after it (I3).
 type CheckpointValue struct {
-	SourceTopic      string `json:"SourceTopic"`
-	SourcePartition  int32  `json:"SourcePartition"`
-	SourceNextOffset int64  `json:"SourceNextOffset"`
-	DestNextOffset   int64  `json:"DestNextOffset"`
-	TimestampMs      int64  `json:"TimestampMs"`
+	SourceTopic      string          `json:"SourceTopic"`
+	SourcePartition  int32           `json:"SourcePartition"`
+	SourceNextOffset int64           `json:"SourceNextOffset"`
+	DestNextOffset   int64           `json:"DestNextOffset"`
+	TimestampMs      int64           `json:"TimestampMs"`
+	SourceTopicID    UUID            `json:"SourceTopicId"`
+	Producers        []ProducerState `json:"Producers,omitempty"`
+}
+
+// ProducerState is one producer entry of a destination partition's
+// producer state (transform.PSM), as a checkpoint saves it.
+type ProducerState struct {
+	SourceClusterID string `json:"SourceClusterId"`
+	OriginalPID     int64  `json:"OriginalPid"`
+	MappedPID       int64  `json:"MappedPid"`
+	Region          uint32 `json:"Region"` // the unsalted region of SourceClusterID
+	Epoch           int16  `json:"Epoch"`
+	LastSequence    int32  `json:"LastSequence"`
+	LastAppendMs    int64  `json:"LastAppendMs"`
 }
 
 // PIDResetKey is MirrorPidResetKey: the latest MIRROR_PID_RESET barrier of
@@ -216,28 +278,42 @@ func (k PIDCollisionKey) check() error {
 // Values are flexible (version 0+): compact strings, then an empty tagged
 // field section.
 
-func appendVersion(b []byte) []byte { return kbin.AppendInt16(b, valueVersion) }
+func appendVersion(b []byte) []byte { return kbin.AppendInt16(b, versionV0) }
 
 func appendNoTags(b []byte) []byte { return kbin.AppendUvarint(b, 0) }
 
 func (v LinkValue) appendValue(b []byte) []byte {
-	b = appendVersion(b)
-	b = kbin.AppendInt8(b, v.State)
+	b = kbin.AppendInt16(b, versionV1)
+	b = kbin.AppendInt8(b, int8(v.State))
 	b = kbin.AppendInt16(b, v.SessionEpoch)
 	b = kbin.AppendCompactString(b, v.SourceClusterID)
 	b = kbin.AppendCompactString(b, v.DestinationClusterID)
 	b = kbin.AppendInt64(b, v.LeaseExpiresMs)
 	b = kbin.AppendInt64(b, v.TimestampMs)
+	b = kbin.AppendInt32(b, v.AppendTimeoutMs)
+	b = kbin.AppendInt32(b, v.UnresolvedAppends)
 	return appendNoTags(b)
 }
 
 func (v CheckpointValue) appendValue(b []byte) []byte {
-	b = appendVersion(b)
+	b = kbin.AppendInt16(b, versionV1)
 	b = kbin.AppendCompactString(b, v.SourceTopic)
 	b = kbin.AppendInt32(b, v.SourcePartition)
 	b = kbin.AppendInt64(b, v.SourceNextOffset)
 	b = kbin.AppendInt64(b, v.DestNextOffset)
 	b = kbin.AppendInt64(b, v.TimestampMs)
+	b = kbin.AppendUuid(b, v.SourceTopicID)
+	b = kbin.AppendCompactArrayLen(b, len(v.Producers))
+	for _, p := range v.Producers {
+		b = kbin.AppendCompactString(b, p.SourceClusterID)
+		b = kbin.AppendInt64(b, p.OriginalPID)
+		b = kbin.AppendInt64(b, p.MappedPID)
+		b = kbin.AppendUint32(b, p.Region)
+		b = kbin.AppendInt16(b, p.Epoch)
+		b = kbin.AppendInt32(b, p.LastSequence)
+		b = kbin.AppendInt64(b, p.LastAppendMs)
+		b = appendNoTags(b)
+	}
 	return appendNoTags(b)
 }
 
@@ -308,7 +384,8 @@ func DecodeKey(b []byte) (Key, error) {
 }
 
 // DecodeValue decodes the value of a record of type t. A nil b is a
-// tombstone and decodes to a nil Value. A version other than 0 is
+// tombstone and decodes to a nil Value. A version this build does not know
+// (above 1 for link and checkpoint values, above 0 for the others) is
 // ErrUnknownRecord; anything that does not decode is ErrCorrupt. Unknown
 // tagged fields are skipped, as Kafka's flexible versions require.
 func DecodeValue(t RecordType, b []byte) (Value, error) {
@@ -320,28 +397,62 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 	if !r.Ok() {
 		return nil, fmt.Errorf("%s value of %d bytes has no version: %w", t, len(b), ErrCorrupt)
 	}
-	if version != valueVersion {
+	newest := versionV0
+	if t == TypeLink || t == TypeCheckpoint {
+		newest = versionV1
+	}
+	if version < 0 || version > newest {
 		return nil, fmt.Errorf("%s value version %d: %w", t, version, ErrUnknownRecord)
 	}
 	var v Value
 	switch t {
 	case TypeLink:
-		v = LinkValue{
-			State:                r.Int8(),
+		lv := LinkValue{
+			State:                LinkState(r.Int8()),
 			SessionEpoch:         r.Int16(),
 			SourceClusterID:      r.CompactString(),
 			DestinationClusterID: r.CompactString(),
 			LeaseExpiresMs:       r.Int64(),
 			TimestampMs:          r.Int64(),
 		}
+		if version >= versionV1 {
+			lv.AppendTimeoutMs = r.Int32()
+			lv.UnresolvedAppends = r.Int32()
+		}
+		v = lv
 	case TypeCheckpoint:
-		v = CheckpointValue{
+		cv := CheckpointValue{
 			SourceTopic:      r.CompactString(),
 			SourcePartition:  r.Int32(),
 			SourceNextOffset: r.Int64(),
 			DestNextOffset:   r.Int64(),
 			TimestampMs:      r.Int64(),
 		}
+		if version >= versionV1 {
+			cv.SourceTopicID = r.Uuid()
+			n := r.CompactArrayLen()
+			// Each entry takes at least 36 bytes: a count beyond what
+			// is left is corrupt, and must not size an allocation.
+			if n < 0 || int(n) > len(r.Src)/36 {
+				return nil, fmt.Errorf("%s value: producer count %d for %d bytes: %w", t, n, len(r.Src), ErrCorrupt)
+			}
+			if n > 0 {
+				cv.Producers = make([]ProducerState, n)
+			}
+			for i := range cv.Producers {
+				cv.Producers[i] = ProducerState{
+					SourceClusterID: r.CompactString(),
+					OriginalPID:     r.Int64(),
+					MappedPID:       r.Int64(),
+					Region:          r.Uint32(),
+					Epoch:           r.Int16(),
+					LastSequence:    r.Int32(),
+					LastAppendMs:    r.Int64(),
+				}
+				skipTags(&r)
+			}
+		}
+		v = cv
 	case TypePIDReset:
 		v = PIDResetValue{SourceClusterID: r.CompactString(), TimestampMs: r.Int64()}
 	case TypePIDCollision:

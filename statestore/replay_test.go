@@ -124,7 +124,7 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	other := begin(t, ctx, s, "l2")
 	otherRec := Record{Key: CheckpointKey{LinkName: "l2"}, Value: CheckpointValue{SourceTopic: "b", SourceNextOffset: 2}}
 	other.mu.Lock()
-	err := other.produce(ctx, Mirroring, []Record{otherRec})
+	err := other.produce(ctx, Mirroring, 0, []Record{otherRec})
 	other.mu.Unlock()
 	if err != nil {
 		t.Fatalf("open transaction of l2: %v", err)
@@ -227,7 +227,7 @@ func TestLeaseValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	const timeout = 30 * time.Second
-	sess, err := s.Begin(ctx, "l1", timeout)
+	sess, err := s.Begin(ctx, "l1", timeout, AppendTimeout(7*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +235,9 @@ func TestLeaseValid(t *testing.T) {
 	start := now()
 	if sess.LeaseValid(start) {
 		t.Error("lease valid before the first commit")
+	}
+	if _, ok := sess.LeaseDeadline(); ok {
+		t.Error("lease deadline before the first commit")
 	}
 	sent := start.Add(5 * time.Second)
 	set(sent)
@@ -255,12 +258,16 @@ func TestLeaseValid(t *testing.T) {
 			t.Errorf("LeaseValid(sent%+v) = %v, want %v", tt.at.Sub(sent), got, tt.want)
 		}
 	}
+	// The deadline an append carries is the same instant (I4).
+	if d, ok := sess.LeaseDeadline(); !ok || !d.Equal(sent.Add(timeout)) {
+		t.Errorf("LeaseDeadline = %v, %v; want %v", d, ok, sent.Add(timeout))
+	}
 	v, err := s.Replay(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lv := v.Links["l1"]; lv.LeaseExpiresMs != sent.Add(timeout).UnixMilli() || lv.TimestampMs != sent.UnixMilli() {
-		t.Errorf("link record %+v, want lease %d and timestamp %d", lv, sent.Add(timeout).UnixMilli(), sent.UnixMilli())
+	if lv := v.Links["l1"]; lv.LeaseExpiresMs != sent.Add(timeout).UnixMilli() || lv.TimestampMs != sent.UnixMilli() || lv.AppendTimeoutMs != 7000 {
+		t.Errorf("link record %+v, want lease %d, timestamp %d and append timeout 7000 ms", lv, sent.Add(timeout).UnixMilli(), sent.UnixMilli())
 	}
 	set(sent.Add(time.Second))
 	if err := sess.Commit(ctx, Stopped); err != nil {
@@ -285,6 +292,36 @@ func TestLeaseValid(t *testing.T) {
 	if paused.LeaseValid(sent.Add(time.Second)) {
 		t.Error("lease still valid after committing PAUSED")
 	}
+
+	// A stop with appends unresolved gives the lease up as well, but its
+	// record is not clean: the next session waits (issue 10, case 2).
+	unclean, err := s.Begin(ctx, "l3", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unclean.Close(ctx) })
+	if err := unclean.Commit(ctx, Mirroring); err != nil {
+		t.Fatal(err)
+	}
+	if err := unclean.CommitStop(ctx, Mirroring, 1); err == nil {
+		t.Error("CommitStop with state MIRRORING succeeded, want an error")
+	}
+	if err := unclean.CommitStop(ctx, Stopped, 2); err != nil {
+		t.Fatal(err)
+	}
+	if unclean.LeaseValid(sent.Add(time.Second)) {
+		t.Error("lease still valid after CommitStop")
+	}
+	v, err = s.Replay(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lv := v.Links["l3"]; lv.State != Stopped || lv.UnresolvedAppends != 2 || lv.Clean() {
+		t.Errorf("link record after CommitStop(STOPPED, 2) = %+v (clean %v), want STOPPED with 2 unresolved, not clean", lv, lv.Clean())
+	}
+	if lv := v.Links["l2"]; !lv.Clean() {
+		t.Errorf("link record after PAUSED = %+v, want clean", lv)
+	}
 }
 
 // TestLeaseWait guards how long a new session waits for the old lease.
@@ -296,23 +333,36 @@ func TestLeaseWait(t *testing.T) {
 	v.Links["stopped"] = LinkValue{State: Stopped, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
 	v.Links["failed"] = LinkValue{State: Failed, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
 	v.Links["paused"] = LinkValue{State: Paused, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli()}
+	// A stop that left appends unresolved is not clean: waited for as
+	// after a crash (issue 10, case 2).
+	v.Links["stopped-unresolved"] = LinkValue{State: Stopped, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli(), UnresolvedAppends: 1}
+	v.Links["paused-unresolved"] = LinkValue{State: Paused, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli(), UnresolvedAppends: 3}
+	// A session that recorded its produce timeout is waited for that long
+	// past its lease (issue 10, case 3).
+	v.Links["recorded-timeout"] = LinkValue{State: Mirroring, LeaseExpiresMs: now.Add(10 * time.Second).UnixMilli(), AppendTimeoutMs: 7000}
 	tests := []struct {
-		link string
-		skew time.Duration
-		want time.Duration
+		link     string
+		skew     time.Duration
+		inBroker time.Duration // the default for records without AppendTimeoutMs
+		want     time.Duration
 	}{
-		{"running", 0, 10 * time.Second},
-		{"running", 2 * time.Second, 12 * time.Second},
-		{"expired", 2 * time.Second, 0},
-		{"expired", 15 * time.Second, 5 * time.Second},
-		{"stopped", 2 * time.Second, 0},
-		{"paused", 2 * time.Second, 0},
-		{"failed", 2 * time.Second, 12 * time.Second},
-		{"never-seen", 2 * time.Second, 0},
+		{"running", 0, 0, 10 * time.Second},
+		{"running", 2 * time.Second, 0, 12 * time.Second},
+		{"running", 2 * time.Second, 30 * time.Second, 42 * time.Second},
+		{"expired", 2 * time.Second, 0, 0},
+		{"expired", 15 * time.Second, 0, 5 * time.Second},
+		{"expired", 2 * time.Second, 30 * time.Second, 22 * time.Second},
+		{"stopped", 2 * time.Second, 30 * time.Second, 0},
+		{"paused", 2 * time.Second, 30 * time.Second, 0},
+		{"stopped-unresolved", 2 * time.Second, 30 * time.Second, 42 * time.Second},
+		{"paused-unresolved", 0, 5 * time.Second, 15 * time.Second},
+		{"recorded-timeout", 0, 30 * time.Second, 17 * time.Second},
+		{"failed", 2 * time.Second, 0, 12 * time.Second},
+		{"never-seen", 2 * time.Second, 30 * time.Second, 0},
 	}
 	for _, tt := range tests {
-		if got := v.LeaseWait(tt.link, now, tt.skew); got != tt.want {
-			t.Errorf("LeaseWait(%s, skew %v) = %v, want %v", tt.link, tt.skew, got, tt.want)
+		if got := v.LeaseWait(tt.link, now, tt.skew, tt.inBroker); got != tt.want {
+			t.Errorf("LeaseWait(%s, skew %v, in broker %v) = %v, want %v", tt.link, tt.skew, tt.inBroker, got, tt.want)
 		}
 	}
 }
@@ -329,7 +379,7 @@ func TestSessionClose(t *testing.T) {
 	sess := begin(t, ctx, s, "l1")
 	rec := Record{Key: CheckpointKey{LinkName: "l1"}, Value: CheckpointValue{SourceTopic: "open"}}
 	sess.mu.Lock()
-	err := sess.produce(ctx, Mirroring, []Record{rec})
+	err := sess.produce(ctx, Mirroring, 0, []Record{rec})
 	sess.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)

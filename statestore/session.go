@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type SessionOpt func(*sessionOpts)
 
 type sessionOpts struct {
 	source, destination string
+	appendTimeout       time.Duration
 }
 
 // SourceCluster sets the source cluster ID that the session's link records
@@ -56,6 +58,14 @@ func SourceCluster(id string) SessionOpt { return func(o *sessionOpts) { o.sourc
 // records carry (a pinned cluster_id). Without it, Begin asks the
 // destination for its cluster ID.
 func DestinationCluster(id string) SessionOpt { return func(o *sessionOpts) { o.destination = id } }
+
+// AppendTimeout sets the longest time a Produce of the session may stay
+// inside a destination broker after it was written (the produce timeout);
+// the session's link records carry it so that the next session waits that
+// long past the lease (View.LeaseWait).
+func AppendTimeout(d time.Duration) SessionOpt {
+	return func(o *sessionOpts) { o.appendTimeout = d }
+}
 
 // Session is one link session's claim on the link's state (DESIGN §7): a
 // transactional producer holding transactional.id mirrord.<link>. Begin's
@@ -82,10 +92,11 @@ type Session struct {
 	log     hclog.Logger
 	now     func() time.Time
 
-	producerID int64
-	epoch      int16
-	source     string
-	dest       string
+	producerID    int64
+	epoch         int16
+	source        string
+	dest          string
+	appendTimeout time.Duration
 
 	// base is the monotonic origin of lastSent.
 	base time.Time
@@ -167,17 +178,18 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 	}
 	now := s.deps.Now()
 	sess := &Session{
-		store:      s,
-		link:       link,
-		timeout:    sessionTimeout,
-		cl:         cl,
-		log:        s.log.With("link", link),
-		now:        s.deps.Now,
-		producerID: id,
-		epoch:      epoch,
-		source:     o.source,
-		dest:       o.destination,
-		base:       now,
+		store:         s,
+		link:          link,
+		timeout:       sessionTimeout,
+		cl:            cl,
+		log:           s.log.With("link", link),
+		now:           s.deps.Now,
+		producerID:    id,
+		epoch:         epoch,
+		source:        o.source,
+		dest:          o.destination,
+		appendTimeout: o.appendTimeout,
+		base:          now,
 	}
 	sess.lastSent.Store(-1)
 	sess.log.Info("began state session", "transactional_id", TransactionalID(link), "producer_id", id, "epoch", epoch)
@@ -207,6 +219,21 @@ func (s *Session) LeaseValid(now time.Time) bool {
 	return now.Sub(s.base)-time.Duration(sent) < s.timeout
 }
 
+// LeaseDeadline is when the session's lease ends, on the monotonic clock of
+// Begin's time source, and false if the session may not append at all. An
+// append is written to a broker only before this instant (DESIGN §12 I4):
+// the appender gives every Produce a context with this deadline.
+func (s *Session) LeaseDeadline() (time.Time, bool) {
+	if s.dead.Load() {
+		return time.Time{}, false
+	}
+	sent := s.lastSent.Load()
+	if sent < 0 {
+		return time.Time{}, false
+	}
+	return s.base.Add(time.Duration(sent) + s.timeout), true
+}
+
 // Commit writes recs and the link record {state, session epoch, cluster IDs,
 // LeaseExpiresMs = send time + session timeout, TimestampMs = send time} in
 // one transaction. On success the lease counts from the send time. A record
@@ -214,12 +241,29 @@ func (s *Session) LeaseValid(now time.Time) bool {
 // the session usable. Any other failure ends the session: a fenced session
 // returns an error wrapping ErrFenced, then and on every later call; a
 // session that cannot tell whether its transaction committed must not guess,
-// so it stops too, and the link begins a new one. Committing STOPPED gives
-// the lease up before the commit is sent.
-func (s *Session) Commit(ctx context.Context, state int8, recs ...Record) error {
+// so it stops too, and the link begins a new one. Committing STOPPED or
+// PAUSED is CommitStop with nothing unresolved.
+func (s *Session) Commit(ctx context.Context, state LinkState, recs ...Record) error {
+	return s.commit(ctx, state, 0, recs)
+}
+
+// CommitStop is the final commit of a session that stops appending: it
+// gives the lease up before the commit is sent, and records state (STOPPED
+// or PAUSED) with the number of appends still unresolved (in flight, or of
+// unknown outcome). Only a record with none is a clean stop that the next
+// session need not wait for (LinkValue.Clean); with some, the next session
+// waits out the lease as after a crash.
+func (s *Session) CommitStop(ctx context.Context, state LinkState, unresolved int, recs ...Record) error {
+	if state != Stopped && state != Paused {
+		return fmt.Errorf("state commit of link %q: CommitStop with state %s, want STOPPED or PAUSED", s.link, state)
+	}
+	return s.commit(ctx, state, max(int32(min(unresolved, math.MaxInt32)), 0), recs)
+}
+
+func (s *Session) commit(ctx context.Context, state LinkState, unresolved int32, recs []Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.produce(ctx, state, recs); err != nil {
+	if err := s.produce(ctx, state, unresolved, recs); err != nil {
 		return err
 	}
 	return s.end(ctx)
@@ -227,7 +271,7 @@ func (s *Session) Commit(ctx context.Context, state int8, recs ...Record) error 
 
 // produce begins a transaction and produces recs and the link record into
 // it, without committing. Callers hold s.mu.
-func (s *Session) produce(ctx context.Context, state int8, recs []Record) error {
+func (s *Session) produce(ctx context.Context, state LinkState, unresolved int32, recs []Record) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -247,6 +291,8 @@ func (s *Session) produce(ctx context.Context, state int8, recs []Record) error 
 		DestinationClusterID: s.dest,
 		LeaseExpiresMs:       sent.Add(s.timeout).UnixMilli(),
 		TimestampMs:          sent.UnixMilli(),
+		AppendTimeoutMs:      int32(min(s.appendTimeout.Milliseconds(), math.MaxInt32)),
+		UnresolvedAppends:    unresolved,
 	}}.encode()
 	if err != nil {
 		return fmt.Errorf("state commit of link %q: link record: %w", s.link, err)
@@ -255,8 +301,8 @@ func (s *Session) produce(ctx context.Context, state int8, recs []Record) error 
 	s.pendingSent = sent
 	s.stopping = state == Stopped || state == Paused
 	if s.stopping {
-		// The new session will not wait for a STOPPED or PAUSED
-		// session's lease, so appending ends before the record is sent.
+		// A new session need not wait for a cleanly stopped session's
+		// lease, so appending ends before the record is sent.
 		s.lastSent.Store(-1)
 	}
 

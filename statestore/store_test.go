@@ -205,7 +205,7 @@ func TestSaltsSurviveRestart(t *testing.T) {
 	if !reflect.DeepEqual(v.Salts, wantSalts) {
 		t.Errorf("salts after replay:\n got %#v\nwant %#v", v.Salts, wantSalts)
 	}
-	if got := v.Checkpoints[cp.Key.(CheckpointKey)]; got != cp.Value {
+	if got := v.Checkpoints[cp.Key.(CheckpointKey)]; !reflect.DeepEqual(got, cp.Value) {
 		t.Errorf("checkpoint %#v, want %#v", got, cp.Value)
 	}
 	if got := v.Barriers[barrier.Key.(PIDResetKey)]; got != barrier.Value {
@@ -250,7 +250,7 @@ func TestFencing(t *testing.T) {
 	}
 	// A opens a transaction and produces into it, then B begins.
 	a.mu.Lock()
-	err := a.produce(ctx, Mirroring, []Record{rec(2)})
+	err := a.produce(ctx, Mirroring, 0, []Record{rec(2)})
 	a.mu.Unlock()
 	if err != nil {
 		t.Fatalf("A's open transaction: %v", err)

@@ -72,17 +72,24 @@ func (v *View) Apply(r Record) {
 }
 
 // LeaseWait is how long a new session of link must wait, at wall-clock time
-// now, before it may reconcile and append (DESIGN §7): until the lease that
-// the previous session's last commit recorded has expired, plus skew for the
-// difference between the two agents' clocks. It is zero when the link has
-// no record, when the previous session recorded a clean STOPPED or PAUSED
-// (it stopped appending before it wrote that), and when the lease expired
-// long enough ago.
-func (v *View) LeaseWait(link string, now time.Time, skew time.Duration) time.Duration {
+// now, before it may reconcile and append (DESIGN §7, §12 I2): until the
+// lease that the previous session's last commit recorded has expired, plus
+// skew for the difference between the two agents' clocks, plus the longest
+// time a Produce the previous session wrote just before its lease ended may
+// stay inside a destination broker before it lands or fails (the session's
+// AppendTimeoutMs; defaultAppendTimeout for a record that does not say,
+// version 0). It is zero when the link has no record and when the previous
+// session recorded a clean stop (LinkValue.Clean: it stopped appending, with
+// every append resolved, before it wrote that).
+func (v *View) LeaseWait(link string, now time.Time, skew, defaultAppendTimeout time.Duration) time.Duration {
 	lv, ok := v.Links[link]
-	if !ok || lv.State == Stopped || lv.State == Paused {
+	if !ok || lv.Clean() {
 		return 0
 	}
-	wait := time.UnixMilli(lv.LeaseExpiresMs).Add(skew).Sub(now)
+	inBroker := defaultAppendTimeout
+	if lv.AppendTimeoutMs > 0 {
+		inBroker = time.Duration(lv.AppendTimeoutMs) * time.Millisecond
+	}
+	wait := time.UnixMilli(lv.LeaseExpiresMs).Add(skew + inBroker).Sub(now)
 	return max(wait, 0)
 }

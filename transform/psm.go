@@ -1,9 +1,12 @@
 package transform
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -344,6 +347,53 @@ func (p *PSM) Expire(now time.Time) (expired int, tombstones []Origin) {
 		}
 	}
 	return expired, tombstones
+}
+
+// ProducerEntry is one producer entry of a PSM, as Snapshot gives it and
+// Restore takes it back: a checkpoint saves the entries so that
+// reconciliation reaches the decisions the pipeline reached (DESIGN §12 I3).
+type ProducerEntry struct {
+	Origin     Origin
+	Mapped     int64
+	Region     Region // the unsalted region of Origin.Cluster
+	Epoch      int16
+	LastSeq    int32 // -1: no sequence seen
+	LastAppend time.Time
+}
+
+// Snapshot returns every producer entry, ordered by origin (cluster, then
+// PID), so that equal states give equal snapshots.
+func (p *PSM) Snapshot() []ProducerEntry {
+	if len(p.producers) == 0 {
+		return nil
+	}
+	out := make([]ProducerEntry, 0, len(p.producers))
+	for o, e := range p.producers {
+		out = append(out, ProducerEntry{Origin: o, Mapped: e.mapped, Region: e.region, Epoch: e.epoch, LastSeq: e.lastSeq, LastAppend: e.lastAppend})
+	}
+	slices.SortFunc(out, func(a, b ProducerEntry) int {
+		if c := strings.Compare(a.Origin.Cluster, b.Origin.Cluster); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Origin.PID, b.Origin.PID)
+	})
+	return out
+}
+
+// Restore adds the entries of a snapshot, each replacing an entry of the
+// same origin, and makes each the holder of its mapped PID unless another
+// origin holds it already. Salts are not part of a snapshot: they are
+// replayed from their own records (AddSalt).
+func (p *PSM) Restore(entries []ProducerEntry) {
+	for _, e := range entries {
+		if old, ok := p.producers[e.Origin]; ok {
+			p.dropProducer(e.Origin, old)
+		}
+		p.producers[e.Origin] = &producer{mapped: e.Mapped, region: e.Region, epoch: e.Epoch, lastSeq: e.LastSeq, lastAppend: e.LastAppend}
+		if _, held := p.holders[e.Mapped]; !held && e.Mapped != -1 {
+			p.holders[e.Mapped] = e.Origin
+		}
+	}
 }
 
 // Len is the number of producer entries held.

@@ -330,7 +330,7 @@ func TestRunSignals(t *testing.T) {
 	}
 	view := stateOf(t, dstC)
 	if lv := view.Links["l"]; lv.State != statestore.Stopped {
-		t.Errorf("state topic: link l is %s after SIGTERM, want STOPPED", statestore.StateName(lv.State))
+		t.Errorf("state topic: link l is %s after SIGTERM, want STOPPED", lv.State.String())
 	}
 	var checkpoints int
 	for k, ck := range view.Checkpoints {

@@ -159,7 +159,7 @@ func dumpRecord(raw statestore.RawRecord) dumpLine {
 	if rec.Value != nil {
 		line.Value = rec.Value
 		if lv, ok := rec.Value.(statestore.LinkValue); ok {
-			line.State = statestore.StateName(lv.State)
+			line.State = lv.State.String()
 		}
 	}
 	return line

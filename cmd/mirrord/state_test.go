@@ -87,12 +87,12 @@ func TestStateDump(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
 	// Offsets 3 and 7 are the transactions' commit markers.
-	want := `{"partition":0,"offset":0,"timestamp_ms":T,"type":"MirrorCheckpoint","key":{"LinkName":"l1","TopicId":"qgECAwQFBgcICQoLDA0ODw","Partition":2},"value":{"SourceTopic":"orders","SourcePartition":2,"SourceNextOffset":10,"DestNextOffset":12,"TimestampMs":7}}
+	want := `{"partition":0,"offset":0,"timestamp_ms":T,"type":"MirrorCheckpoint","key":{"LinkName":"l1","TopicId":"qgECAwQFBgcICQoLDA0ODw","Partition":2},"value":{"SourceTopic":"orders","SourcePartition":2,"SourceNextOffset":10,"DestNextOffset":12,"TimestampMs":7,"SourceTopicId":"AAAAAAAAAAAAAAAAAAAAAA"}}
 {"partition":0,"offset":1,"timestamp_ms":T,"type":"MirrorPidCollision","key":{"TopicId":"qgECAwQFBgcICQoLDA0ODw","Partition":2,"SourceClusterId":"pBtcCqUjQEuSJ4rWvgX2Ow","OriginalPid":5},"value":{"Salt":-3,"CollidingClusterId":"MkU3OEVBNTcwNTJENDM2Qg","TimestampMs":8}}
-{"partition":0,"offset":2,"timestamp_ms":T,"type":"MirrorLink","state":"PREPARING","key":{"LinkName":"l1"},"value":{"State":1,"SessionEpoch":0,"SourceClusterId":"MkU3OEVBNTcwNTJENDM2Qg","DestinationClusterId":"LqsXsMnTTYq0dBuyEJh1_A","LeaseExpiresMs":1700000030000,"TimestampMs":1700000000000}}
+{"partition":0,"offset":2,"timestamp_ms":T,"type":"MirrorLink","state":"PREPARING","key":{"LinkName":"l1"},"value":{"State":"PREPARING","SessionEpoch":0,"SourceClusterId":"MkU3OEVBNTcwNTJENDM2Qg","DestinationClusterId":"LqsXsMnTTYq0dBuyEJh1_A","LeaseExpiresMs":1700000030000,"TimestampMs":1700000000000,"AppendTimeoutMs":0,"UnresolvedAppends":0}}
 {"partition":0,"offset":4,"timestamp_ms":T,"type":"MirrorPidCollision","key":{"TopicId":"qgECAwQFBgcICQoLDA0ODw","Partition":2,"SourceClusterId":"pBtcCqUjQEuSJ4rWvgX2Ow","OriginalPid":5},"value":null}
 {"partition":0,"offset":5,"timestamp_ms":T,"type":"MirrorPidReset","key":{"TopicId":"qgECAwQFBgcICQoLDA0ODw","Partition":2},"value":{"SourceClusterId":"MkU3OEVBNTcwNTJENDM2Qg","TimestampMs":9}}
-{"partition":0,"offset":6,"timestamp_ms":T,"type":"MirrorLink","state":"MIRRORING","key":{"LinkName":"l1"},"value":{"State":2,"SessionEpoch":0,"SourceClusterId":"MkU3OEVBNTcwNTJENDM2Qg","DestinationClusterId":"LqsXsMnTTYq0dBuyEJh1_A","LeaseExpiresMs":1700000030000,"TimestampMs":1700000000000}}
+{"partition":0,"offset":6,"timestamp_ms":T,"type":"MirrorLink","state":"MIRRORING","key":{"LinkName":"l1"},"value":{"State":"MIRRORING","SessionEpoch":0,"SourceClusterId":"MkU3OEVBNTcwNTJENDM2Qg","DestinationClusterId":"LqsXsMnTTYq0dBuyEJh1_A","LeaseExpiresMs":1700000030000,"TimestampMs":1700000000000,"AppendTimeoutMs":0,"UnresolvedAppends":0}}
 {"partition":0,"offset":8,"timestamp_ms":T,"type":"unknown","value":null,"error":"key record type 99: unknown state record type or version","key_hex":"0063","value_hex":"01"}
 `
 	if out != want {
