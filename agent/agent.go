@@ -147,19 +147,13 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 
 	for _, l := range cfg.Links {
 		lc := link.Config{
-			Link:                         *l,
-			Source:                       *cfg.Clusters[l.Source],
-			Destination:                  *cfg.Clusters[l.Destination],
-			DiscoveryInterval:            l.DiscoveryInterval,
-			SettleDelay:                  l.SettleDelay,
-			DestinationReplicationFactor: l.DestinationReplicationFactor,
-			CheckCRCs:                    l.CheckCRCs,
+			Link:        *l,
+			Source:      *cfg.Clusters[l.Source],
+			Destination: *cfg.Clusters[l.Destination],
 			// A link's stop drains for up to ShutdownTimeout and then
 			// commits its final checkpoint within ShutdownTimeout:
 			// half each keeps the whole stop within the agent's.
 			ShutdownTimeout: cfg.Agent.ShutdownTimeout / 2,
-			// Zero would mean no margin for the clocks of two agents.
-			LeaseSkew: link.DefaultLeaseSkew,
 		}
 		if deps.Tune != nil {
 			deps.Tune(&lc)

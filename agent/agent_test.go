@@ -84,10 +84,10 @@ func hclList(s []string) string {
 
 // tune shortens the waits that the file does not set.
 func tune(c *link.Config) {
-	c.FetchMaxWait = 100 * time.Millisecond
-	c.BackoffBase = 50 * time.Millisecond
-	c.BackoffMax = time.Second
-	c.LeaseSkew = 0
+	c.Tuning.FetchMaxWait = 100 * time.Millisecond
+	c.Tuning.BackoffBase = 50 * time.Millisecond
+	c.Tuning.BackoffMax = time.Second
+	c.Tuning.LeaseSkew = time.Nanosecond
 }
 
 // running is an agent whose Run goroutine the test owns.

@@ -14,8 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	backoffpkg "github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/mailbox"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -25,7 +27,6 @@ const (
 	DefaultMaxRequestBytes      = 16 << 20
 	DefaultMaxInflightPerBroker = 4
 	DefaultRetryBackoff         = 100 * time.Millisecond
-	DefaultMaxPending           = 4096
 
 	// MaxRetryBackoff caps the exponential backoff between attempts.
 	MaxRetryBackoff = 5 * time.Second
@@ -40,10 +41,6 @@ var (
 	// ErrBusy: Submit for a partition that already has a batch in the
 	// appender (pending or in flight, until its Result is delivered).
 	ErrBusy = errors.New("partition already has a batch in the appender")
-	// ErrFull: Submit while the batches in the appender plus the results
-	// not yet received reach Config.MaxPending. Receive a result and
-	// submit again.
-	ErrFull = errors.New("appender is full")
 	// ErrClosed: Submit after Run has returned, or Run called twice.
 	ErrClosed = errors.New("appender is closed")
 	// ErrInvalidBatch: Submit of a batch that is not ready for a
@@ -68,7 +65,8 @@ var (
 	// appended and sending again cannot help: fatal for the partition.
 	// The message names the destination topic's max.message.bytes.
 	ErrTooLarge = errors.New("batch is too large for the destination topic")
-	// ErrLeaseExpired: Deps.MaySend said no right before the send; the
+	// ErrLeaseExpired: the session's lease (Deps.Lease) had ended, or had
+	// too little left for the produce timeout, right before the send; the
 	// batch was not sent.
 	ErrLeaseExpired = errors.New("session lease expired, batch not sent")
 	// ErrFatal: any other refusal that proves nothing was appended and
@@ -102,12 +100,6 @@ type Config struct {
 	// repeated. It doubles with every attempt, up to MaxRetryBackoff.
 	// Default 100ms.
 	RetryBackoff time.Duration
-	// MaxPending bounds the batches in the appender plus the results not
-	// yet received; Results() has this capacity, and Submit returns ErrFull
-	// beyond it. The caller keeps one batch per destination partition in
-	// the appender, so a value at or above the link's partition count
-	// never refuses. Default 4096.
-	MaxPending int
 }
 
 // validate fills the defaults and reports every problem at once.
@@ -124,9 +116,6 @@ func (c *Config) validate() error {
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
 	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
 	var errs []error
 	if c.RequestTimeout < time.Millisecond || c.RequestTimeout > math.MaxInt32*time.Millisecond {
 		errs = append(errs, fmt.Errorf("RequestTimeout: %v is out of range; use 1ms to %v", c.RequestTimeout, math.MaxInt32*time.Millisecond))
@@ -139,9 +128,6 @@ func (c *Config) validate() error {
 	}
 	if c.RetryBackoff < 0 || c.RetryBackoff > MaxRetryBackoff {
 		errs = append(errs, fmt.Errorf("RetryBackoff: %v is out of range; use up to %v", c.RetryBackoff, MaxRetryBackoff))
-	}
-	if c.MaxPending < 1 {
-		errs = append(errs, fmt.Errorf("MaxPending: %d; use 1 or more", c.MaxPending))
 	}
 	return errors.Join(errs...)
 }
@@ -160,11 +146,14 @@ type Deps struct {
 	Logger hclog.Logger
 	// Metrics receives the appender's metrics. Default: unregistered.
 	Metrics *Metrics
-	// MaySend is asked immediately before every Produce request is sent
-	// (the session's lease, DESIGN §7); false: the request is not sent and
-	// its batches' Results are ErrLeaseExpired. It is called from the
-	// sender goroutines, concurrently. Required.
-	MaySend func() bool
+	// Lease returns when the session's lease ends (DESIGN §7), and false if
+	// the session may not append at all. It is asked immediately before
+	// every Produce request is built: the request goes out only with a
+	// context whose deadline is that instant, so kgo never writes it to a
+	// connection after the lease ended (kgo checks the context just before
+	// the write; I4), and with a produce timeout that ends before it. It
+	// is called from the sender goroutines, concurrently. Required.
+	Lease func() (time.Time, bool)
 	// Now is the clock of Result.Latency and of the WARN rate limit.
 	// Default time.Now. Backoff waits run on real timers.
 	Now func() time.Time
@@ -207,13 +196,17 @@ type Appender struct {
 	log  hclog.Logger
 	m    linkMetrics
 
-	results chan Result
-	wake    chan struct{} // Submit → Run: a.submitted is not empty
+	// submitted carries accepted batches to Run, results carries Run's
+	// results to the caller: both hold at most one entry per destination
+	// partition, since a partition has at most one batch in the appender
+	// from Submit until its result is taken (busy).
+	submitted *mailbox.Box[*batch]
+	results   *mailbox.Box[Result]
+	stopped   chan struct{} // closed when Run returns
 
-	mu        sync.Mutex
-	state     int                 // stateNew, stateRunning, stateStopped
-	busy      map[tp.Key]struct{} // partitions with a batch in the appender
-	submitted []*batch            // accepted, not yet taken by Run
+	mu    sync.Mutex
+	state int                 // stateNew, stateRunning, stateStopped
+	busy  map[tp.Key]struct{} // partitions with a batch in the appender
 }
 
 const (
@@ -244,8 +237,8 @@ func New(cfg Config, deps Deps) (*Appender, error) {
 	if deps.Leaders == nil {
 		errs = append(errs, errors.New("Deps.Leaders is nil"))
 	}
-	if deps.MaySend == nil {
-		errs = append(errs, errors.New("Deps.MaySend is nil; it must report whether the session's lease is valid"))
+	if deps.Lease == nil {
+		errs = append(errs, errors.New("Deps.Lease is nil; it must report when the session's lease ends"))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("appender for link %q: %w", cfg.Link, errors.Join(errs...))
@@ -260,13 +253,14 @@ func New(cfg Config, deps Deps) (*Appender, error) {
 		deps.Now = time.Now
 	}
 	return &Appender{
-		cfg:     cfg,
-		deps:    deps,
-		log:     deps.Logger.Named("appender").With("link", cfg.Link),
-		m:       deps.Metrics.forLink(cfg.Link),
-		results: make(chan Result, cfg.MaxPending),
-		wake:    make(chan struct{}, 1),
-		busy:    make(map[tp.Key]struct{}),
+		cfg:       cfg,
+		deps:      deps,
+		log:       deps.Logger.Named("appender").With("link", cfg.Link),
+		m:         deps.Metrics.forLink(cfg.Link),
+		submitted: mailbox.New[*batch](),
+		results:   mailbox.New[Result](),
+		stopped:   make(chan struct{}),
+		busy:      make(map[tp.Key]struct{}),
 	}, nil
 }
 
@@ -309,8 +303,8 @@ type batch struct {
 }
 
 // Submit hands a batch to the appender. It does not block. It fails with
-// ErrBusy if the partition already has a batch in the appender, ErrFull if
-// the appender is full, ErrClosed after Run returned, and ErrInvalidBatch if
+// ErrBusy if the partition already has a batch in the appender (until its
+// result is delivered), ErrClosed after Run returned, and ErrInvalidBatch if
 // the batch is not ready for a destination broker. Submit may be called
 // before Run; the batch waits for it.
 func (a *Appender) Submit(r Request) error {
@@ -326,16 +320,8 @@ func (a *Appender) Submit(r Request) error {
 	if _, ok := a.busy[b.key]; ok {
 		return fmt.Errorf("%s: %w", r.Partition, ErrBusy)
 	}
-	if len(a.busy)+len(a.results) >= a.cfg.MaxPending {
-		return fmt.Errorf("%s: %w: %d batches in the appender and %d results not received (MaxPending %d)",
-			r.Partition, ErrFull, len(a.busy), len(a.results), a.cfg.MaxPending)
-	}
 	a.busy[b.key] = struct{}{}
-	a.submitted = append(a.submitted, b)
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
+	a.submitted.Put(b)
 	return nil
 }
 
@@ -367,10 +353,13 @@ func checkBatch(r Request) error {
 	return nil
 }
 
-// Results returns the channel of results, one per accepted batch. It has
-// capacity Config.MaxPending and is closed when Run returns, after the last
-// result.
-func (a *Appender) Results() <-chan Result { return a.results }
+// Results holds the results, one per accepted batch, for the caller to
+// Take when it Wakes. A partition's result is in it before the partition may
+// be submitted again; by the time Stopped is closed every result is in it.
+func (a *Appender) Results() *mailbox.Box[Result] { return a.results }
+
+// Stopped is closed when Run has returned, after the last result.
+func (a *Appender) Stopped() <-chan struct{} { return a.stopped }
 
 // Run appends submitted batches until ctx ends. It returns nil after every
 // goroutine it started has exited, every accepted batch's Result has been
@@ -443,7 +432,7 @@ func (r *runner) loop() {
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-r.a.wake:
+		case <-r.a.submitted.Wake():
 			r.takeSubmitted()
 		case bs := <-r.resolved:
 			r.resolving = false
@@ -457,11 +446,7 @@ func (r *runner) loop() {
 }
 
 func (r *runner) takeSubmitted() {
-	r.a.mu.Lock()
-	bs := r.a.submitted
-	r.a.submitted = nil
-	r.a.mu.Unlock()
-	r.needLeader = append(r.needLeader, bs...)
+	r.needLeader = append(r.needLeader, r.a.submitted.Take()...)
 }
 
 // dispatch starts a resolver for the batches that need a leader, if none
@@ -634,11 +619,7 @@ func (r *runner) retryLater(b *batch, reason error) {
 
 // backoff is first·2^(attempt-1), capped at MaxRetryBackoff.
 func backoff(first time.Duration, attempt int) time.Duration {
-	d := first
-	for i := 1; i < attempt && d < MaxRetryBackoff; i++ {
-		d *= 2
-	}
-	return min(d, MaxRetryBackoff)
+	return backoffpkg.Policy{First: first, Max: MaxRetryBackoff}.Wait(attempt)
 }
 
 func (r *runner) armTimer() {
@@ -667,9 +648,7 @@ func (r *runner) fireBackoff() {
 	r.armTimer()
 }
 
-// deliver reports b's result and frees its partition. It never blocks: the
-// partition's entry in busy was counted against MaxPending when Submit
-// accepted b, so Results has room (see Submit).
+// deliver reports b's result and frees its partition. It never blocks.
 func (r *runner) deliver(b *batch, res Result, kind string) {
 	a := r.a
 	now := a.deps.Now()
@@ -685,16 +664,12 @@ func (r *runner) deliver(b *batch, res Result, kind string) {
 		delete(r.lastWarn, b.key)
 	}
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	// Free the partition before the caller can see the result, so that a
-	// Submit for it right after receiving the result is not refused.
+	// Submit for it right after taking the result is not refused.
+	a.mu.Lock()
 	delete(a.busy, b.key)
-	select {
-	case a.results <- res:
-	default:
-		panic(fmt.Sprintf("appender: results channel full with %d batches in the appender; MaxPending accounting is broken", len(a.busy)))
-	}
+	a.mu.Unlock()
+	a.results.Put(res)
 }
 
 // shutdown runs after ctx ended: it lets every goroutine finish, reports
@@ -703,10 +678,8 @@ func (r *runner) shutdown() {
 	a := r.a
 	a.mu.Lock()
 	a.state = stateStopped
-	left := a.submitted
-	a.submitted = nil
 	a.mu.Unlock()
-	r.needLeader = append(r.needLeader, left...)
+	r.needLeader = append(r.needLeader, a.submitted.Take()...)
 
 	if r.resolving {
 		r.needLeader = append(r.needLeader, <-r.resolved...)
@@ -729,10 +702,7 @@ func (r *runner) shutdown() {
 		stop(q.ready)
 	}
 	r.needLeader, r.backoff, r.brokers = nil, nil, nil
-
-	a.mu.Lock()
-	close(a.results)
-	a.mu.Unlock()
+	close(a.stopped)
 }
 
 // produce sends one Produce request for bs to broker node and classifies
@@ -751,13 +721,26 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 		})
 	}
 
-	req := a.buildRequest(bs)
-	if !a.deps.MaySend() {
+	// The lease travels with the request (I4): its context ends when the
+	// lease does, and kgo checks the context right before it writes, so
+	// a request held up in kgo (a dial, a SASL handshake, a throttle, a
+	// queue) is never written after the lease ended. The broker's own wait
+	// for the in-sync replicas ends well before that, so that the answer,
+	// not the context, ends a slow request.
+	deadline, ok := a.deps.Lease()
+	left := time.Duration(0)
+	if ok {
+		left = deadline.Sub(a.deps.Now())
+	}
+	if left < minLeaseLeft {
 		return all(func(b *batch) outcome {
 			return outcome{verdict: verdictFinal, kind: KindLeaseExpired,
-				err: fmt.Errorf("%s: %w: the produce request to broker %d was not sent", b.req.Partition, ErrLeaseExpired, node)}
+				err: fmt.Errorf("%s: %w: the produce request to broker %d was not sent (lease left: %v)", b.req.Partition, ErrLeaseExpired, node, max(left, 0))}
 		})
 	}
+	req := a.buildRequest(bs, min(a.cfg.RequestTimeout, left*3/4))
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
 	a.m.requests.Inc()
 	kresp, err := a.deps.Client.Broker(int(node)).Request(ctx, req)
 	if err != nil {
@@ -805,13 +788,16 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 	return outs
 }
 
+// minLeaseLeft is the least lease a Produce request is sent with.
+const minLeaseLeft = 100 * time.Millisecond
+
 // buildRequest builds the Produce request for bs: acks=all (kgo sets the
-// client's acks, which New checked), no transactional ID, each topic by name
-// and ID, one batch per partition.
-func (a *Appender) buildRequest(bs []*batch) *kmsg.ProduceRequest {
+// client's acks, which New checked), the produce timeout given, no
+// transactional ID, each topic by name and ID, one batch per partition.
+func (a *Appender) buildRequest(bs []*batch, timeout time.Duration) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
-	req.TimeoutMillis = int32(a.cfg.RequestTimeout / time.Millisecond)
+	req.TimeoutMillis = int32(max(timeout/time.Millisecond, 1))
 	req.TransactionID = nil // not transactional: the batches are plain
 	type topicKey struct {
 		name string

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,26 +33,25 @@ func TestNew(t *testing.T) {
 	leaderAck := kafkatest.Client(t, c, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
 	noAck := kafkatest.Client(t, c, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
 	leaders := leaders.New(good, 0)
-	yes := func() bool { return true }
+	yes := func() (time.Time, bool) { return time.Now().Add(time.Minute), true }
 	cases := []struct {
 		name string
 		cfg  Config
 		deps Deps
 		want []string // substrings of the error; none: New succeeds
 	}{
-		{"defaults", Config{Link: "l"}, Deps{Client: good, Leaders: leaders, MaySend: yes}, nil},
-		{"leader acks", Config{}, Deps{Client: leaderAck, Leaders: leaders, MaySend: yes}, []string{"LeaderAck", "AllISRAcks"}},
-		{"no acks", Config{}, Deps{Client: noAck, Leaders: leaders, MaySend: yes}, []string{"NoAck", "AllISRAcks"}},
-		{"missing deps", Config{}, Deps{}, []string{"Deps.Client is nil", "Deps.Leaders is nil", "Deps.MaySend is nil"}},
+		{"defaults", Config{Link: "l"}, Deps{Client: good, Leaders: leaders, Lease: yes}, nil},
+		{"leader acks", Config{}, Deps{Client: leaderAck, Leaders: leaders, Lease: yes}, []string{"LeaderAck", "AllISRAcks"}},
+		{"no acks", Config{}, Deps{Client: noAck, Leaders: leaders, Lease: yes}, []string{"NoAck", "AllISRAcks"}},
+		{"missing deps", Config{}, Deps{}, []string{"Deps.Client is nil", "Deps.Leaders is nil", "Deps.Lease is nil"}},
 		{"bad config, all at once", Config{
 			RequestTimeout:       -time.Second,
 			MaxRequestBytes:      10,
 			MaxInflightPerBroker: -1,
 			RetryBackoff:         time.Minute,
-			MaxPending:           -3,
-		}, Deps{Client: good, Leaders: leaders, MaySend: yes},
-			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s", "MaxPending: -3"}},
-		{"request larger than the client may write", Config{MaxRequestBytes: 200 << 20}, Deps{Client: good, Leaders: leaders, MaySend: yes},
+		}, Deps{Client: good, Leaders: leaders, Lease: yes},
+			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s"}},
+		{"request larger than the client may write", Config{MaxRequestBytes: 200 << 20}, Deps{Client: good, Leaders: leaders, Lease: yes},
 			[]string{"BrokerMaxWriteBytes"}},
 	}
 	for _, c := range cases {
@@ -62,8 +62,7 @@ func TestNew(t *testing.T) {
 					t.Fatalf("New: %v", err)
 				}
 				if a.cfg.RequestTimeout != DefaultRequestTimeout || a.cfg.MaxRequestBytes != DefaultMaxRequestBytes ||
-					a.cfg.MaxInflightPerBroker != DefaultMaxInflightPerBroker || a.cfg.RetryBackoff != DefaultRetryBackoff ||
-					a.cfg.MaxPending != DefaultMaxPending || cap(a.Results()) != DefaultMaxPending {
+					a.cfg.MaxInflightPerBroker != DefaultMaxInflightPerBroker || a.cfg.RetryBackoff != DefaultRetryBackoff {
 					t.Fatalf("defaults not applied: %+v", a.cfg)
 				}
 				return
@@ -115,11 +114,11 @@ func TestSubmitRefusesUnreadyBatches(t *testing.T) {
 	}
 }
 
-// TestSubmitBusyFullClosed guards Submit's refusals: a second batch for a
-// partition (which could reorder or duplicate), more than MaxPending, and
-// anything after Run returned; and Run's single use.
-func TestSubmitBusyFullClosed(t *testing.T) {
-	h := newHarness(t, harnessOpts{cfg: Config{MaxPending: 2}, noRun: true})
+// TestSubmitBusyClosed guards Submit's refusals: a second batch for a
+// partition (which could reorder or duplicate) until its result is
+// delivered, and anything after Run returned; and Run's single use.
+func TestSubmitBusyClosed(t *testing.T) {
+	h := newHarness(t, harnessOpts{noRun: true})
 	ps := h.createTopic("busy", 3, nil)
 	b := makeBatch(t, false, 1000, recsFor(ps[0], 0, 1))
 	h.submit(ps[0], b, 1)
@@ -127,18 +126,17 @@ func TestSubmitBusyFullClosed(t *testing.T) {
 		t.Fatalf("second Submit for %s: %v, want ErrBusy", ps[0], err)
 	}
 	h.submit(ps[1], b, 2)
-	if err := h.a.Submit(Request{Partition: ps[2], Batch: b}); !errors.Is(err, ErrFull) {
-		t.Fatalf("third Submit with MaxPending 2: %v, want ErrFull", err)
-	}
+	h.submit(ps[2], b, 3)
 
 	h.run()
-	r1, r2 := h.result(), h.result()
-	if r1.Err != nil || r2.Err != nil {
-		t.Fatalf("results: %v, %v", r1.Err, r2.Err)
+	for range 3 {
+		if r := h.result(); r.Err != nil {
+			t.Fatalf("result %s: %v", r.Partition, r.Err)
+		}
 	}
-	// Results not received count against MaxPending; received ones do not.
-	h.submit(ps[0], b, 3)
-	h.submit(ps[2], b, 4)
+	// A delivered result frees its partition, taken or not.
+	h.submit(ps[0], b, 4)
+	h.submit(ps[2], b, 5)
 	for range 2 {
 		if r := h.result(); r.Err != nil {
 			t.Fatalf("result %s: %v", r.Partition, r.Err)
@@ -146,8 +144,8 @@ func TestSubmitBusyFullClosed(t *testing.T) {
 	}
 
 	h.stop()
-	if _, ok := <-h.a.Results(); ok {
-		t.Fatalf("Results not closed after Run returned")
+	if rest := h.drain(); len(rest) != 0 {
+		t.Fatalf("results after Run returned: %v", rest)
 	}
 	if err := h.a.Submit(Request{Partition: ps[1], Batch: b}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Submit after Run returned: %v, want ErrClosed", err)
@@ -156,7 +154,8 @@ func TestSubmitBusyFullClosed(t *testing.T) {
 		t.Fatalf("second Run: %v, want ErrClosed", err)
 	}
 	h.checkLog(ps[0], []wire{{recsFor(ps[0], 0, 1), -1}, {recsFor(ps[0], 0, 1), -1}})
-	h.checkLog(ps[2], []wire{{recsFor(ps[0], 0, 1), -1}})
+	h.checkLog(ps[1], []wire{{recsFor(ps[0], 0, 1), -1}})
+	h.checkLog(ps[2], []wire{{recsFor(ps[0], 0, 1), -1}, {recsFor(ps[0], 0, 1), -1}})
 }
 
 // TestAppendManyPartitions guards the request rules and ordering: every
@@ -719,6 +718,37 @@ func TestLeaseExpired(t *testing.T) {
 	h.checkLog(ps[1], nil)
 }
 
+// TestLeaseTravelsWithTheRequest guards I4 (issue 10, case 7): the lease is
+// not only checked before a request is handed to kgo; a request that kgo
+// holds up (here a dial that takes a second) past the end of the lease is
+// never written. Before the fix the Produce reached the broker a second
+// after the lease had ended.
+func TestLeaseTravelsWithTheRequest(t *testing.T) {
+	var slow atomic.Bool
+	dialer := func(ctx context.Context, network, host string) (net.Conn, error) {
+		if slow.Load() {
+			time.Sleep(time.Second) // a dial that ignores its context, as a stuck SYN would
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, host)
+	}
+	h := newHarness(t, harnessOpts{clientOpts: []kgo.Opt{kgo.Dialer(dialer)}})
+	ps := h.createTopic("lease-deadline", 1, nil)
+	before := len(h.obs.seen())
+	slow.Store(true) // the first Produce opens kgo's produce connection
+	h.until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+	h.submit(ps[0], makeBatch(t, false, 1, recsFor(ps[0], 0, 2)), 1)
+	r := h.result()
+	if r.Err == nil {
+		t.Fatalf("append succeeded after the lease ended: %+v", r)
+	}
+	time.Sleep(1500 * time.Millisecond) // long enough for a delayed write to arrive
+	if n := len(h.obs.seen()) - before; n != 0 {
+		t.Fatalf("the broker received %d produce requests after the lease ended (result: %v)", n, r.Err)
+	}
+	h.checkLog(ps[0], nil)
+}
+
 // TestUnknownTopicWaits guards the wait for a leader: a batch for a topic
 // that does not exist yet stays in the appender, with one WARN that says
 // why, and is appended once the topic exists.
@@ -770,7 +800,7 @@ func TestCancelInFlight(t *testing.T) {
 	h.stop()
 
 	got := make(map[int32]error)
-	for r := range h.a.Results() {
+	for _, r := range h.drain() {
 		got[r.Partition.Partition] = r.Err
 	}
 	if len(got) != 2 || !errors.Is(got[0], ErrUnknownOutcome) || !errors.Is(got[0], context.Canceled) || !errors.Is(got[1], ErrStopped) {

@@ -39,7 +39,7 @@ func BenchmarkAppend(b *testing.B) {
 		Client:  cl,
 		Leaders: leaders.New(cl, 0),
 		Logger:  hclog.NewNullLogger(),
-		MaySend: func() bool { return true },
+		Lease:   func() (time.Time, bool) { return time.Now().Add(time.Hour), true },
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -79,19 +79,21 @@ func BenchmarkAppend(b *testing.B) {
 		submitted++
 	}
 	for done < b.N {
-		r := <-a.Results()
-		if r.Err != nil {
-			b.Fatal(r.Err)
-		}
-		done++
-		if done%256 == 0 {
-			c.ApplyRetention()
-		}
-		if submitted < b.N {
-			if err := a.Submit(batches[r.Partition.Partition]); err != nil {
-				b.Fatal(err)
+		<-a.Results().Wake()
+		for _, r := range a.Results().Take() {
+			if r.Err != nil {
+				b.Fatal(r.Err)
 			}
-			submitted++
+			done++
+			if done%256 == 0 {
+				c.ApplyRetention()
+			}
+			if submitted < b.N {
+				if err := a.Submit(batches[r.Partition.Partition]); err != nil {
+					b.Fatal(err)
+				}
+				submitted++
+			}
 		}
 	}
 	b.StopTimer()

@@ -22,14 +22,21 @@
 //     duplicate data. Every answer that leaves the append possible is
 //     ErrUnknownOutcome, and the caller settles it by reconciliation
 //     (DESIGN §6) before it submits anything for that partition again.
-//   - Deps.MaySend (the session's lease, DESIGN §7) is asked immediately
-//     before every request is sent; if it says no, the request is not sent
-//     and its batches fail with ErrLeaseExpired.
+//   - The session's lease travels with every request (DESIGN §12 I4):
+//     Deps.Lease is asked immediately before a request is built; with less
+//     than minLeaseLeft of the lease left the request is not sent and its
+//     batches fail with ErrLeaseExpired; otherwise it is sent with a
+//     context whose deadline is the lease's end, which kgo checks right
+//     before it writes the request, and with a produce timeout
+//     (TimeoutMillis) of at most three quarters of the lease left, so that
+//     the broker answers before the context ends. No request is written
+//     after the lease ended, and none waits in a broker for replicas past
+//     it.
 //   - Every accepted batch gets exactly one Result, once Run runs (Submit
-//     may come first; the batch waits). Results() has room for
-//     Config.MaxPending results and Submit refuses a batch (ErrFull) while
-//     the batches in the appender plus the results not yet received would
-//     exceed that, so the appender never blocks on a slow receiver and Run
+//     may come first; the batch waits). Submissions and results travel in
+//     mailboxes (internal/mailbox) that hold at most one entry per
+//     destination partition, since a partition has at most one batch in
+//     the appender, so the appender never blocks on a slow receiver and Run
 //     can deliver every result before it returns.
 //
 // # acks
@@ -43,14 +50,14 @@
 //
 // New starts nothing. Run is the appender's one owner goroutine: it keeps
 // every batch's state (waiting for a leader, backing off, queued for a
-// broker, in flight) and is the only goroutine that sends on Results. Run
+// broker, in flight) and is the only goroutine that puts Results. Run
 // starts, and waits for before it returns:
 //
 //   - at most one resolver goroutine at a time, which looks up the leaders
 //     of the batches waiting for one through Deps.Leaders (a cache miss is a
 //     Metadata request, so it is kept off Run's goroutine);
 //   - one sender goroutine per Produce request in flight (at most
-//     MaxInflightPerBroker per broker), which asks MaySend, sends the request
+//     MaxInflightPerBroker per broker), which asks Lease, sends the request
 //     through kgo's connection to that broker, classifies every partition's
 //     answer and hands the outcome back to Run.
 //
@@ -58,9 +65,9 @@
 // fails them with the context's error): their batches are reported as
 // ErrUnknownOutcome, unless the answer arrived first. Batches that were not
 // sent, or whose every attempt was proven not appended, are reported as
-// ErrStopped. Run delivers all these results, closes the Results channel and
-// returns nil once every goroutine it started has exited. Submit after that
-// returns ErrClosed.
+// ErrStopped. Run delivers all these results, closes Stopped and returns nil
+// once every goroutine it started has exited. Submit after that returns
+// ErrClosed.
 //
 // Submit and Results may be called from any goroutine.
 package appender

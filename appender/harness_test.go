@@ -117,8 +117,10 @@ type harness struct {
 	reg     *prometheus.Registry
 	a       *Appender
 	obs     *observer
-	may     atomic.Bool
+	may     atomic.Bool  // the lease is valid
+	until   atomic.Int64 // when it ends (Unix ns); 0: a minute from now, always
 	logs    *syncBuffer
+	pending []Result // taken from Results and not yet returned by result
 
 	cancel  context.CancelFunc
 	runDone chan error
@@ -157,7 +159,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		Leaders: h.leaders,
 		Logger:  logger,
 		Metrics: NewMetrics(h.reg),
-		MaySend: h.may.Load,
+		Lease:   h.lease,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -172,6 +174,18 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		h.run()
 	}
 	return h
+}
+
+// lease is the harness's session lease: while may is set, valid until
+// until, or for a minute from now when until is 0.
+func (h *harness) lease() (time.Time, bool) {
+	if !h.may.Load() {
+		return time.Time{}, false
+	}
+	if u := h.until.Load(); u != 0 {
+		return time.Unix(0, u), true
+	}
+	return time.Now().Add(time.Minute), true
 }
 
 // run starts Run; the test's cleanup cancels it and checks that it returns
@@ -233,16 +247,39 @@ func (h *harness) submit(p tp.Partition, batch []byte, tag uint64) {
 // result waits for the next result.
 func (h *harness) result() Result {
 	h.t.Helper()
-	select {
-	case r, ok := <-h.a.Results():
-		if !ok {
-			h.t.Fatalf("Results closed while a result was expected")
+	timeout := time.After(deadline)
+	for len(h.pending) == 0 {
+		h.pending = append(h.pending, h.a.Results().Take()...)
+		if len(h.pending) > 0 {
+			break
 		}
-		return r
-	case <-time.After(deadline):
-		h.t.Fatalf("no result within %v", deadline)
+		select {
+		case <-h.a.Results().Wake():
+		case <-h.a.Stopped():
+			h.pending = append(h.pending, h.a.Results().Take()...)
+			if len(h.pending) == 0 {
+				h.t.Fatalf("Run returned while a result was expected")
+			}
+		case <-timeout:
+			h.t.Fatalf("no result within %v", deadline)
+		}
 	}
-	panic("unreachable")
+	r := h.pending[0]
+	h.pending = h.pending[1:]
+	return r
+}
+
+// drain returns the results left once Run has returned.
+func (h *harness) drain() []Result {
+	h.t.Helper()
+	select {
+	case <-h.a.Stopped():
+	case <-time.After(deadline):
+		h.t.Fatalf("Run did not stop within %v", deadline)
+	}
+	out := append(h.pending, h.a.Results().Take()...)
+	h.pending = nil
+	return out
 }
 
 // append1 submits one batch and returns its result.

@@ -36,13 +36,21 @@ const (
 	MinMaxBufferedBytes = int64(1 << 20)
 )
 
+// StartFrom is where a partition without a checkpoint starts at the source
+// (start_from).
+type StartFrom string
+
+// OutOfRange is what a link does when its source position is below the log
+// start offset (on_offset_out_of_range).
+type OutOfRange string
+
 // Allowed values of the enumerated keys.
 const (
-	StartEarliest = "earliest"
-	StartLatest   = "latest"
+	StartEarliest StartFrom = "earliest"
+	StartLatest   StartFrom = "latest"
 
-	OutOfRangeFail     = "fail"
-	OutOfRangeEarliest = "earliest"
+	OutOfRangeFail     OutOfRange = "fail"
+	OutOfRangeEarliest OutOfRange = "earliest"
 
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
@@ -52,8 +60,8 @@ const (
 var (
 	logLevels    = []string{"trace", "debug", "info", "warn", "error"}
 	logFormats   = []string{"text", "json"}
-	startFroms   = []string{StartEarliest, StartLatest}
-	outOfRanges  = []string{OutOfRangeFail, OutOfRangeEarliest}
+	startFroms   = []string{string(StartEarliest), string(StartLatest)}
+	outOfRanges  = []string{string(OutOfRangeFail), string(OutOfRangeEarliest)}
 	mechanisms   = []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512}
 	placeholders = []string{"{topic}", "{source}"}
 )
@@ -133,9 +141,9 @@ type Link struct {
 	Include []*regexp.Regexp
 	Exclude []*regexp.Regexp
 
-	Rename     string // destination topic template with {topic} and {source}
-	StartFrom  string // earliest | latest: where a partition without a checkpoint starts
-	StateTopic string // on the destination cluster
+	Rename     string    // destination topic template with {topic} and {source}
+	StartFrom  StartFrom // earliest | latest: where a partition without a checkpoint starts
+	StateTopic string    // on the destination cluster
 
 	StateTopicPartitions        int32
 	StateTopicReplicationFactor int16 // -1: the broker's default
@@ -145,7 +153,7 @@ type Link struct {
 	ProducerStateExpiry time.Duration
 
 	MaxBufferedBytes   int64
-	OnOffsetOutOfRange string // fail | earliest
+	OnOffsetOutOfRange OutOfRange // fail | earliest
 
 	// SettleDelay is how long an append whose outcome is unknown (a
 	// timeout, a lost connection) is left to land before the destination

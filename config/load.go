@@ -258,7 +258,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		Include:                     d.patterns(key+".topics.include", fl.Topics.Include),
 		Exclude:                     d.patterns(key+".topics.exclude", fl.Topics.Exclude),
 		Rename:                      or(fl.Rename, DefaultRename),
-		StartFrom:                   or(fl.StartFrom, DefaultStartFrom),
+		StartFrom:                   StartFrom(or(fl.StartFrom, string(DefaultStartFrom))),
 		StateTopic:                  or(fl.StateTopic, DefaultStateTopic),
 		StateTopicPartitions:        DefaultStateTopicPartitions,
 		StateTopicReplicationFactor: DefaultStateTopicReplicationFactor,
@@ -266,7 +266,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		SessionTimeout:              or(fl.SessionTimeout, DefaultSessionTimeout),
 		ProducerStateExpiry:         or(fl.ProducerStateExpiry, DefaultProducerStateExpiry),
 		MaxBufferedBytes:            or(fl.MaxBufferedBytes, DefaultMaxBufferedBytes),
-		OnOffsetOutOfRange:          or(fl.OnOffsetOutOfRange, DefaultOnOffsetOutOfRange),
+		OnOffsetOutOfRange:          OutOfRange(or(fl.OnOffsetOutOfRange, string(DefaultOnOffsetOutOfRange))),
 
 		SettleDelay:                  or(fl.SettleDelay, DefaultSettleDelay),
 		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),

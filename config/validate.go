@@ -172,7 +172,7 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	if msg, hint := checkRename(l.Rename); msg != "" {
 		c.report(key+".rename", msg, hint)
 	}
-	c.enum(key+".start_from", l.StartFrom, startFroms)
+	c.enum(key+".start_from", string(l.StartFrom), startFroms)
 	if msg := checkTopicName(l.StateTopic); msg != "" {
 		c.report(key+".state_topic", msg, `use up to 249 letters, digits, '.', '_' and '-', e.g. "__mirror_state"`)
 	}
@@ -207,7 +207,7 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		c.report(key+".max_buffered_bytes", fmt.Sprintf("%d bytes is less than the minimum of 1MiB", l.MaxBufferedBytes),
 			`one maximum-size batch must fit; use at least "1MiB", the default is "64MiB"`)
 	}
-	c.enum(key+".on_offset_out_of_range", l.OnOffsetOutOfRange, outOfRanges)
+	c.enum(key+".on_offset_out_of_range", string(l.OnOffsetOutOfRange), outOfRanges)
 }
 
 const rfHint = "use -1 for the broker's default, or 1 to 32767"

@@ -32,10 +32,14 @@ const (
 	MaxMaxWait = time.Minute
 )
 
-// Values of Config.OnOutOfRange (the link's on_offset_out_of_range).
+// OutOfRange is what the fetcher does with a partition whose fetch offset is
+// below the log start offset (the link's on_offset_out_of_range).
+type OutOfRange string
+
+// Values of Config.OnOutOfRange.
 const (
-	OutOfRangeFail     = "fail"
-	OutOfRangeEarliest = "earliest"
+	OutOfRangeFail     OutOfRange = "fail"
+	OutOfRangeEarliest OutOfRange = "earliest"
 )
 
 // Config is one link's fetcher configuration. Zero values take the defaults.
@@ -44,7 +48,7 @@ type Config struct {
 	PartitionMaxBytes int32         // per partition and request; default 1 MiB
 	MaxWait           time.Duration // long poll when caught up; default 500ms
 	MaxBufferedBytes  int64         // default 64 MiB: bytes of fetch responses pinned by Results not yet Released
-	OnOutOfRange      string        // "fail" (default) or "earliest"
+	OnOutOfRange      OutOfRange    // OutOfRangeFail (default) or OutOfRangeEarliest
 	CheckCRCs         bool          // validate every batch's CRC-32C (default false: destination brokers check)
 }
 

@@ -449,7 +449,7 @@ func TestFairShare(t *testing.T) {
 func TestOutOfRange(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		policy  string
+		policy  OutOfRange
 		at      int64
 		wantErr []string // substrings; nil: continues
 		skipped int64

@@ -94,7 +94,7 @@ func benchMirror(b *testing.B, codec int) {
 		cfg.Link.Rename = fmt.Sprintf("{topic}-%d", i)
 		cfg.Link.StateTopic = fmt.Sprintf("__state_%d", i)
 		cfg.Link.MaxBufferedBytes = 64 << 20
-		cfg.CheckCRCs = false
+		cfg.Link.CheckCRCs = false
 		dest := fmt.Sprintf("bench-%d", i)
 		// Created here, not by the link, so that this client's metadata
 		// cache knows the topic when it polls its end offsets.

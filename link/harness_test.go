@@ -58,7 +58,8 @@ type testLink struct {
 	crash  atomic.Bool
 }
 
-// linkConfig is a link from src to dst with timings short enough for tests.
+// linkConfig is a link from src to dst with timings short enough for tests:
+// every key the file sets starts from config's defaults.
 func linkConfig(name string, src, dst *cluster, include ...string) Config {
 	var inc []*regexp.Regexp
 	for _, e := range include {
@@ -68,29 +69,31 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 		}
 		inc = append(inc, re)
 	}
+	l := *config.Default().Links[0]
+	l.Name, l.Source, l.Destination = name, src.name, dst.name
+	l.Include = inc
+	l.StateTopicReplicationFactor = 1
+	// A session timeout that a starved -race run on two cores does not
+	// miss; a missed lease fails the link (correctly) and costs a retry.
+	l.CheckpointInterval, l.SessionTimeout, l.ProducerStateExpiry = 200*time.Millisecond, 3*time.Second, time.Hour
+	l.MaxBufferedBytes = 8 << 20
+	l.SettleDelay = 100 * time.Millisecond
+	l.DiscoveryInterval = 300 * time.Millisecond
+	l.DestinationReplicationFactor = 1
+	l.CheckCRCs = true
 	return Config{
-		Link: config.Link{
-			Name: name, Source: src.name, Destination: dst.name,
-			Include: inc, Rename: "{topic}", StartFrom: "earliest",
-			StateTopic: "__mirror_state", StateTopicPartitions: 1, StateTopicReplicationFactor: 1,
-			// A session timeout that a starved -race run on two cores
-			// does not miss; a missed lease fails the link (correctly)
-			// and costs a retry.
-			CheckpointInterval: 200 * time.Millisecond, SessionTimeout: 3 * time.Second, ProducerStateExpiry: time.Hour,
-			MaxBufferedBytes: 8 << 20, OnOffsetOutOfRange: "fail",
+		Link:            l,
+		Source:          config.Cluster{Name: src.name, BootstrapServers: src.c.ListenAddrs()},
+		Destination:     config.Cluster{Name: dst.name, BootstrapServers: dst.c.ListenAddrs()},
+		ShutdownTimeout: 5 * time.Second,
+		Tuning: Tuning{
+			BackoffBase:    50 * time.Millisecond,
+			BackoffMax:     time.Second,
+			LeaseSkew:      time.Nanosecond, // both sessions run on this machine's clock
+			RequestTimeout: 2 * time.Second,
+			FetchMaxWait:   100 * time.Millisecond,
+			ExhaustGrace:   500 * time.Millisecond,
 		},
-		Source:                       config.Cluster{Name: src.name, BootstrapServers: src.c.ListenAddrs()},
-		Destination:                  config.Cluster{Name: dst.name, BootstrapServers: dst.c.ListenAddrs()},
-		DiscoveryInterval:            300 * time.Millisecond,
-		BackoffBase:                  50 * time.Millisecond,
-		BackoffMax:                   time.Second,
-		LeaseSkew:                    0,
-		SettleDelay:                  100 * time.Millisecond,
-		RequestTimeout:               2 * time.Second,
-		ShutdownTimeout:              5 * time.Second,
-		FetchMaxWait:                 100 * time.Millisecond,
-		DestinationReplicationFactor: 1,
-		CheckCRCs:                    true,
 	}
 }
 

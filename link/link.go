@@ -15,78 +15,72 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
 
-// Defaults of the tunables that the configuration file does not expose.
-const (
-	DefaultDiscoveryInterval = 30 * time.Second
-	DefaultBackoffBase       = time.Second
-	DefaultBackoffMax        = 2 * time.Minute
-	DefaultLeaseSkew         = 5 * time.Second
-	DefaultSettleDelay       = 30 * time.Second
-	DefaultShutdownTimeout   = 15 * time.Second
-	DefaultRequestTimeout    = 30 * time.Second
-)
-
-// Config configures one link. Link is the validated link block; Source and
-// Destination are its clusters.
+// Config configures one link: its validated link block and its two
+// clusters exactly as package config built them (the one source of truth
+// for every key the file sets), the share of agent.shutdown_timeout a stop
+// may take, and the tunables the file does not expose.
 type Config struct {
 	Link        config.Link
 	Source      config.Cluster
 	Destination config.Cluster
+	// ShutdownTimeout bounds the drain of in-flight appends when the link
+	// stops, and then the final checkpoint.
+	ShutdownTimeout time.Duration
+	Tuning          Tuning
+}
 
-	// DiscoveryInterval is how often new source topics and partitions
-	// are looked for while MIRRORING.
-	DiscoveryInterval time.Duration
+// Tuning holds what the configuration file does not set; zero values take
+// the defaults below. Tests and the bench shorten them.
+type Tuning struct {
 	// BackoffBase and BackoffMax bound the wait in FAILED.
 	BackoffBase, BackoffMax time.Duration
 	// LeaseSkew is the clock-skew margin added to a previous session's
 	// lease before a new session reconciles (DESIGN §7).
 	LeaseSkew time.Duration
-	// SettleDelay is how long an append whose outcome is unknown is left
-	// to land before the destination is read to settle it: long enough
-	// for a request the broker already read to complete or time out, and
-	// for the ISR to shrink so that the high watermark covers an append
-	// that was waiting for a lost follower (replica.lag.time.max.ms,
-	// 30s by default).
-	SettleDelay time.Duration
-	// ShutdownTimeout bounds the drain of in-flight appends and the final
-	// checkpoint when the link stops.
-	ShutdownTimeout time.Duration
-	// RequestTimeout is the Produce timeout.
+	// RequestTimeout is the produce timeout: how long a Produce may wait
+	// in a destination broker for the in-sync replicas (at most three
+	// quarters of the lease left; see appender). The session records it,
+	// and the next session waits that long past the lease (I2).
 	RequestTimeout time.Duration
-	// FetchMaxWait is the long-poll time of source fetches (0: fetcher
-	// default).
+	// FetchMaxWait is the long-poll time of source fetches.
 	FetchMaxWait time.Duration
-	// DestinationReplicationFactor for destination topics the link
-	// creates (-1 or 0: the broker's default).
-	DestinationReplicationFactor int16
-	// CheckCRCs validates every fetched batch's CRC before forwarding it.
-	CheckCRCs bool
+	// ExhaustGrace and MaxReconciling: see PipelineConfig.
+	ExhaustGrace   time.Duration
+	MaxReconciling int
 }
 
-func (c *Config) defaults() {
+// Defaults of Tuning.
+const (
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffMax     = 2 * time.Minute
+	DefaultLeaseSkew      = 5 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
+)
+
+func (t *Tuning) defaults() {
 	set := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	set(&c.DiscoveryInterval, DefaultDiscoveryInterval)
-	set(&c.BackoffBase, DefaultBackoffBase)
-	set(&c.BackoffMax, DefaultBackoffMax)
-	set(&c.SettleDelay, DefaultSettleDelay)
-	set(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	set(&c.RequestTimeout, DefaultRequestTimeout)
-	if c.LeaseSkew < 0 {
-		c.LeaseSkew = DefaultLeaseSkew
-	}
-	if c.DestinationReplicationFactor == 0 {
-		c.DestinationReplicationFactor = -1
+	set(&t.BackoffBase, DefaultBackoffBase)
+	set(&t.BackoffMax, DefaultBackoffMax)
+	set(&t.LeaseSkew, DefaultLeaseSkew)
+	set(&t.RequestTimeout, DefaultRequestTimeout)
+	set(&t.FetchMaxWait, fetcher.DefaultMaxWait)
+	set(&t.ExhaustGrace, DefaultExhaustGrace)
+	if t.MaxReconciling <= 0 {
+		t.MaxReconciling = DefaultMaxReconciling
 	}
 }
 
+// validate checks what the link itself relies on; config.Validate has
+// checked the file.
 func (c *Config) validate() error {
 	var errs []error
 	l := &c.Link
@@ -109,7 +103,31 @@ func (c *Config) validate() error {
 	if l.StateTopic == "" {
 		errs = append(errs, fmt.Errorf("link %s: state_topic is empty", l.Name))
 	}
+	if l.SettleDelay <= 0 || l.DiscoveryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("link %s: settle_delay (%s) and discovery_interval (%s) must be positive", l.Name, l.SettleDelay, l.DiscoveryInterval))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))
+	}
+	switch l.StartFrom {
+	case config.StartEarliest, config.StartLatest:
+	default:
+		errs = append(errs, fmt.Errorf("link %s: start_from %q is not %q or %q", l.Name, l.StartFrom, config.StartEarliest, config.StartLatest))
+	}
+	switch l.OnOffsetOutOfRange {
+	case config.OutOfRangeFail, config.OutOfRangeEarliest:
+	default:
+		errs = append(errs, fmt.Errorf("link %s: on_offset_out_of_range %q is not %q or %q", l.Name, l.OnOffsetOutOfRange, config.OutOfRangeFail, config.OutOfRangeEarliest))
+	}
 	return errors.Join(errs...)
+}
+
+// outOfRange is the fetcher's policy for on_offset_out_of_range.
+func (c *Config) outOfRange() fetcher.OutOfRange {
+	if c.Link.OnOffsetOutOfRange == config.OutOfRangeEarliest {
+		return fetcher.OutOfRangeEarliest
+	}
+	return fetcher.OutOfRangeFail
 }
 
 // Deps are the link's collaborators.
@@ -119,7 +137,7 @@ type Deps struct {
 	FetcherMetrics  *fetcher.Metrics  // nil: an unregistered set
 	AppenderMetrics *appender.Metrics // nil: an unregistered set
 	// SourceOpts and DestinationOpts are the kgo options that reach each
-	// cluster (seed brokers, TLS, SASL); see internal/dial.
+	// cluster (seed brokers, TLS, SASL); see internal/kafka/dial.
 	SourceOpts, DestinationOpts []kgo.Opt
 	Now                         func() time.Time
 	Rand                        func() int64 // collision salts
@@ -155,7 +173,7 @@ const (
 
 // New builds a link. It does no I/O and starts no goroutine.
 func New(cfg Config, deps Deps) (*Link, error) {
-	cfg.defaults()
+	cfg.Tuning.defaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -199,6 +217,18 @@ func (l *Link) send(c control) {
 	}
 }
 
+// handover is what a session of this process left for the next one: a
+// session that ended with every append resolved hands over at once, one
+// that left appends unresolved only after they can no longer land (I2). A
+// new session checks that the state topic's link record is still the one
+// its predecessor wrote; if another agent took the link meanwhile, the
+// recorded lease applies.
+type handover struct {
+	epoch      int16     // the ended session's epoch
+	unresolved int       // appends it left unresolved
+	at         time.Time // when it ended, on Deps.Now
+}
+
 // Run drives the lifecycle until ctx ends, then stops the link (drain, final
 // checkpoint) and returns nil. It returns an error only for a broken
 // internal invariant.
@@ -230,72 +260,60 @@ func (l *Link) Run(ctx context.Context) error {
 	if err := move(EvStart, nil); err != nil {
 		return err
 	}
-
+	retry := backoff.Policy{First: l.cfg.Tuning.BackoffBase, Max: l.cfg.Tuning.BackoffMax}
 	var (
 		attempts int  // consecutive failures, for the backoff
 		fenced   bool // the last session was fenced: stand by before taking over
-		r        *run
+		last     *handover
 	)
-	defer func() {
-		if r != nil {
-			r.close()
-		}
-		_ = move(EvStop, nil)
-	}()
+	defer func() { _ = move(EvStop, nil) }()
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
 		switch state {
 		case Preparing:
-			var err error
-			r, err = l.prepare(ctx, fenced)
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case errors.Is(err, errPaused):
-				r = nil
-				if err := move(EvPause, nil); err != nil {
-					return err
-				}
-			case err != nil:
-				r = nil
-				fenced = errors.Is(err, statestore.ErrFenced)
-				l.fail(err)
-				if err := move(EvFail, err); err != nil {
-					return err
-				}
-			default:
-				fenced = false
-				l.prepared.Add(1)
-				if err := move(EvPrepared, nil); err != nil {
-					return err
+			since := l.deps.Now()
+			s, err := l.begin(ctx, fenced, last)
+			var (
+				ev  Event
+				end sessionEnd
+			)
+			if err == nil {
+				ev, end, err = s.run(ctx, func() error {
+					l.prepared.Add(1)
+					return move(EvPrepared, nil)
+				})
+				s.close()
+				last = &handover{epoch: s.sess.Epoch(), unresolved: end.unresolved, at: l.deps.Now()}
+			} else {
+				ev = EvFail
+				if errors.Is(err, errPaused) {
+					ev, err = EvPause, nil
 				}
 			}
-		case Mirroring:
-			since := time.Now()
-			ev, err := r.mirror(ctx)
-			r.close()
-			r = nil
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, errInvariant) {
+				return err
+			}
+			fenced = errors.Is(err, statestore.ErrFenced)
 			switch ev {
 			case EvFail:
-				fenced = errors.Is(err, statestore.ErrFenced)
 				l.fail(err)
 				// A link that mirrored for longer than the longest
-				// backoff has recovered: its next failure starts
-				// the backoff afresh. One that fails again soon
-				// keeps doubling it.
-				if time.Since(since) > l.cfg.BackoffMax {
+				// backoff has recovered: its next failure starts the
+				// backoff afresh. One that fails again soon keeps
+				// doubling it.
+				if l.deps.Now().Sub(since) > l.cfg.Tuning.BackoffMax {
 					attempts = 0
 				}
-			case EvReprepare:
-				l.log.Info("new partitions need reconciling; preparing again")
-				attempts = 0
 			default:
 				attempts = 0
+			}
+			if state == Preparing && ev != EvFail && ev != EvPause {
+				ev = EvStop
 			}
 			if err := move(ev, err); err != nil {
 				return err
@@ -310,7 +328,7 @@ func (l *Link) Run(ctx context.Context) error {
 			}
 		case Failed:
 			attempts++
-			wait := Backoff(attempts, l.cfg.BackoffBase, l.cfg.BackoffMax)
+			wait := retry.Wait(attempts)
 			l.log.Info("retrying after backoff", "wait", wait, "attempt", attempts)
 			t := time.NewTimer(wait)
 			select {
@@ -319,27 +337,28 @@ func (l *Link) Run(ctx context.Context) error {
 				return nil
 			case c := <-l.ctl:
 				t.Stop()
+				ev := EvRetry // a resume while failed retries at once
 				if c == ctlPause {
-					if err := move(EvPause, nil); err != nil {
-						return err
-					}
+					ev = EvPause
 				}
-				// A resume while failed retries at once.
-				if c == ctlResume {
-					if err := move(EvRetry, nil); err != nil {
-						return err
-					}
+				if err := move(ev, nil); err != nil {
+					return err
 				}
 			case <-t.C:
 				if err := move(EvRetry, nil); err != nil {
 					return err
 				}
 			}
+		case Stopped:
+			return nil
 		default:
-			return fmt.Errorf("link %s: lifecycle reached state %s", l.Name(), state)
+			return fmt.Errorf("%w: link %s: lifecycle reached state %s", errInvariant, l.Name(), state)
 		}
 	}
 }
+
+// errInvariant marks a broken internal invariant; Run returns it.
+var errInvariant = errors.New("link: broken invariant")
 
 // fail logs an error that failed the link and counts it.
 func (l *Link) fail(err error) {
@@ -367,7 +386,8 @@ func (l *Link) waitResume(ctx context.Context) bool {
 	}
 }
 
-// errPaused ends a PREPARING that an operator paused.
+// errPaused ends a PREPARING that an operator paused before the pipeline
+// ran.
 var errPaused = errors.New("link paused")
 
 // errorKind labels an error for mirrord_errors_total.

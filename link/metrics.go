@@ -17,6 +17,7 @@ type Metrics struct {
 	fenced, errors, foreign, reconciled  *prometheus.CounterVec
 	unknown, refetches, checkpoints      *prometheus.CounterVec
 	expired, saltsExpired                *prometheus.CounterVec
+	destinationGaps, skipped, removed    *prometheus.CounterVec
 	lag, partitions                      *prometheus.GaugeVec
 	partitionLag                         *prometheus.GaugeVec
 }
@@ -56,6 +57,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		checkpoints:  counter("checkpoints_total", "State transactions committed with checkpoints (each also renews the session's lease)."),
 		expired:      counter("producers_expired_total", "Producer entries dropped after producer_state_expiry without an append."),
 		saltsExpired: counter("salts_expired_total", "Collision salts tombstoned after producer_state_expiry without use."),
+		destinationGaps: counter("destination_gap_offsets_total",
+			"Destination offsets written by someone else between two of the link's appends (another producer on the destination topic, or an append of an earlier session that landed late); each occurrence is logged at ERROR with the offsets."),
+		skipped:      counter("source_records_skipped_total", "Source records lost before they were mirrored (below the log start offset, skipped under on_offset_out_of_range = \"earliest\"); each skip is logged with its offsets."),
+		removed:      counter("partitions_removed_total", "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."),
 		lag:          gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
@@ -64,7 +69,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
-			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.lag, m.partitions, m.partitionLag,
+			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.destinationGaps, m.skipped, m.removed,
+			m.lag, m.partitions, m.partitionLag,
 		} {
 			reg.MustRegister(c)
 		}
@@ -83,6 +89,7 @@ type linkMetrics struct {
 	fenced, foreign, reconciled          prometheus.Counter
 	unknown, refetches, checkpoints      prometheus.Counter
 	expired, saltsExpired                prometheus.Counter
+	destinationGaps, skipped, removed    prometheus.Counter
 	lag, partitions                      prometheus.Gauge
 }
 
@@ -96,6 +103,7 @@ func (m *Metrics) forLink(name string) *linkMetrics {
 		fenced: c(m.fenced), foreign: c(m.foreign), reconciled: c(m.reconciled),
 		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints),
 		expired: c(m.expired), saltsExpired: c(m.saltsExpired),
+		destinationGaps: c(m.destinationGaps), skipped: c(m.skipped), removed: c(m.removed),
 		lag: m.lag.WithLabelValues(name), partitions: m.partitions.WithLabelValues(name),
 	}
 	lm.setState(Stopped)
@@ -138,5 +146,6 @@ func (lm *linkMetrics) counters() Counters {
 		Barriers: v(lm.barriers), Checkpoints: v(lm.checkpoints),
 		ForeignBatches: v(lm.foreign), ReconciledBatches: v(lm.reconciled),
 		UnknownOutcomes: v(lm.unknown), CorruptRefetches: v(lm.refetches), SessionsFenced: v(lm.fenced),
+		DestinationGapOffsets: v(lm.destinationGaps), SourceRecordsSkipped: v(lm.skipped), PartitionsRemoved: v(lm.removed),
 	}
 }

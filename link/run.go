@@ -2,494 +2,398 @@ package link
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/sync/errgroup"
+	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/seed83556561/mirrord/appender"
-	"github.com/seed83556561/mirrord/barrier"
-	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
-	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
 
-// run is one session of a link: from PREPARING until the link leaves
-// MIRRORING. It owns the clients, the state-topic session, the fetcher and
-// the appender, and the per-partition pipeline state. Its goroutines
-// (fetcher, appender, committer, discovery and settle workers) run in g and
-// end when the run closes; everything else runs on the link's goroutine.
-type run struct {
-	l   *Link
-	log hclog.Logger
-
-	ctx    context.Context // the run's context: canceled by close
-	cancel context.CancelFunc
-	g      *errgroup.Group
-
-	src, dst               *kgo.Client
-	srcAdm, dstAdm         *kadm.Client
-	srcLeaders, dstLeaders *leaders.Cache
-	srcID, dstID           string
-	region                 transform.Region
-	sameCluster            bool
-
-	store *statestore.Store
-	sess  *statestore.Session
-	fetch *fetcher.Fetcher
-	app   *appender.Appender
-	reenc *transform.Reencoder
-
-	parts        []*part
-	bySrc, byDst map[tp.Key]*part
-	maxPending   int // the appender's bound on batches and results; at least one per partition
-
-	commits   chan commitReq // to the committer
-	committed chan commitRes // from the committer
-	workDone  chan func()    // results of discovery and settle workers, run on the link goroutine
-
-	pump pump
-
-	errMu sync.Mutex
-	gErr  error // first error a run goroutine returned
-
-	closed bool
-	gen    uint64 // the last fetcher generation given
+// sessionEnd is how a session ended, for the next one.
+type sessionEnd struct {
+	unresolved int // appends in flight or of unknown outcome when it ended
 }
 
-// goRun starts a goroutine of the run; its error, if any, fails the run.
-func (r *run) goRun(fn func() error) {
-	r.g.Go(func() error {
-		err := fn()
-		if err != nil {
-			r.errMu.Lock()
-			if r.gErr == nil {
-				r.gErr = err
-			}
-			r.errMu.Unlock()
+// tickInterval is how often the pipeline gets InTick and the status is
+// published.
+const tickInterval = time.Second
+
+// run steps the pipeline with what the fetcher, the appender, the committer
+// and the workers report, and carries out its actions, until the session
+// ends: ctx ends (EvStop after the drain and final checkpoint), an operator
+// pauses (EvPause, likewise), or the session fails (EvFail with the error).
+// mirroring is called when the initial partitions are admitted.
+func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessionEnd, error) {
+	l := s.l
+	ck := time.NewTicker(l.cfg.Link.CheckpointInterval)
+	defer ck.Stop()
+	disc := time.NewTicker(l.cfg.Link.DiscoveryInterval)
+	defer disc.Stop()
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
+	var (
+		drain    <-chan time.Time
+		stopping = EvStop // how the session ends once its stop is done
+		stopped  bool
+	)
+	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
+	stop := func(ev Event, state State) stepped {
+		if stopped {
+			return stepped{}
 		}
-		return err
+		stopped, stopping = true, ev
+		t := time.NewTimer(l.cfg.ShutdownTimeout)
+		defer t.Stop()
+		drain = t.C
+		return s.step(InStop{State: state})
+	}
+	done := ctx.Done()
+	for {
+		var ev Input
+		select {
+		case <-done:
+			done = nil
+			if l.crash != nil && l.crash() {
+				return EvStop, end(), nil
+			}
+			if out := stop(EvStop, Stopped); out.done {
+				return out.result(stopping, end())
+			}
+			continue
+		case c := <-l.ctl:
+			if c == ctlPause {
+				if out := stop(EvPause, Paused); out.done {
+					return out.result(stopping, end())
+				}
+			}
+			continue
+		case <-s.ctx.Done():
+			return EvFail, end(), context.Cause(s.ctx)
+		case r := <-s.fetch.Results():
+			ev = InFetched{Result: r}
+		case <-s.app.Results().Wake():
+			for _, r := range s.app.Results().Take() {
+				if out := s.step(InAppended{Result: r}); out.done {
+					return out.result(stopping, end())
+				}
+			}
+			continue
+		case <-s.events.Wake():
+			for _, e := range s.events.Take() {
+				if out := s.step(e); out.done {
+					return out.result(stopping, end())
+				} else if out.mirroring {
+					if err := mirroring(); err != nil {
+						return EvFail, end(), err
+					}
+				}
+			}
+			continue
+		case <-ck.C:
+			ev = InCheckpointDue{}
+		case <-disc.C:
+			ev = InDiscoveryDue{}
+		case <-tick.C:
+			s.publish()
+			ev = InTick{}
+		case <-drain:
+			ev = InDrainTimeout{}
+		}
+		out := s.step(ev)
+		if out.done {
+			return out.result(stopping, end())
+		}
+		if out.mirroring {
+			if err := mirroring(); err != nil {
+				return EvFail, end(), err
+			}
+		}
+	}
+}
+
+// stepped is what one step asked of the session beyond its actions.
+type stepped struct {
+	done      bool
+	err       error // DoFail
+	mirroring bool  // DoEnterMirroring
+}
+
+func (o stepped) result(stopping Event, end sessionEnd) (Event, sessionEnd, error) {
+	if o.err != nil {
+		return EvFail, end, o.err
+	}
+	return stopping, end, nil
+}
+
+// step applies one event and carries out the actions it returns.
+func (s *session) step(ev Input) stepped {
+	var out stepped
+	for _, a := range s.pipe.Step(s.l.deps.Now(), ev) {
+		switch a := a.(type) {
+		case DoAssign:
+			s.fetch.Assign(a.Src, a.Offset, a.Gen)
+		case DoUnassign:
+			s.fetch.Unassign(a.Src)
+		case DoRelease:
+			s.fetch.Release(a.Pin)
+		case DoSubmit:
+			if err := s.app.Submit(a.Request); err != nil {
+				// The pipeline keeps one batch per partition in the
+				// appender, and the batch passed decide: a refusal
+				// is a bug or a closed appender.
+				out.done, out.err = true, fmt.Errorf("destination %s: submit: %w", a.Request.Partition, err)
+			}
+		case DoSettle:
+			s.work(func(ctx context.Context) Input { return s.settle(ctx, a) })
+		case DoReadTail:
+			s.work(func(ctx context.Context) Input { return s.readTail(ctx, a) })
+		case DoLookupSourceEnd:
+			s.work(func(ctx context.Context) Input { return s.sourceEnd(ctx, a.Src) })
+		case DoCommit:
+			select {
+			case s.commits <- a:
+			default:
+				panic("link: a state commit while another is in flight")
+			}
+		case DoDiscover:
+			s.work(func(ctx context.Context) Input { return s.discoverAll(ctx, a.Known) })
+		case DoPlace:
+			s.work(func(ctx context.Context) Input { return s.placeNew(ctx, a.Pairs) })
+		case DoEnterMirroring:
+			out.mirroring = true
+		case DoFail:
+			out.done, out.err = true, a.Err
+		case DoFinish:
+			out.done = true
+		case DoLog:
+			s.log.Log(a.Level, a.Msg, a.Args...)
+		default:
+			panic(fmt.Sprintf("link: pipeline action %T", a))
+		}
+	}
+	s.report()
+	if n := s.pipe.Len(); n != s.published || out.mirroring {
+		s.publish() // the partition set changed: show it at once
+	}
+	return out
+}
+
+// work runs fn on a worker goroutine of the session and hands its event to
+// the link goroutine.
+func (s *session) work(fn func(ctx context.Context) Input) {
+	s.g.Go(func() error {
+		if ev := fn(s.ctx); ev != nil && s.ctx.Err() == nil {
+			s.events.Put(ev)
+		}
+		return nil
 	})
 }
 
-// runErr is why the run's context ended.
-func (r *run) runErr() error {
-	r.errMu.Lock()
-	defer r.errMu.Unlock()
-	if r.gErr != nil {
-		return r.gErr
-	}
-	return errClosed
-}
-
-// deliver hands fn to the link goroutine, unless the run ends first.
-func (r *run) deliver(fn func()) {
-	select {
-	case r.workDone <- fn:
-	case <-r.ctx.Done():
-	}
-}
-
-// prepare is PREPARING (DESIGN §8): connect, resolve cluster IDs and
-// regions, begin the session (fencing the previous one), replay the state
-// topic, wait out the previous lease, create or grow destination topics,
-// reconcile destination tails, commit the barrier with the resume
-// checkpoints, reset the producer state, and start fetching. On error the
-// run is closed.
-func (l *Link) prepare(ctx context.Context, standby bool) (_ *run, err error) {
-	r := &run{
-		l:         l,
-		log:       l.log,
-		bySrc:     make(map[tp.Key]*part),
-		byDst:     make(map[tp.Key]*part),
-		commits:   make(chan commitReq, 16),
-		committed: make(chan commitRes, 16),
-		workDone:  make(chan func(), 16),
-		reenc:     transform.NewReencoder(),
-	}
-	// The run's goroutines outlive ctx: when the agent stops, in-flight
-	// appends drain and a final checkpoint is committed before close
-	// cancels them.
-	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.g, r.ctx = errgroup.WithContext(r.ctx)
-	defer func() {
-		if err != nil {
-			r.close()
-		}
-	}()
-
-	if r.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
-		return nil, fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
-	}
-	if r.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
-		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
-	}
-	r.srcAdm, r.dstAdm = kadm.NewClient(r.src), kadm.NewClient(r.dst)
-	r.srcLeaders, r.dstLeaders = leaders.New(r.src, 0), leaders.New(r.dst, 0)
-
-	if r.srcID, err = clusterID(ctx, r.srcAdm, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
-		return nil, err
-	}
-	if r.dstID, err = clusterID(ctx, r.dstAdm, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
-		return nil, err
-	}
-	r.sameCluster = r.srcID == r.dstID
-	var hashed bool
-	r.region, hashed = transform.RegionOf(r.srcID)
-	if hashed {
-		r.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
-			"cluster", l.cfg.Source.Name, "cluster_id", r.srcID, "region", uint32(r.region))
-	}
-	r.log = l.log.With("source_cluster_id", r.srcID)
-	l.setStatus(func(s *Status) { s.SourceClusterID, s.DestinationClusterID = r.srcID, r.dstID })
-
-	r.store, err = statestore.New(statestore.Config{
-		Topic:             l.cfg.Link.StateTopic,
-		Partitions:        l.cfg.Link.StateTopicPartitions,
-		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
-	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
-	if err != nil {
-		return nil, err
-	}
-	if err := r.store.Ensure(ctx); err != nil {
-		return nil, err
-	}
-	if standby {
-		if err := r.standBy(ctx); err != nil {
-			return nil, err
-		}
-	}
-	r.sess, err = r.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
-		statestore.SourceCluster(r.srcID), statestore.DestinationCluster(r.dstID))
-	if err != nil {
-		return nil, fmt.Errorf("begin state session: %w", err)
-	}
-	l.setStatus(func(s *Status) { s.SessionEpoch = r.sess.Epoch() })
-	view, err := r.store.Replay(ctx)
-	if err != nil {
-		return nil, err
-	}
-	wait := view.LeaseWait(l.cfg.Link.Name, l.deps.Now(), l.cfg.LeaseSkew, l.cfg.RequestTimeout)
-	// The session commits at once and then at least every third of its
-	// timeout while it prepares: a state transaction is the session's
-	// lease, and kfake (unlike Kafka) opens a transaction under the new
-	// epoch when a fenced zombie produces, then fences the new session
-	// if nothing commits within the transaction timeout.
-	if err := r.keepalive(ctx); err != nil {
-		return nil, err
-	}
-	if wait > 0 {
-		r.log.Info("waiting out the previous session's lease before reconciling", "wait", wait.Round(time.Millisecond))
-		for wait > 0 {
-			step := min(wait, l.cfg.Link.SessionTimeout/3)
-			if err := l.pausableSleep(ctx, step); err != nil {
-				return nil, err
-			}
-			wait -= step
-			if err := r.keepalive(ctx); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	pairs, err := r.discover(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, pr := range pairs {
-		r.addPart(r.newPart(pr))
-	}
-	r.replaySalts(view, r.parts)
-	if err := r.positions(ctx, view, r.parts); err != nil {
-		return nil, err
-	}
-
-	if r.fetch, err = fetcher.New(fetcher.Config{
-		Link:             l.cfg.Link.Name,
-		MaxWait:          l.cfg.FetchMaxWait,
-		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
-		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
-		CheckCRCs:        l.cfg.CheckCRCs,
-	}, fetcher.Deps{Client: r.src, Leaders: r.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
-		return nil, err
-	}
-	r.maxPending = max(appender.DefaultMaxPending, 2*len(r.parts))
-	if r.app, err = appender.New(appender.Config{
-		Link:           l.cfg.Link.Name,
-		RequestTimeout: l.cfg.RequestTimeout,
-		MaxPending:     r.maxPending,
-	}, appender.Deps{
-		Client: r.dst, Leaders: r.dstLeaders, Logger: l.deps.Logger, Metrics: l.deps.AppenderMetrics, Now: l.deps.Now,
-		MaySend: func() bool { return r.sess.LeaseValid(l.deps.Now()) },
-	}); err != nil {
-		return nil, err
-	}
-	r.goRun(func() error { return r.fetch.Run(r.ctx) })
-	r.goRun(func() error { return r.app.Run(r.ctx) })
-	r.goRun(r.committer)
-
-	if err := r.reconcile(ctx, r.parts); err != nil {
-		return nil, err
-	}
-	if err := r.emitBarriers(ctx, r.parts); err != nil {
-		return nil, err
-	}
-	for _, p := range r.parts {
-		p.gen = r.assign(p.src, p.srcNext)
-	}
-	r.publish()
-	return r, nil
-}
-
-// assign (re)starts fetching p at offset under a new generation.
-func (r *run) assign(p tp.Partition, offset int64) uint64 {
-	r.gen++
-	r.fetch.Assign(p, offset, r.gen)
-	return r.gen
-}
-
-// keepalive commits the link record (state PREPARING), renewing the lease.
-func (r *run) keepalive(ctx context.Context) error {
-	if err := r.sess.Commit(ctx, Preparing); err != nil {
-		return fmt.Errorf("commit PREPARING: %w", err)
-	}
-	return nil
-}
-
-// clusterID is the cluster's ID as the cluster reports it, unless the
-// configuration pins one.
-func clusterID(ctx context.Context, adm *kadm.Client, name, pinned string) (string, error) {
-	if pinned != "" {
-		return pinned, nil
-	}
-	md, err := adm.Metadata(ctx)
-	if err != nil {
-		return "", fmt.Errorf("cluster %s: read cluster ID: %w", name, err)
-	}
-	if md.Cluster == "" {
-		return "", fmt.Errorf("cluster %s reports no cluster ID (Kafka before 0.10.1?): set cluster_id in its cluster block", name)
-	}
-	return md.Cluster, nil
-}
-
-// newPart makes the pipeline state of a partition pair.
-func (r *run) newPart(pr pair) *part {
-	return &part{
-		src:         pr.src,
-		dst:         pr.dst,
-		psm:         transform.NewPSM(transform.PSMConfig{Expiry: r.l.cfg.Link.ProducerStateExpiry, Rand: r.l.deps.Rand}),
-		refetchedAt: -1,
-	}
-}
-
-// addPart adds a partition to the run.
-func (r *run) addPart(p *part) {
-	r.parts = append(r.parts, p)
-	r.bySrc[p.src.Key()] = p
-	r.byDst[p.dst.Key()] = p
-	r.l.met.partitions.Set(float64(len(r.parts)))
-}
-
-// replaySalts applies the replayed barriers and salts, in log order, to the
-// partitions' producer state.
-func (r *run) replaySalts(view *statestore.View, parts []*part) {
-	byID := make(map[barrier.Partition]*transform.PSM, len(parts))
-	for _, p := range parts {
-		byID[p.barrierPartition()] = p.psm
-	}
-	// Replayed barriers reset fresh PSMs, which hold nothing yet: no
-	// line per historical barrier, one summary.
-	st := barrier.Replay(view.Records, func(bp barrier.Partition) *transform.PSM { return byID[bp] }, hclog.NewNullLogger())
-	if st.Salts > 0 || st.SaltTombstones > 0 {
-		r.log.Info("replayed collision salts", "salts", st.Salts, "tombstones", st.SaltTombstones, "barriers", st.Barriers)
-	}
-}
-
-func (p *part) barrierPartition() barrier.Partition {
-	return barrier.Partition{TopicID: statestore.UUID(p.dst.ID), Partition: p.dst.Partition}
-}
-
-// positions sets where each partition resumes: its checkpoint, or for a
-// partition the link never checkpointed, start_from at the source and the
-// log start at the destination (reconciliation then recognises anything a
-// crashed first session appended).
-func (r *run) positions(ctx context.Context, view *statestore.View, parts []*part) error {
-	var fresh []*part
-	for _, p := range parts {
-		ck, ok := view.Checkpoints[statestore.CheckpointKey{LinkName: r.l.cfg.Link.Name, TopicID: statestore.UUID(p.dst.ID), Partition: p.dst.Partition}]
-		if ok && ck.SourceTopic == p.src.Topic && ck.SourcePartition == p.src.Partition {
-			p.srcNext, p.dstNext = ck.SourceNextOffset, ck.DestNextOffset
-			p.ckSrc, p.ckDst = p.srcNext, p.dstNext
-			continue
-		}
-		fresh = append(fresh, p)
-	}
-	if len(fresh) == 0 {
-		return nil
-	}
-	var srcTopics, dstTopics []string
-	for _, p := range fresh {
-		srcTopics = append(srcTopics, p.src.Topic)
-		dstTopics = append(dstTopics, p.dst.Topic)
-	}
-	srcTopics, dstTopics = uniq(srcTopics), uniq(dstTopics)
-	var (
-		srcOffs kadm.ListedOffsets
-		err     error
-	)
-	if r.l.cfg.Link.StartFrom == "latest" {
-		srcOffs, err = r.srcAdm.ListCommittedOffsets(ctx, srcTopics...)
-	} else {
-		srcOffs, err = r.srcAdm.ListStartOffsets(ctx, srcTopics...)
-	}
-	if err != nil {
-		return fmt.Errorf("list source offsets: %w", err)
-	}
-	dstOffs, err := r.dstAdm.ListStartOffsets(ctx, dstTopics...)
-	if err != nil {
-		return fmt.Errorf("list destination start offsets: %w", err)
-	}
-	for _, p := range fresh {
-		so, ok := srcOffs.Lookup(p.src.Topic, p.src.Partition)
-		if !ok || so.Err != nil {
-			return fmt.Errorf("source %s: start offset: %v", p.src, so.Err)
-		}
-		do, ok := dstOffs.Lookup(p.dst.Topic, p.dst.Partition)
-		if !ok || do.Err != nil {
-			return fmt.Errorf("destination %s: start offset: %v", p.dst, do.Err)
-		}
-		p.srcNext, p.dstNext = so.Offset, do.Offset
-		p.ckSrc, p.ckDst = -1, -1
-		r.log.Info("partition has no checkpoint; starting", "source", p.src, "destination", p.dst,
-			"start_from", r.l.cfg.Link.StartFrom, "source_offset", p.srcNext, "destination_offset", p.dstNext)
-	}
-	return nil
-}
-
-func uniq(s []string) []string {
-	slices.Sort(s)
-	return slices.Compact(s)
-}
-
-// emitBarriers commits, in one state transaction, a MIRROR_PID_RESET
-// barrier and the resume checkpoint for each partition, then resets their
-// producer state (DESIGN §8). Nothing is appended to a partition before
-// this.
-func (r *run) emitBarriers(ctx context.Context, parts []*part) error {
-	if len(parts) == 0 {
-		return r.sess.Commit(ctx, Mirroring)
-	}
-	bps := make([]barrier.Partition, 0, len(parts))
-	cks := make([]statestore.Record, 0, len(parts))
-	now := r.l.deps.Now()
-	for _, p := range parts {
-		bps = append(bps, p.barrierPartition())
-		cks = append(cks, r.checkpointRecord(p, now))
-	}
-	if err := barrier.Emit(ctx, r.sess, bps, r.srcID, now, cks...); err != nil {
-		return fmt.Errorf("commit barrier: %w", err)
-	}
-	r.l.met.barriers.Add(float64(len(parts)))
-	r.l.met.checkpoints.Inc()
-	for i, p := range parts {
-		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
-		barrier.Apply(p.psm, r.log, bps[i])
-	}
-	return nil
-}
-
-func (r *run) checkpointRecord(p *part, now time.Time) statestore.Record {
-	return statestore.Record{
-		Key: statestore.CheckpointKey{LinkName: r.l.cfg.Link.Name, TopicID: statestore.UUID(p.dst.ID), Partition: p.dst.Partition},
-		Value: statestore.CheckpointValue{
-			SourceTopic:      p.src.Topic,
-			SourcePartition:  p.src.Partition,
-			SourceNextOffset: p.srcNext,
-			DestNextOffset:   p.dstNext,
-			TimestampMs:      now.UnixMilli(),
-		},
-	}
-}
-
-// standBy waits while another session of the link holds a live lease: the
-// link was fenced by a newer agent, which is mirroring; taking the link
-// back at once would fence it in turn. It returns when that lease lapses or
-// the other session records a clean stop.
-func (r *run) standBy(ctx context.Context) error {
-	for {
-		view, err := r.store.Replay(ctx)
-		if err != nil {
-			return err
-		}
-		lv, ok := view.Links[r.l.cfg.Link.Name]
-		if !ok || lv.Clean() {
-			return nil
-		}
-		left := time.UnixMilli(lv.LeaseExpiresMs).Sub(r.l.deps.Now())
-		if left <= 0 {
-			return nil
-		}
-		r.log.Info("standing by: another session holds the link", "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
-		if err := r.l.pausableSleep(ctx, min(left+10*time.Millisecond, r.l.cfg.Link.SessionTimeout/3)); err != nil {
-			return err
-		}
-	}
-}
-
-// pausableSleep sleeps d unless ctx ends or an operator pauses the link.
-func (l *Link) pausableSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// committer runs the state transactions one at a time (a transactional
+// producer has at most one transaction open). The final commit gets its
+// own deadline: it runs after the agent's context ended.
+func (s *session) committer() error {
 	for {
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		case <-s.ctx.Done():
 			return nil
-		case c := <-l.ctl:
-			if c == ctlPause {
-				return errPaused
+		case c := <-s.commits:
+			var err error
+			if c.Final {
+				ctx, cancel := context.WithTimeout(s.ctx, s.l.cfg.ShutdownTimeout)
+				err = s.sess.CommitStop(ctx, c.State, c.Unresolved, c.Records...)
+				cancel()
+			} else {
+				err = s.sess.Commit(s.ctx, c.State, c.Records...)
+			}
+			s.events.Put(InCommitted{ID: c.ID, Err: err})
+		}
+	}
+}
+
+// settle looks, after the delay, for the twin of an append of unknown
+// outcome in the destination partition from the offset the append would
+// have got (DESIGN §6).
+func (s *session) settle(ctx context.Context, a DoSettle) Input {
+	ev := InSettled{Dst: a.Dst.Key(), Tag: a.Tag, Offset: -1}
+	if !sleep(ctx, a.Delay) {
+		return nil
+	}
+	ends, err := s.dstAdm.ListEndOffsets(ctx, a.Dst.Topic)
+	if err == nil {
+		ev.Offset, err = offsetOf(ends, a.Dst, "destination end")
+	}
+	if err != nil {
+		ev.Offset, ev.Err = -1, err
+		return ev
+	}
+	tr := &tailReader{cl: s.dst, leaders: s.dstLeaders, p: a.Dst, pos: a.From, end: ev.Offset}
+	ev.Offset = -1
+	for {
+		batches, err := tr.next(ctx)
+		if err != nil {
+			ev.Err = err
+			return ev
+		}
+		if len(batches) == 0 {
+			return ev
+		}
+		for _, b := range batches {
+			if twin(a.Want, b) {
+				h, _ := transform.ParseHeader(b)
+				ev.Offset = h.BaseOffset
+				return ev
 			}
 		}
 	}
 }
 
-// close ends the run's goroutines and releases its clients. The session is
-// closed without a final commit (mirror does the final checkpoint).
-func (r *run) close() {
-	if r.closed {
-		return
-	}
-	r.closed = true
-	r.cancel()
-	if r.g != nil {
-		_ = r.g.Wait()
-	}
-	if r.sess != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = r.sess.Close(ctx)
-		cancel()
-	}
-	if r.store != nil {
-		r.store.Close()
-	}
-	if r.src != nil {
-		r.src.Close()
-	}
-	if r.dst != nil {
-		r.dst.Close()
-	}
-	for _, p := range r.parts {
-		r.l.met.dropPartitionLag(p.src.Topic, p.src.Partition)
-	}
+// readTail reads the next chunk of a destination tail for reconciliation.
+func (s *session) readTail(ctx context.Context, a DoReadTail) Input {
+	tr := &tailReader{cl: s.dst, leaders: s.dstLeaders, p: a.Dst, pos: a.From, end: a.End}
+	batches, err := tr.next(ctx)
+	return InTailRead{Dst: a.Dst.Key(), Batches: batches, Err: err}
 }
 
-var errClosed = errors.New("run closed")
+// sourceEnd looks up a source partition's last stable offset.
+func (s *session) sourceEnd(ctx context.Context, src tp.Partition) Input {
+	offs, err := s.srcAdm.ListCommittedOffsets(ctx, src.Topic)
+	ev := InSourceEnd{Src: src.Key()}
+	if err == nil {
+		ev.LSO, err = offsetOf(offs, src, "source last stable")
+	}
+	ev.Err = err
+	return ev
+}
+
+// discoverAll lists the selected source topics, creating or growing their
+// destination topics, and asks the source directly about every known
+// partition the listing leaves out: only an answer that the topic does not
+// exist, or exists under another topic ID, makes it gone (I6).
+func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
+	pairs, err := s.discover(ctx)
+	if err != nil {
+		return InDiscovered{Err: err}
+	}
+	listed := make(map[tp.Key]bool, len(pairs))
+	for _, pr := range pairs {
+		listed[pr.Src.Key()] = true
+	}
+	var missing []tp.Partition
+	topics := map[string]bool{}
+	for _, p := range known {
+		if !listed[p.Key()] {
+			missing = append(missing, p)
+			topics[p.Topic] = true
+		}
+	}
+	if len(missing) == 0 {
+		return InDiscovered{Pairs: pairs}
+	}
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	resp, err := leaders.Metadata(ctx, s.src, names...)
+	if err != nil {
+		// Not an answer about the topics: nothing is gone.
+		s.log.Warn("topic discovery: the listing leaves out partitions the link mirrors and the source could not be asked about them; keeping them", "topics", names, "error", err)
+		return InDiscovered{Pairs: pairs}
+	}
+	type topicState struct {
+		unknown bool
+		id      [16]byte
+	}
+	states := map[string]topicState{}
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		states[*t.Topic] = topicState{unknown: t.ErrorCode == kerr.UnknownTopicOrPartition.Code, id: t.TopicID}
+	}
+	ev := InDiscovered{Pairs: pairs}
+	for _, p := range missing {
+		st, ok := states[p.Topic]
+		switch {
+		case ok && st.unknown:
+			ev.Gone = append(ev.Gone, p.Key())
+		case ok && st.id != ([16]byte{}) && p.ID != ([16]byte{}) && st.id != p.ID:
+			ev.Gone = append(ev.Gone, p.Key())
+		default:
+			s.log.Debug("topic discovery: a mirrored partition is missing from the listing but the source still has its topic; keeping it", "source", p.String())
+		}
+	}
+	return ev
+}
+
+// placeNew looks up where new partitions start, from a fresh replay of the
+// state topic.
+func (s *session) placeNew(ctx context.Context, pairs []Pair) Input {
+	view, err := s.store.Replay(ctx)
+	if err != nil {
+		return InPlaced{Err: err}
+	}
+	parts, err := s.place(ctx, view, pairs)
+	return InPlaced{Parts: parts, Err: err}
+}
+
+// report adds the pipeline's new counts to the metrics.
+func (s *session) report() {
+	now := s.pipe.Stats()
+	d := func(a, b int64) float64 { return float64(a - b) }
+	was := s.reported
+	m := s.l.met
+	add := func(c interface{ Add(float64) }, a, b int64) {
+		if a != b {
+			c.Add(d(a, b))
+		}
+	}
+	add(m.records, now.Records, was.Records)
+	add(m.bytes, now.Bytes, was.Bytes)
+	add(m.batches, now.Batches, was.Batches)
+	add(m.reencoded, now.Reencoded, was.Reencoded)
+	add(m.collisions, now.Collisions, was.Collisions)
+	add(m.unresolvable, now.Unresolvable, was.Unresolvable)
+	add(m.barriers, now.Barriers, was.Barriers)
+	add(m.duplicates, now.Duplicates, was.Duplicates)
+	add(m.gaps, now.Gaps, was.Gaps)
+	add(m.lowEpoch, now.LowerEpoch, was.LowerEpoch)
+	add(m.foreign, now.Foreign, was.Foreign)
+	add(m.reconciled, now.Reconciled, was.Reconciled)
+	add(m.unknown, now.Unknown, was.Unknown)
+	add(m.refetches, now.Refetches, was.Refetches)
+	add(m.checkpoints, now.Checkpoints, was.Checkpoints)
+	add(m.expired, now.Expired, was.Expired)
+	add(m.saltsExpired, now.SaltsExpired, was.SaltsExpired)
+	add(m.destinationGaps, now.DestinationGaps, was.DestinationGaps)
+	add(m.skipped, now.Skipped, was.Skipped)
+	add(m.removed, now.Removed, was.Removed)
+	if now.Discovery != was.Discovery {
+		for range now.Discovery - was.Discovery {
+			m.error("discovery")
+		}
+	}
+	s.reported = now
+}
+
+// publish refreshes the status snapshot and the lag gauges.
+func (s *session) publish() {
+	ps := s.pipe.Partitions()
+	var total int64
+	for _, p := range ps {
+		total += p.Lag
+		if len(ps) <= MaxPartitionLagSeries {
+			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
+		}
+	}
+	s.l.met.lag.Set(float64(total))
+	s.l.met.partitions.Set(float64(len(ps)))
+	s.l.setStatus(func(st *Status) {
+		st.Partitions = ps
+		st.Lag = total
+	})
+	s.published = len(ps)
+}

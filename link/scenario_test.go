@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -326,8 +327,8 @@ func TestPauseResume(t *testing.T) {
 // names the partition and says what to do, under the default policy; with
 // on_offset_out_of_range = earliest the link skips ahead and counts it.
 func TestOffsetOutOfRange(t *testing.T) {
-	for _, policy := range []string{"fail", "earliest"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
+		t.Run(string(policy), func(t *testing.T) {
 			src := newCluster(t, "src", kafkatest.SourceClusterID)
 			dst := newCluster(t, "dst", kafkatest.DestClusterID)
 			src.createTopic(t, "t", 1, nil)

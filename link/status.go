@@ -47,6 +47,13 @@ type Counters struct {
 	UnknownOutcomes   int64 `json:"unknown_outcomes"`
 	CorruptRefetches  int64 `json:"corrupt_refetches"`
 	SessionsFenced    int64 `json:"sessions_fenced"`
+	// DestinationGapOffsets counts destination offsets someone else
+	// wrote between the link's appends; SourceRecordsSkipped records lost
+	// at the source before they were mirrored; PartitionsRemoved
+	// partitions whose source is gone.
+	DestinationGapOffsets int64 `json:"destination_gap_offsets"`
+	SourceRecordsSkipped  int64 `json:"source_records_skipped"`
+	PartitionsRemoved     int64 `json:"partitions_removed"`
 }
 
 // PartitionStatus is one destination partition of a link.
@@ -54,6 +61,7 @@ type PartitionStatus struct {
 	SourceTopic      string `json:"source_topic"`
 	DestinationTopic string `json:"destination_topic"`
 	Partition        int32  `json:"partition"`
+	Phase            string `json:"phase"`              // reconciling, admitting, idle, salting, appending, settling
 	SourceNextOffset int64  `json:"source_next_offset"` // next source offset to mirror (everything below is at the destination)
 	DestNextOffset   int64  `json:"destination_next_offset"`
 	HighWatermark    int64  `json:"source_high_watermark"`

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -17,6 +18,9 @@ import (
 
 // tailChunkBytes is how much of a destination tail one read asks for.
 const tailChunkBytes = 4 << 20
+
+// tailRetry is the wait between attempts of a tail read.
+var tailRetry = backoff.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // tailReader reads a destination partition's batches from an offset up to
 // an end offset (the high watermark when the read started), in order, with
@@ -41,7 +45,7 @@ func (t *tailReader) next(ctx context.Context) ([][]byte, error) {
 			if attempt > 30 {
 				return nil, fmt.Errorf("read destination %s from offset %d: %w", t.p, t.pos, lastErr)
 			}
-			if !sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)) {
+			if !sleep(ctx, tailRetry.Wait(attempt)) {
 				return nil, ctx.Err()
 			}
 		}

@@ -10,14 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
-
-// pair is one mirrored partition: a source partition and the destination
-// partition with the same number in the renamed topic.
-type pair struct {
-	src, dst tp.Partition
-}
 
 // copiedTopicConfigs are the source topic settings a created destination
 // topic takes over (issue 4): how long data lives and how big a batch may
@@ -46,20 +41,20 @@ func createConfigs(source map[string]*string) map[string]*string {
 // discover lists the source topics the link selects, creates or grows
 // their destination topics, and returns every partition pair in topic and
 // partition order.
-func (r *run) discover(ctx context.Context) ([]pair, error) {
-	src, err := r.srcAdm.ListTopics(ctx)
+func (s *session) discover(ctx context.Context) ([]Pair, error) {
+	src, err := s.srcAdm.ListTopics(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list source topics: %w", err)
 	}
 	var selected []kadm.TopicDetail
 	for _, name := range src.Names() {
 		td := src[name]
-		if td.Err != nil || !r.l.cfg.Link.Selects(name) {
+		if td.Err != nil || !s.l.cfg.Link.Selects(name) {
 			continue
 		}
-		if r.sameCluster && r.destName(name) == name {
+		if s.sameCluster && s.destName(name) == name {
 			return nil, fmt.Errorf("source and destination are the same cluster (%s) and rename %q maps topic %s onto itself: set rename to a template that changes names, such as \"{source}.{topic}\"",
-				r.srcID, r.l.cfg.Link.Rename, name)
+				s.srcID, s.l.cfg.Link.Rename, name)
 		}
 		selected = append(selected, td)
 	}
@@ -69,15 +64,15 @@ func (r *run) discover(ctx context.Context) ([]pair, error) {
 
 	var dstNames []string
 	for _, td := range selected {
-		dstNames = append(dstNames, r.destName(td.Topic))
+		dstNames = append(dstNames, s.destName(td.Topic))
 	}
-	dst, err := r.dstAdm.ListTopics(ctx, dstNames...)
+	dst, err := s.dstAdm.ListTopics(ctx, dstNames...)
 	if err != nil {
 		return nil, fmt.Errorf("list destination topics: %w", err)
 	}
 	var toCreate []kadm.TopicDetail
 	for _, td := range selected {
-		name := r.destName(td.Topic)
+		name := s.destName(td.Topic)
 		d, ok := dst[name]
 		switch {
 		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
@@ -86,17 +81,17 @@ func (r *run) discover(ctx context.Context) ([]pair, error) {
 			return nil, fmt.Errorf("destination topic %s: %w", name, d.Err)
 		case len(d.Partitions) < len(td.Partitions):
 			add := len(td.Partitions) - len(d.Partitions)
-			resp, err := r.dstAdm.CreatePartitions(ctx, add, name)
+			resp, err := s.dstAdm.CreatePartitions(ctx, add, name)
 			if err != nil {
 				return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, err)
 			}
 			if pr, ok := resp[name]; ok && pr.Err != nil && !errors.Is(pr.Err, kerr.InvalidPartitions) {
 				return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, pr.Err)
 			}
-			r.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
+			s.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
 		}
 	}
-	if err := r.createTopics(ctx, toCreate); err != nil {
+	if err := s.createTopics(ctx, toCreate); err != nil {
 		return nil, err
 	}
 
@@ -106,34 +101,34 @@ func (r *run) discover(ctx context.Context) ([]pair, error) {
 	for _, td := range selected {
 		topics = append(topics, td.Topic)
 	}
-	var pairs []pair
-	err = retry(ctx, 20, 100*time.Millisecond, func() error {
+	var pairs []Pair
+	err = retry(ctx, 20, metadataRetry, func() error {
 		pairs = pairs[:0]
-		if err := r.srcLeaders.Refresh(ctx, topicsOf(selected)...); err != nil {
+		if err := s.srcLeaders.Refresh(ctx, topicsOf(selected)...); err != nil {
 			return err
 		}
-		if err := r.dstLeaders.Refresh(ctx, dstNames...); err != nil {
+		if err := s.dstLeaders.Refresh(ctx, dstNames...); err != nil {
 			return err
 		}
 		for _, td := range selected {
-			name := r.destName(td.Topic)
+			name := s.destName(td.Topic)
 			ps := make([]int32, 0, len(td.Partitions))
 			for p := range td.Partitions {
 				ps = append(ps, p)
 			}
 			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 			for _, p := range ps {
-				sl, err := r.srcLeaders.Lookup(ctx, tp.Key{Topic: td.Topic, Partition: p})
+				sl, err := s.srcLeaders.Lookup(ctx, tp.Key{Topic: td.Topic, Partition: p})
 				if err != nil {
 					return fmt.Errorf("source partition %s[%d]: %w", td.Topic, p, err)
 				}
-				dl, err := r.dstLeaders.Lookup(ctx, tp.Key{Topic: name, Partition: p})
+				dl, err := s.dstLeaders.Lookup(ctx, tp.Key{Topic: name, Partition: p})
 				if err != nil {
 					return fmt.Errorf("destination partition %s[%d]: %w", name, p, err)
 				}
-				pairs = append(pairs, pair{
-					src: tp.Partition{Topic: td.Topic, ID: sl.ID, Partition: p},
-					dst: tp.Partition{Topic: name, ID: dl.ID, Partition: p},
+				pairs = append(pairs, Pair{
+					Src: tp.Partition{Topic: td.Topic, ID: sl.ID, Partition: p},
+					Dst: tp.Partition{Topic: name, ID: dl.ID, Partition: p},
 				})
 			}
 		}
@@ -150,18 +145,18 @@ func topicsOf(tds []kadm.TopicDetail) []string {
 	return out
 }
 
-func (r *run) destName(source string) string {
-	return r.l.cfg.Link.DestinationTopic(source, r.l.cfg.Source.Name)
+func (s *session) destName(source string) string {
+	return s.l.cfg.Link.DestinationTopic(source, s.l.cfg.Source.Name)
 }
 
 // createTopics creates the destination topics of the given source topics
 // with the source's partition count and retention settings.
-func (r *run) createTopics(ctx context.Context, sources []kadm.TopicDetail) error {
+func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) error {
 	if len(sources) == 0 {
 		return nil
 	}
 	names := topicsOf(sources)
-	rcs, err := r.srcAdm.DescribeTopicConfigs(ctx, names...)
+	rcs, err := s.srcAdm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("describe source topic configs: %w", err)
 	}
@@ -172,33 +167,39 @@ func (r *run) createTopics(ctx context.Context, sources []kadm.TopicDetail) erro
 				srcCfg[c.Key] = c.Value
 			}
 		}
-		name := r.destName(td.Topic)
-		_, err := r.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), r.l.cfg.DestinationReplicationFactor, createConfigs(srcCfg), name)
+		name := s.destName(td.Topic)
+		rf := s.l.cfg.Link.DestinationReplicationFactor
+		_, err := s.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), rf, createConfigs(srcCfg), name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("create destination topic %s (%d partitions, replication factor %d): %w",
-				name, len(td.Partitions), r.l.cfg.DestinationReplicationFactor, err)
+				name, len(td.Partitions), rf, err)
 		}
-		r.log.Info("created destination topic", "topic", name, "source_topic", td.Topic, "partitions", len(td.Partitions))
+		if v := srcCfg["message.timestamp.type"]; v != nil && *v == "LogAppendTime" {
+			s.log.Info("source topic stamps LogAppendTime; its mirror is a CreateTime topic, so destination consumers see each record's timestamp as its producer set it, not the source broker's append time",
+				"source_topic", td.Topic, "destination_topic", name)
+		}
+		s.log.Info("created destination topic", "topic", name, "source_topic", td.Topic, "partitions", len(td.Partitions))
 	}
 	return nil
 }
 
-// retry runs fn until it succeeds, ctx ends or attempts run out, doubling
-// the wait from first.
-func retry(ctx context.Context, attempts int, first time.Duration, fn func() error) error {
+// retry runs fn until it succeeds, ctx ends or attempts run out, waiting
+// after each failure as policy says.
+func retry(ctx context.Context, attempts int, policy backoff.Policy, fn func() error) error {
 	var err error
-	wait := first
-	for i := 0; i < attempts; i++ {
+	for i := 1; i <= attempts; i++ {
 		if err = fn(); err == nil {
 			return nil
 		}
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, policy.Wait(i)) {
 			return ctx.Err()
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 	return err
 }
+
+// metadataRetry is how a freshly created topic's metadata is waited for.
+var metadataRetry = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // sleep waits d or until ctx ends; it reports whether d elapsed.
 func sleep(ctx context.Context, d time.Duration) bool {

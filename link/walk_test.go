@@ -12,6 +12,8 @@ import (
 
 const walkCluster = "AAAAAAAAAAAAAAAAAAAAKg" // region 42
 
+var walkSource = source{cluster: walkCluster, region: 42}
+
 func clock() time.Time { return time.Unix(1_700_000_000, 0) }
 
 // appended is what the destination holds for a source batch: the pipeline's
@@ -34,13 +36,14 @@ func appended(src []byte, mapped int64, destOffset int64) []byte {
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
-// walkAll drives a walker the way the link does: each destination batch is
-// compared with source batches until one matches, is foreign or the source
-// runs out.
+// walkAll drives a walker the way the pipeline does: each destination batch
+// is compared with source batches (fetched from the walk's start) until one
+// matches, is foreign or the source runs out.
 func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
 	t.Helper()
 	var steps []walkStep
 	si := 0
+	from := w.srcNext
 	for _, d := range dst {
 		for {
 			if si == len(src) {
@@ -51,7 +54,11 @@ func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
 				break
 			}
 			before := clone(src[si])
-			st, err := w.compare(src[si], d)
+			h, err := transform.ParseHeader(src[si])
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := w.compare(src[si], h, from, d, clock())
 			if string(before) != string(src[si]) {
 				t.Fatal("compare modified the source batch")
 			}
@@ -141,7 +148,7 @@ func TestWalker(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 100, 50, clock)
+			w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 50)
 			steps := walkAll(t, w, tc.src, tc.dst)
 			if fmt.Sprint(steps) != fmt.Sprint(tc.steps) {
 				t.Errorf("steps %v, want %v", steps, tc.steps)
@@ -165,7 +172,7 @@ func TestWalkerSalts(t *testing.T) {
 	t.Run("salt replayed", func(t *testing.T) {
 		psm := transform.NewPSM(transform.PSMConfig{})
 		psm.AddSalt(transform.Origin{Cluster: walkCluster, PID: 5 + 1<<31}, 9, clock())
-		w := newWalker(psm, walkCluster, 42, transform.NewReencoder(), 10, 0, clock)
+		w := newWalker(psm, walkSource, transform.NewReencoder(), 10, 0)
 		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(b, transform.MapPIDSalted(5, 42, 9), 2), appended(a2, transform.MapPID(5, 42), 4)}
 		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match match match]" {
 			t.Errorf("steps %v", steps)
@@ -175,7 +182,7 @@ func TestWalkerSalts(t *testing.T) {
 		}
 	})
 	t.Run("salt never committed", func(t *testing.T) {
-		w := newWalker(transform.NewPSM(transform.PSMConfig{Rand: func() int64 { return 1 }}), walkCluster, 42, transform.NewReencoder(), 10, 0, clock)
+		w := newWalker(transform.NewPSM(transform.PSMConfig{Rand: func() int64 { return 1 }}), walkSource, transform.NewReencoder(), 10, 0)
 		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(a2, transform.MapPID(5, 42), 2)}
 		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match stop]" {
 			t.Errorf("steps %v", steps)
@@ -198,14 +205,52 @@ func TestWalkerStartsMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary.BigEndian.PutUint64(trimmed, 0)
-	w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 102, 0, clock)
+	w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 102, 0)
 	steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{trimmed, appended(s1, m, 3)})
 	if fmt.Sprint(steps) != "[match match]" || w.srcNext != 110 || w.dstNext != 8 {
 		t.Errorf("steps %v srcNext %d dstNext %d; want two matches, 110, 8", steps, w.srcNext, w.dstNext)
 	}
 	// A walk from a later position skips batches that end before it.
-	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkCluster, 42, transform.NewReencoder(), 105, 0, clock)
+	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 0)
 	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{appended(s1, m, 0)}); fmt.Sprint(steps) != "[skip match]" {
 		t.Errorf("steps %v, want [skip match]", steps)
+	}
+}
+
+// Guards I3 for a skipped duplicate (issue 10, case 1): a chain source holds
+// a forwarded (negative-PID) batch twice; the pipeline appended the first,
+// checkpointed, skipped the second as a duplicate and appended the next
+// batch, then the agent died. Reconciliation from that checkpoint, with the
+// producer state the checkpoint saved, skips the duplicate as the pipeline
+// did and recognises the next batch. Without that state (the previous
+// release) the duplicate looked new, the next batch was called foreign, and
+// both were appended again.
+func TestWalkerSkipsDuplicateAfterCheckpoint(t *testing.T) {
+	const upstream = int64(-9223371946660462587) // a PID an upstream mirror mapped
+	x := batchtest.Simple(100, upstream, 0, 0, 5)
+	dup := batchtest.Simple(105, upstream, 0, 0, 5) // the same sequence range again
+	y := batchtest.Simple(110, upstream, 0, 5, 5)
+
+	// The pipeline's state at the checkpoint (after x): x's sequence.
+	pipe := transform.NewPSM(transform.PSMConfig{})
+	hx, _ := transform.ParseHeader(x)
+	pipe.Commit(pipe.Decide(transform.InfoOf(hx, walkCluster, 42)), clock())
+	hd, _ := transform.ParseHeader(dup)
+	if pipe.Decide(transform.InfoOf(hd, walkCluster, 42)).Kind != transform.KindDuplicate {
+		t.Fatal("the pipeline would not skip the second batch; the test does not set up the duplicate")
+	}
+	dst := [][]byte{appended(y, upstream, 60)}
+
+	restored := transform.NewPSM(transform.PSMConfig{})
+	restored.Restore(pipe.Snapshot())
+	w := newWalker(restored, walkSource, transform.NewReencoder(), 105, 60)
+	if steps := walkAll(t, w, [][]byte{dup, y}, dst); fmt.Sprint(steps) != "[skip match]" || w.foreign != 0 || w.srcNext != 115 || w.dstNext != 65 {
+		t.Errorf("with the saved producer state: steps %v, foreign %d, resume at %d/%d; want [skip match], 0, 115/65", steps, w.foreign, w.srcNext, w.dstNext)
+	}
+
+	// What the previous release did: no state from before the checkpoint.
+	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 60)
+	if steps := walkAll(t, w, [][]byte{dup, y}, dst); w.foreign == 0 {
+		t.Errorf("without the saved state the walk found no foreign batch (steps %v); the test no longer shows the failure it guards", steps)
 	}
 }

@@ -24,8 +24,8 @@ func mirrorOnce(t *testing.T, cfgPath string, ends map[string]map[int32]int64) {
 		t.Fatal(err)
 	}
 	a, err := agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
-		c.FetchMaxWait = 100 * time.Millisecond
-		c.BackoffBase = 50 * time.Millisecond
+		c.Tuning.FetchMaxWait = 100 * time.Millisecond
+		c.Tuning.BackoffBase = 50 * time.Millisecond
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,140 @@
+package link
+
+import (
+	"time"
+
+	"github.com/seed83556561/mirrord/barrier"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// phase is where one destination partition is in its session: one explicit
+// phase instead of a set of flags (DESIGN §12).
+//
+//	reconciling ──▶ admitting ──▶ idle ⇄ appending ⇄ settling
+//	                                 ⇅
+//	                              salting
+//	any ──▶ removed (the source confirmed the partition gone)
+type phase uint8
+
+const (
+	// phaseReconciling: its destination tail is being walked against the
+	// source (at most MaxReconciling partitions at once are active; the
+	// others wait, unassigned).
+	phaseReconciling phase = iota
+	// phaseAdmitting: waits for the state transaction that commits its
+	// MIRROR_PID_RESET barrier and first checkpoint (DESIGN §8); nothing
+	// is fetched for it meanwhile.
+	phaseAdmitting
+	// phaseIdle: mirroring, and nothing of it is with the appender.
+	phaseIdle
+	// phaseSalting: its head batch waits for a collision salt to commit.
+	phaseSalting
+	// phaseAppending: its head batch is with the appender.
+	phaseAppending
+	// phaseSettling: its head batch's append outcome is unknown and is
+	// being settled against the destination.
+	phaseSettling
+	// phaseRemoved: the source confirmed the partition gone.
+	phaseRemoved
+)
+
+var phaseNames = [...]string{"reconciling", "admitting", "idle", "salting", "appending", "settling", "removed"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// mirroring reports whether the partition is past its barrier.
+func (p phase) mirroring() bool { return p >= phaseIdle && p <= phaseSettling }
+
+// inFlight reports whether an append of the partition is unresolved: with
+// the appender, or of unknown outcome and being settled.
+func (p phase) inFlight() bool { return p == phaseAppending || p == phaseSettling }
+
+// item is one entry of a partition's queue: a fetched batch, or (raw nil) a
+// position past what the fetcher consumed without forwarding (control
+// batches, aborted transactions, records lost under "earliest").
+type item struct {
+	raw  []byte
+	hdr  transform.Header
+	from int64 // the fetch position: records of the batch before it are not forwarded
+	end  int64 // source offset after this item
+	// pin is the fetch result's hold on its response, carried by the
+	// result's last item and released when that item is done (I7).
+	pin fetcher.Pin
+}
+
+// partition is the pipeline state of one destination partition.
+type partition struct {
+	Pair
+	phase phase
+	psm   *transform.PSM
+	gen   uint64 // fetcher generation; 0: not assigned
+
+	queue []item
+	head  int
+
+	// The head batch while it is with the appender or being settled.
+	dec         decision
+	tag         uint64
+	refetchedAt int64 // source offset of the last batch refetched after CORRUPT_MESSAGE; -1 none
+
+	// srcNext and dstNext are the acknowledged positions: every forwarded
+	// source batch below srcNext is at the destination below dstNext.
+	srcNext, dstNext int64
+	ckSrc, ckDst     int64 // as last committed; -1 before the first checkpoint
+	hw, lso          int64 // the source's, as the last fetch reported them
+
+	rc      *recon // phaseReconciling only
+	initial bool   // one of the partitions PREPARING found
+	gone    bool   // the source confirmed it gone: removed once nothing is in flight
+}
+
+func newPartition(pr Pair, psm *transform.PSM) *partition {
+	return &partition{Pair: pr, psm: psm, refetchedAt: -1, ckSrc: -1, ckDst: -1, hw: -1, lso: -1}
+}
+
+func (p *partition) pending() int { return len(p.queue) - p.head }
+
+// pop takes the head item off the queue and returns its pin.
+func (p *partition) pop() fetcher.Pin {
+	it := &p.queue[p.head]
+	pin := it.pin
+	*it = item{}
+	p.head++
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+	}
+	return pin
+}
+
+// barrierKey is the partition as the state topic's barrier and salt
+// records name it.
+func (p *partition) barrierKey() barrier.Partition {
+	return barrier.Partition{TopicID: statestore.UUID(p.Dst.ID), Partition: p.Dst.Partition}
+}
+
+// recon is a reconciliation in progress (phaseReconciling).
+type recon struct {
+	w      *walker
+	active bool // assigned and reading; otherwise waiting for a slot
+
+	dst     [][]byte // destination batches read and not yet compared
+	dstPos  int64    // next destination offset to read
+	dstEnd  int64    // the destination end offset when the partition joined
+	reading bool     // a tail read is outstanding
+	dstDone bool     // the tail is read to dstEnd
+
+	// The source side: whether it has anything committed past the
+	// walker's position (DESIGN §12 case 9: a last stable offset can
+	// regress briefly after a leader change, so "nothing more" must hold
+	// for ExhaustGrace before the rest of the tail is called foreign).
+	asking     bool      // an DoLookupSourceEnd is outstanding
+	askedAt    time.Time // when it was last sent
+	emptySince time.Time // the source has shown nothing past the position since; zero: not seen so
+	exhausted  bool
+}
+
+// key is a partition key, for maps.
+type key = tp.Key

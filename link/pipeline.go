@@ -1,0 +1,1057 @@
+package link
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/barrier"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// PipelineConfig configures a Pipeline.
+type PipelineConfig struct {
+	Link          string
+	SourceCluster string
+	Region        transform.Region // of SourceCluster
+	// ProducerStateExpiry is producer_state_expiry; Rand draws collision
+	// salts (nil: math/rand).
+	ProducerStateExpiry time.Duration
+	Rand                func() int64
+	// SettleDelay is how long after an unknown outcome the destination is
+	// read to settle it.
+	SettleDelay time.Duration
+	// ExhaustGrace is how long a reconciling partition's source must show
+	// nothing committed past the walk's position before the rest of the
+	// destination tail is called foreign. Default 3s.
+	ExhaustGrace time.Duration
+	// MaxReconciling bounds the partitions that reconcile at once, and so
+	// the destination tail chunks held (each up to tailChunkBytes).
+	// Default 8.
+	MaxReconciling int
+}
+
+// Defaults of PipelineConfig.
+const (
+	DefaultExhaustGrace   = 3 * time.Second
+	DefaultMaxReconciling = 8
+	// sourceEndRetry is how often a reconciling partition that waits for
+	// its source asks for its last stable offset again.
+	sourceEndRetry = time.Second
+)
+
+// Stats are the pipeline's counters since it was built; the driver exports
+// their increments as metrics.
+type Stats struct {
+	Records, Bytes, Batches, Reencoded  int64
+	Collisions, Unresolvable            int64
+	Barriers, Duplicates, Gaps          int64
+	LowerEpoch, Foreign, Reconciled     int64
+	Unknown, Refetches, Checkpoints     int64
+	Expired, SaltsExpired, Skipped      int64
+	DestinationGaps, Removed, Discovery int64
+}
+
+// Pipeline is one link session's pipeline as a pure state machine (DESIGN
+// §12): Step takes an event and the current time and returns the actions
+// to carry out. It owns every partition's phase, queue, positions and
+// producer state; it performs no I/O, reads no clock and starts no
+// goroutines, so that every interleaving of faults can be replayed from a
+// script (link/testdata). One goroutine steps it.
+//
+// What it guarantees, by construction:
+//   - one batch in flight per destination partition: submit is the only
+//     place that emits DoSubmit, and only from phaseIdle (I2);
+//   - a batch is appended only after its collision salt committed, and a
+//     partition only after its barrier committed (DESIGN §4, §8);
+//   - an append of unknown outcome is settled before the partition sends
+//     anything else (I2);
+//   - reconciliation decides every source batch with decide, as the
+//     pipeline does (I3);
+//   - a partition is removed only when the source confirmed it gone (I6);
+//   - every fetch result's pin is released exactly once (I7).
+type Pipeline struct {
+	cfg   PipelineConfig
+	src   source
+	reenc *transform.Reencoder
+
+	parts []*partition
+	byDst map[key]*partition
+	bySrc map[key]*partition
+
+	now time.Time
+	out []Action
+
+	gen, tags uint64 // the last fetcher generation and append tag given
+	stats     Stats
+
+	// State transactions: one in flight at a time.
+	commitID      uint64
+	committing    *commit
+	checkpointDue bool
+	salts         []saltReq
+
+	initialLeft int  // initial partitions still reconciling
+	initialOpen bool // the initial set has not been admitted yet
+	mirroring   bool // DoEnterMirroring was emitted
+	discovering bool // an DoDiscover or DoPlace is outstanding
+
+	stopping      bool
+	stopState     State
+	drainTimedOut bool
+	stopped       bool
+	failed        bool
+}
+
+// commit is the state transaction in flight and what its success means.
+type commit struct {
+	id       uint64
+	final    bool
+	clean    bool
+	admitted []*partition
+	salts    []saltReq
+	at       map[*partition][2]int64 // checkpointed positions
+}
+
+// saltReq is a collision salt waiting to be committed.
+type saltReq struct {
+	p    *partition
+	salt transform.Salt
+}
+
+// NewPipeline returns a pipeline with no partitions.
+func NewPipeline(cfg PipelineConfig) *Pipeline {
+	if cfg.ExhaustGrace <= 0 {
+		cfg.ExhaustGrace = DefaultExhaustGrace
+	}
+	if cfg.MaxReconciling <= 0 {
+		cfg.MaxReconciling = DefaultMaxReconciling
+	}
+	return &Pipeline{
+		cfg:   cfg,
+		src:   source{cluster: cfg.SourceCluster, region: cfg.Region},
+		reenc: transform.NewReencoder(),
+		byDst: make(map[key]*partition),
+		bySrc: make(map[key]*partition),
+	}
+}
+
+// Step applies one event at time now and returns the actions it calls for,
+// in order. The driver carries them out before the next Step.
+func (pl *Pipeline) Step(now time.Time, ev Input) []Action {
+	pl.now = now
+	pl.out = nil
+	if pl.failed || pl.stopped {
+		// A finished session only gives fetch pins back.
+		if e, ok := ev.(InFetched); ok {
+			pl.release(e.Result.Pin)
+		}
+		return pl.out
+	}
+	switch e := ev.(type) {
+	case InAdd:
+		pl.add(e.Parts, e.Initial)
+	case InFetched:
+		pl.fetched(e.Result)
+	case InTailRead:
+		pl.tailRead(e)
+	case InSourceEnd:
+		pl.sourceEnd(e)
+	case InAppended:
+		pl.appended(e.Result)
+	case InSettled:
+		pl.settled(e)
+	case InCommitted:
+		pl.committed(e)
+	case InDiscovered:
+		pl.discovered(e)
+	case InPlaced:
+		pl.placed(e)
+	case InCheckpointDue:
+		pl.checkpointDue = true
+	case InDiscoveryDue:
+		if !pl.discovering && !pl.stopping && pl.mirroring {
+			pl.discovering = true
+			known := make([]tp.Partition, 0, len(pl.parts))
+			for _, p := range pl.parts {
+				known = append(known, p.Src)
+			}
+			pl.emit(DoDiscover{Known: known})
+		}
+	case InTick:
+		pl.tick()
+	case InStop:
+		pl.stop(e.State)
+	case InDrainTimeout:
+		pl.drainTimedOut = true
+	default:
+		panic(fmt.Sprintf("link: pipeline input %T", ev))
+	}
+	if !pl.failed {
+		pl.startReconciles()
+		pl.flushCommits()
+	}
+	return pl.out
+}
+
+func (pl *Pipeline) emit(a Action) { pl.out = append(pl.out, a) }
+
+func (pl *Pipeline) log(level hclog.Level, msg string, args ...any) {
+	pl.emit(DoLog{Level: level, Msg: msg, Args: args})
+}
+
+// fail ends the session with err, once.
+func (pl *Pipeline) fail(err error) {
+	if pl.failed {
+		return
+	}
+	pl.failed = true
+	pl.emit(DoFail{Err: err})
+}
+
+func (pl *Pipeline) release(pin fetcher.Pin) {
+	if pin.Bytes() > 0 {
+		pl.emit(DoRelease{Pin: pin})
+	}
+}
+
+// assign (re)starts fetching p at its source position.
+func (pl *Pipeline) assign(p *partition) {
+	pl.dropQueue(p)
+	pl.gen++
+	p.gen = pl.gen
+	pl.emit(DoAssign{Src: p.Src, Offset: p.srcNext, Gen: p.gen})
+}
+
+// unassign stops fetching p and drops its queue.
+func (pl *Pipeline) unassign(p *partition) {
+	pl.dropQueue(p)
+	if p.gen != 0 {
+		p.gen = 0
+		pl.emit(DoUnassign{Src: p.Src})
+	}
+}
+
+func (pl *Pipeline) dropQueue(p *partition) {
+	for p.pending() > 0 {
+		pl.release(p.pop())
+	}
+}
+
+// ---- partitions joining ----
+
+func (pl *Pipeline) add(parts []Placement, initial bool) {
+	if initial {
+		pl.initialOpen = true
+	}
+	for _, pc := range parts {
+		if old := pl.byDst[pc.Dst.Key()]; old != nil {
+			pl.log(hclog.Warn, "partition added twice; keeping the one the session has", "destination", pc.Dst.String(), "source", pc.Src.String())
+			continue
+		}
+		p := pl.place(pc)
+		p.initial = initial
+		pl.parts = append(pl.parts, p)
+		pl.byDst[p.Dst.Key()] = p
+		pl.bySrc[p.Src.Key()] = p
+		if pc.DstEnd > p.dstNext {
+			p.phase = phaseReconciling
+			p.rc = &recon{
+				w:      newWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext),
+				dstPos: p.dstNext,
+				dstEnd: pc.DstEnd,
+			}
+			if initial {
+				pl.initialLeft++
+			}
+			pl.log(hclog.Info, "reconciling destination tail", "destination", p.Dst.String(), "from", p.dstNext, "to", pc.DstEnd,
+				"source", p.Src.String(), "source_from", p.srcNext)
+			continue
+		}
+		p.phase = phaseAdmitting
+	}
+}
+
+// place makes the pipeline state of a joining partition and decides where
+// it resumes: its checkpoint if the checkpoint is of this very source
+// partition (same topic ID, I5), otherwise start_from at the source.
+func (pl *Pipeline) place(pc Placement) *partition {
+	psm := transform.NewPSM(transform.PSMConfig{Expiry: pl.cfg.ProducerStateExpiry, Rand: pl.cfg.Rand})
+	for _, s := range pc.Salts {
+		psm.AddSalt(s.Origin, s.Salt, s.At)
+	}
+	p := newPartition(pc.Pair, psm)
+	ck := pc.Checkpoint
+	switch {
+	case ck != nil && sameSource(ck, pc.Src):
+		p.srcNext, p.dstNext = ck.SourceNextOffset, ck.DestNextOffset
+		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
+		psm.Restore(producerEntries(ck.Producers))
+		if pc.DstStart > p.dstNext {
+			pl.log(hclog.Error, "destination log starts past the checkpoint: destination retention deleted records this link appended, and reconciliation cannot tell which source records they held",
+				"destination", pc.Dst.String(), "checkpoint_destination_offset", p.dstNext, "destination_log_start", pc.DstStart)
+			p.dstNext = pc.DstStart
+		}
+	case ck != nil:
+		p.srcNext = pc.StartOffset
+		p.dstNext = max(ck.DestNextOffset, pc.DstStart)
+		pl.log(hclog.Warn, "the checkpointed source partition is not this one (the source topic was deleted and created again): mirroring the new one from start_from; the destination keeps what the old one mirrored",
+			"destination", pc.Dst.String(), "source", pc.Src.String(), "source_topic_id", statestore.UUID(pc.Src.ID).String(),
+			"checkpoint_source", fmt.Sprintf("%s[%d]", ck.SourceTopic, ck.SourcePartition), "checkpoint_source_topic_id", ck.SourceTopicID.String(),
+			"source_offset", p.srcNext, "destination_offset", p.dstNext)
+	default:
+		p.srcNext, p.dstNext = pc.StartOffset, pc.DstStart
+		pl.log(hclog.Info, "partition has no checkpoint; starting", "source", pc.Src.String(), "destination", pc.Dst.String(),
+			"source_offset", p.srcNext, "destination_offset", p.dstNext)
+	}
+	return p
+}
+
+// sameSource reports whether a checkpoint is of source partition src. A
+// version 0 checkpoint has no topic ID and goes by name.
+func sameSource(ck *statestore.CheckpointValue, src tp.Partition) bool {
+	if ck.SourceTopic != src.Topic || ck.SourcePartition != src.Partition {
+		return false
+	}
+	return ck.SourceTopicID == (statestore.UUID{}) || src.ID == ([16]byte{}) || ck.SourceTopicID == statestore.UUID(src.ID)
+}
+
+func producerEntries(ps []statestore.ProducerState) []transform.ProducerEntry {
+	out := make([]transform.ProducerEntry, 0, len(ps))
+	for _, s := range ps {
+		out = append(out, transform.ProducerEntry{
+			Origin:     transform.Origin{Cluster: s.SourceClusterID, PID: s.OriginalPID},
+			Mapped:     s.MappedPID,
+			Region:     transform.Region(s.Region),
+			Epoch:      s.Epoch,
+			LastSeq:    s.LastSequence,
+			LastAppend: time.UnixMilli(s.LastAppendMs),
+		})
+	}
+	return out
+}
+
+func producerStates(es []transform.ProducerEntry) []statestore.ProducerState {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]statestore.ProducerState, 0, len(es))
+	for _, e := range es {
+		out = append(out, statestore.ProducerState{
+			SourceClusterID: e.Origin.Cluster,
+			OriginalPID:     e.Origin.PID,
+			MappedPID:       e.Mapped,
+			Region:          uint32(e.Region),
+			Epoch:           e.Epoch,
+			LastSequence:    e.LastSeq,
+			LastAppendMs:    e.LastAppend.UnixMilli(),
+		})
+	}
+	return out
+}
+
+// ---- fetch results ----
+
+func (pl *Pipeline) fetched(r fetcher.Result) {
+	p := pl.bySrc[r.Partition.Key()]
+	if p == nil || p.gen == 0 || r.Gen != p.gen {
+		pl.release(r.Pin) // of an earlier assignment
+		return
+	}
+	if r.Err != nil {
+		pl.release(r.Pin)
+		if errors.Is(r.Err, fetcher.ErrTopicRecreated) {
+			// The topic this pair mirrors is gone; discovery finds
+			// the new one and places it as a new partition (I5).
+			pl.markGone(p, r.Err.Error())
+			return
+		}
+		pl.fail(fmt.Errorf("source %s: %w", p.Src, r.Err))
+		return
+	}
+	p.hw, p.lso = r.HighWatermark, r.LastStableOffset
+	if r.SkippedRecords > 0 {
+		pl.stats.Skipped += r.SkippedRecords
+	}
+	n := len(p.queue)
+	pos := r.Start
+	for _, b := range r.Batches {
+		p.queue = append(p.queue, item{raw: b.Raw, hdr: b.Header, from: r.Start, end: b.Header.NextOffset()})
+		pos = b.Header.NextOffset()
+	}
+	if r.End > pos || len(p.queue) == n {
+		p.queue = append(p.queue, item{from: r.Start, end: r.End})
+	}
+	p.queue[len(p.queue)-1].pin = r.Pin
+	if p.rc != nil {
+		p.rc.emptySince = time.Time{}
+	}
+	pl.advance(p)
+}
+
+// advance moves p forward as far as it can without waiting.
+func (pl *Pipeline) advance(p *partition) {
+	switch p.phase {
+	case phaseReconciling:
+		pl.reconcileStep(p)
+	case phaseIdle:
+		pl.next(p)
+	}
+}
+
+// next decides p's head batches until one is submitted or something else
+// must happen first.
+func (pl *Pipeline) next(p *partition) {
+	for p.phase == phaseIdle {
+		if p.gone {
+			pl.remove(p)
+			return
+		}
+		if pl.stopping || p.pending() == 0 {
+			return
+		}
+		it := &p.queue[p.head]
+		if it.raw == nil {
+			pl.done(p)
+			continue
+		}
+		d, err := decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
+		if err != nil {
+			pl.fail(fmt.Errorf("source %s: %w", p.Src, err))
+			return
+		}
+		switch d.verdict {
+		case skipEmpty:
+			pl.done(p)
+		case skipDuplicate:
+			p.psm.Commit(d.psm, pl.now)
+			pl.stats.Duplicates++
+			pl.done(p)
+		case needSalt:
+			p.phase = phaseSalting
+			pl.salts = append(pl.salts, saltReq{p, *d.psm.Salt})
+			pl.log(hclog.Info, "producer ID collision; committing a salt before the batch is appended",
+				"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "origin", d.psm.Salt.Origin.String(),
+				"holder", d.psm.Holder.String(), "salt", d.psm.Salt.Salt, "mapped_pid", d.psm.Salt.Mapped)
+		default:
+			switch d.psm.Kind {
+			case transform.KindLowerEpoch:
+				pl.log(hclog.Warn, "batch with an epoch below its producer's current one; appended",
+					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "producer_id", it.hdr.ProducerID, "epoch", it.hdr.ProducerEpoch)
+			case transform.KindUnresolvable:
+				pl.log(hclog.Warn, "mapped producer ID held by another origin and neither can move (both forwarded by upstream mirrors); appended under the shared PID",
+					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "pid", d.psm.Mapped, "holder", d.psm.Holder.String())
+			}
+			pl.submit(p, d)
+		}
+	}
+}
+
+// done finishes p's head item: the source position moves past it and its
+// pin, if it carries one, is released.
+func (pl *Pipeline) done(p *partition) {
+	p.srcNext = p.queue[p.head].end
+	pl.release(p.pop())
+}
+
+// submit is the one place that hands a batch to the appender, and so the one
+// place that keeps a partition to one batch in flight (I2).
+func (pl *Pipeline) submit(p *partition, d decision) {
+	if p.phase != phaseIdle {
+		panic(fmt.Sprintf("link: submit for %s in phase %s", p.Dst, p.phase))
+	}
+	pl.tags++
+	p.tag, p.dec, p.phase = pl.tags, d, phaseAppending
+	pl.emit(DoSubmit{Request: appender.Request{Partition: p.Dst, Batch: d.out, Tag: p.tag}})
+}
+
+// ---- append results ----
+
+func (pl *Pipeline) appended(res appender.Result) {
+	p := pl.byDst[res.Partition.Key()]
+	if p == nil || p.phase != phaseAppending || res.Tag != p.tag {
+		return // of a batch the pipeline gave up on
+	}
+	h := p.queue[p.head].hdr
+	switch {
+	case res.Err == nil:
+		pl.acked(p, res.BaseOffset)
+	case errors.Is(res.Err, appender.ErrUnknownOutcome):
+		pl.stats.Unknown++
+		p.phase = phaseSettling
+		pl.log(hclog.Warn, "append outcome unknown; settling it against the destination before anything else is sent",
+			"destination", p.Dst.String(), "source_offset", h.BaseOffset, "after", pl.cfg.SettleDelay, "error", res.Err)
+		pl.emit(DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: pl.cfg.SettleDelay})
+	case errors.Is(res.Err, appender.ErrCorrupt):
+		if p.refetchedAt == h.BaseOffset {
+			pl.fail(fmt.Errorf("destination %s refused the batch from source %s offset %d as corrupt twice, also after fetching it again: %w",
+				p.Dst, p.Src, h.BaseOffset, res.Err))
+			return
+		}
+		p.refetchedAt = h.BaseOffset
+		pl.stats.Refetches++
+		pl.log(hclog.Warn, "destination refused a batch as corrupt; fetching it again from the source",
+			"destination", p.Dst.String(), "source", p.Src.String(), "source_offset", h.BaseOffset)
+		p.phase = phaseIdle
+		pl.assign(p)
+	case errors.Is(res.Err, appender.ErrStopped) && pl.stopping:
+		p.phase = phaseIdle // proven not appended; nothing more is sent
+		pl.next(p)
+	default:
+		pl.fail(fmt.Errorf("append to %s of the batch from source %s offset %d: %w", p.Dst, p.Src, h.BaseOffset, res.Err))
+	}
+}
+
+// acked records that p's head batch is at the destination from base.
+func (pl *Pipeline) acked(p *partition, base int64) {
+	d := p.dec
+	oh, _ := transform.ParseHeader(d.out)
+	switch {
+	case base > p.dstNext:
+		// Someone else wrote between the link's appends: another
+		// producer, or a batch an earlier session sent that landed after
+		// this session read the tail. Say so; nothing can be undone.
+		pl.stats.DestinationGaps += base - p.dstNext
+		pl.log(hclog.Error, "destination offsets this link did not write appeared before its append (another producer writes the destination topic, or an earlier session's append landed late)",
+			"destination", p.Dst.String(), "from", p.dstNext, "to", base, "source_offset", p.queue[p.head].hdr.BaseOffset)
+	case base < p.dstNext:
+		pl.log(hclog.Error, "append landed below the partition's known end; the destination was truncated or the topic recreated",
+			"destination", p.Dst.String(), "offset", base, "expected", p.dstNext)
+	}
+	p.psm.Commit(d.psm, pl.now)
+	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
+	s := &pl.stats
+	s.Records += int64(oh.NumRecords) // what was appended: a trimmed batch holds fewer than its source
+	s.Bytes += int64(len(d.out))
+	s.Batches++
+	if d.reencoded {
+		s.Reencoded++
+	}
+	// Counted once appended: a batch decided twice (fetched again after
+	// CORRUPT_MESSAGE) counts once.
+	switch d.psm.Kind {
+	case transform.KindSequenceGap:
+		s.Gaps++
+	case transform.KindLowerEpoch:
+		s.LowerEpoch++
+	case transform.KindUnresolvable:
+		s.Unresolvable++
+	}
+	p.dec = decision{}
+	p.phase = phaseIdle
+	pl.done(p)
+	pl.next(p)
+}
+
+func (pl *Pipeline) settled(e InSettled) {
+	p := pl.byDst[e.Dst]
+	if p == nil || p.phase != phaseSettling || p.tag != e.Tag {
+		return
+	}
+	switch {
+	case e.Err != nil:
+		pl.fail(fmt.Errorf("settle append to %s: %w", p.Dst, e.Err))
+	case e.Offset >= 0:
+		pl.log(hclog.Info, "append settled: the batch had landed", "destination", p.Dst.String(), "offset", e.Offset)
+		pl.acked(p, e.Offset)
+	case pl.stopping:
+		pl.log(hclog.Info, "append settled: the batch had not landed; the session stops before sending it again", "destination", p.Dst.String())
+		p.phase = phaseIdle
+		pl.next(p)
+	default:
+		pl.log(hclog.Info, "append settled: the batch had not landed; sending it again", "destination", p.Dst.String())
+		p.phase = phaseIdle
+		pl.submit(p, p.dec)
+	}
+}
+
+// ---- reconciliation ----
+
+// startReconciles activates waiting reconciliations while slots are free.
+func (pl *Pipeline) startReconciles() {
+	if pl.stopping {
+		return
+	}
+	active := 0
+	for _, p := range pl.parts {
+		if p.rc != nil && p.rc.active {
+			active++
+		}
+	}
+	for _, p := range pl.parts {
+		if active >= pl.cfg.MaxReconciling {
+			return
+		}
+		if p.phase != phaseReconciling || p.rc.active {
+			continue
+		}
+		p.rc.active = true
+		active++
+		pl.assign(p)
+		pl.reconcileStep(p)
+	}
+}
+
+func (pl *Pipeline) tailRead(e InTailRead) {
+	p := pl.byDst[e.Dst]
+	if p == nil || p.phase != phaseReconciling || !p.rc.reading {
+		return
+	}
+	rc := p.rc
+	rc.reading = false
+	if e.Err != nil {
+		pl.fail(fmt.Errorf("reconcile %s: read the destination from offset %d: %w", p.Dst, rc.dstPos, e.Err))
+		return
+	}
+	if len(e.Batches) == 0 {
+		rc.dstDone = true
+	}
+	for _, b := range e.Batches {
+		h, err := transform.ParseHeader(b)
+		if err != nil {
+			pl.fail(fmt.Errorf("reconcile %s: destination batch after offset %d: %w", p.Dst, rc.dstPos, err))
+			return
+		}
+		rc.dst = append(rc.dst, b)
+		rc.dstPos = h.NextOffset()
+	}
+	if rc.dstPos >= rc.dstEnd {
+		rc.dstDone = true
+	}
+	pl.reconcileStep(p)
+}
+
+func (pl *Pipeline) sourceEnd(e InSourceEnd) {
+	p := pl.bySrc[e.Src]
+	if p == nil || p.phase != phaseReconciling || !p.rc.asking {
+		return
+	}
+	rc := p.rc
+	rc.asking = false
+	switch {
+	case e.Err != nil:
+		pl.log(hclog.Warn, "reconcile: looking up the source's last stable offset failed; asking again", "source", p.Src.String(), "error", e.Err)
+	case e.LSO > rc.w.srcNext:
+		rc.emptySince = time.Time{} // more is committed; the fetcher brings it
+	case rc.emptySince.IsZero():
+		rc.emptySince = pl.now
+	case pl.now.Sub(rc.emptySince) >= pl.cfg.ExhaustGrace:
+		rc.exhausted = true
+	}
+	pl.reconcileStep(p)
+}
+
+func (pl *Pipeline) tick() {
+	for _, p := range pl.parts {
+		if rc := p.rc; rc != nil && rc.active && !rc.asking && !rc.exhausted && !rc.askedAt.IsZero() &&
+			pl.now.Sub(rc.askedAt) >= sourceEndRetry && p.pending() == 0 && len(rc.dst) > 0 {
+			pl.askSourceEnd(p)
+		}
+	}
+}
+
+func (pl *Pipeline) askSourceEnd(p *partition) {
+	p.rc.asking = true
+	p.rc.askedAt = pl.now
+	pl.emit(DoLookupSourceEnd{Src: p.Src})
+}
+
+// reconcileStep compares as far as the batches at hand allow.
+func (pl *Pipeline) reconcileStep(p *partition) {
+	rc := p.rc
+	if !rc.active {
+		return
+	}
+	w := rc.w
+	for !pl.failed {
+		if len(rc.dst) == 0 {
+			if rc.dstDone {
+				pl.reconciled(p)
+				return
+			}
+			if !rc.reading {
+				rc.reading = true
+				pl.emit(DoReadTail{Dst: p.Dst, From: rc.dstPos, End: rc.dstEnd})
+			}
+			return
+		}
+		if w.stopped || rc.exhausted {
+			if err := w.foreignRest(rc.dst[0]); err != nil {
+				pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
+				return
+			}
+			rc.dst = rc.dst[1:]
+			continue
+		}
+		if p.pending() == 0 {
+			// The source must bring the twin of rc.dst[0], or say it
+			// has nothing more.
+			if !rc.asking && (rc.askedAt.IsZero() || pl.now.Sub(rc.askedAt) >= sourceEndRetry) {
+				pl.askSourceEnd(p)
+			}
+			return
+		}
+		it := &p.queue[p.head]
+		if it.raw == nil {
+			w.srcNext = max(w.srcNext, it.end)
+			pl.release(p.pop())
+			continue
+		}
+		st, err := w.compare(it.raw, it.hdr, it.from, rc.dst[0], pl.now)
+		if err != nil {
+			pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
+			return
+		}
+		switch st {
+		case stepMatch:
+			pl.release(p.pop())
+			rc.dst = rc.dst[1:]
+		case stepSkip:
+			pl.release(p.pop())
+		default:
+			rc.dst = rc.dst[1:]
+		}
+	}
+}
+
+// reconciled ends p's reconciliation: its positions are where the walk
+// ended, and it waits, unassigned, for its barrier.
+func (pl *Pipeline) reconciled(p *partition) {
+	w := p.rc.w
+	p.srcNext, p.dstNext = w.srcNext, w.dstNext
+	pl.stats.Reconciled += int64(w.matched)
+	pl.stats.Foreign += int64(w.foreign)
+	if w.foreign > 0 {
+		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
+			"destination", p.Dst.String(), "foreign_batches", w.foreign, "resume_source_offset", p.srcNext)
+	}
+	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", w.matched, "foreign_batches", w.foreign,
+		"skipped_source_batches", w.skipped, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
+	p.rc = nil
+	p.phase = phaseAdmitting
+	pl.unassign(p)
+	if p.initial {
+		pl.initialLeft--
+	}
+}
+
+// ---- topics appearing and going ----
+
+func (pl *Pipeline) discovered(e InDiscovered) {
+	if e.Err != nil {
+		pl.discovering = false
+		pl.stats.Discovery++
+		pl.log(hclog.Warn, "topic discovery failed; retrying at the next interval", "error", e.Err)
+		return
+	}
+	for _, k := range e.Gone {
+		if p := pl.bySrc[k]; p != nil {
+			pl.markGone(p, "the source reports the topic deleted")
+		}
+	}
+	var fresh []Pair
+	for _, pr := range e.Pairs {
+		p := pl.byDst[pr.Dst.Key()]
+		switch {
+		case p == nil:
+			fresh = append(fresh, pr)
+		case p.Src.ID != ([16]byte{}) && pr.Src.ID != ([16]byte{}) && p.Src.ID != pr.Src.ID:
+			pl.markGone(p, fmt.Sprintf("the source topic was recreated (topic ID %s, now %s)", statestore.UUID(p.Src.ID), statestore.UUID(pr.Src.ID)))
+		}
+	}
+	if len(fresh) == 0 || pl.stopping {
+		pl.discovering = false
+		return
+	}
+	pl.emit(DoPlace{Pairs: fresh})
+}
+
+func (pl *Pipeline) placed(e InPlaced) {
+	pl.discovering = false
+	if e.Err != nil {
+		pl.stats.Discovery++
+		pl.log(hclog.Warn, "placing new partitions failed; retrying at the next discovery", "error", e.Err)
+		return
+	}
+	for _, pc := range e.Parts {
+		pl.log(hclog.Info, "new source partition; adding it to the session", "source", pc.Src.String(), "destination", pc.Dst.String())
+	}
+	pl.add(e.Parts, false)
+}
+
+// markGone removes p once nothing of it is in flight.
+func (pl *Pipeline) markGone(p *partition, why string) {
+	if p.gone {
+		return
+	}
+	p.gone = true
+	pl.log(hclog.Warn, "source partition gone; stopping its mirroring", "source", p.Src.String(), "destination", p.Dst.String(), "reason", why,
+		"source_offset", p.srcNext)
+	if !p.phase.inFlight() {
+		pl.remove(p)
+	}
+}
+
+func (pl *Pipeline) remove(p *partition) {
+	pl.unassign(p)
+	if p.phase == phaseReconciling && p.initial {
+		pl.initialLeft--
+	}
+	pl.salts = slices.DeleteFunc(pl.salts, func(s saltReq) bool { return s.p == p })
+	p.phase, p.rc = phaseRemoved, nil
+	delete(pl.byDst, p.Dst.Key())
+	delete(pl.bySrc, p.Src.Key())
+	pl.parts = slices.DeleteFunc(pl.parts, func(q *partition) bool { return q == p })
+	pl.stats.Removed++
+}
+
+// ---- state transactions ----
+
+func (pl *Pipeline) committed(e InCommitted) {
+	c := pl.committing
+	if c == nil || e.ID != c.id {
+		return
+	}
+	pl.committing = nil
+	if e.Err != nil {
+		if c.final {
+			pl.log(hclog.Warn, "final checkpoint failed; the next session reconciles from the previous one", "error", e.Err)
+			pl.stopped = true
+			pl.emit(DoFinish{State: pl.stopState, Clean: false})
+			return
+		}
+		pl.fail(fmt.Errorf("commit state transaction: %w", e.Err))
+		return
+	}
+	pl.stats.Checkpoints++
+	for p, at := range c.at {
+		p.ckSrc, p.ckDst = at[0], at[1]
+	}
+	if len(c.admitted) > 0 {
+		pl.admitted(c.admitted)
+	}
+	for _, s := range c.salts {
+		s.p.psm.AddSalt(s.salt.Origin, s.salt.Salt, pl.now)
+		pl.stats.Collisions++
+		if s.p.phase == phaseSalting {
+			s.p.phase = phaseIdle
+			pl.next(s.p)
+		}
+	}
+	if c.final {
+		pl.stopped = true
+		pl.log(hclog.Info, "final checkpoint committed", "state", pl.stopState.String(), "partitions", len(c.at), "clean", c.clean)
+		pl.emit(DoFinish{State: pl.stopState, Clean: c.clean})
+	}
+}
+
+// admitted starts mirroring partitions whose barrier committed.
+func (pl *Pipeline) admitted(ps []*partition) {
+	pl.stats.Barriers += int64(len(ps))
+	initial := false
+	for _, p := range ps {
+		if p.phase != phaseAdmitting {
+			continue // removed meanwhile
+		}
+		initial = initial || p.initial
+		n := p.psm.ResetMirrored()
+		pl.log(hclog.Debug, "MIRROR_PID_RESET applied", "destination", p.Dst.String(), "expired_producers", n)
+		p.phase = phaseIdle
+		pl.assign(p)
+		if !p.initial {
+			pl.log(hclog.Info, "mirroring new partition", "source", p.Src.String(), "destination", p.Dst.String(), "source_offset", p.srcNext)
+		}
+	}
+	pl.log(hclog.Info, "MIRROR_PID_RESET barriers committed; mirrored producer state reset", "partitions", len(ps))
+	if initial || pl.initialOpen {
+		pl.initialOpen = false
+		pl.mirroring = true
+		pl.emit(DoEnterMirroring{})
+	}
+}
+
+// flushCommits sends the next state transaction if none is in flight:
+// pending salts (each with its partition's checkpoint, so that
+// reconciliation never walks back across a salt), the barriers and first
+// checkpoints of admitted partitions, and, when due, the checkpoints of
+// every partition that moved, the tombstones of expired salts and the link
+// record that renews the lease; or, when the session stops and nothing is in
+// flight any more, the final commit.
+func (pl *Pipeline) flushCommits() {
+	if pl.committing != nil || pl.stopped {
+		return
+	}
+	if pl.stopping {
+		pl.flushFinal()
+		return
+	}
+	var admit []*partition
+	if !pl.initialOpen || pl.initialLeft == 0 {
+		for _, p := range pl.parts {
+			if p.phase == phaseAdmitting && (p.initial || !pl.initialOpen) {
+				admit = append(admit, p)
+			}
+		}
+	}
+	emptyInitial := pl.initialOpen && pl.initialLeft == 0 && len(admit) == 0
+	if len(pl.salts) == 0 && !pl.checkpointDue && len(admit) == 0 && !emptyInitial {
+		return
+	}
+	pl.commitID++
+	c := &commit{id: pl.commitID, admitted: admit, salts: pl.salts, at: make(map[*partition][2]int64)}
+	pl.salts = nil
+	var recs []statestore.Record
+	for _, p := range admit {
+		// The checkpoint that goes with a barrier carries the producer
+		// state as the barrier leaves it: no mirrored producer.
+		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.cluster, pl.now), pl.checkpoint(p, nil))
+		c.at[p] = [2]int64{p.srcNext, p.dstNext}
+	}
+	for _, s := range c.salts {
+		recs = append(recs, barrier.SaltRecord(s.p.barrierKey(), s.salt, pl.now))
+		if _, ok := c.at[s.p]; !ok {
+			recs = append(recs, pl.checkpoint(s.p, s.p.psm.Snapshot()))
+			c.at[s.p] = [2]int64{s.p.srcNext, s.p.dstNext}
+		}
+	}
+	if pl.checkpointDue {
+		pl.checkpointDue = false
+		for _, p := range pl.parts {
+			if !p.phase.mirroring() {
+				continue
+			}
+			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst) {
+				recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
+				c.at[p] = [2]int64{p.srcNext, p.dstNext}
+			}
+			expired, tombs := p.psm.Expire(pl.now)
+			pl.stats.Expired += int64(expired)
+			pl.stats.SaltsExpired += int64(len(tombs))
+			for _, o := range tombs {
+				recs = append(recs, barrier.SaltTombstone(p.barrierKey(), o))
+			}
+		}
+	}
+	state := Preparing
+	if pl.mirroring {
+		state = Mirroring
+	}
+	pl.committing = c
+	pl.emit(DoCommit{ID: c.id, State: state, Records: recs})
+}
+
+// flushFinal sends the final commit once the drain is over: nothing in
+// flight any more, or the drain timed out.
+func (pl *Pipeline) flushFinal() {
+	unresolved := 0
+	for _, p := range pl.parts {
+		if p.phase.inFlight() {
+			unresolved++
+		}
+	}
+	if unresolved > 0 && !pl.drainTimedOut {
+		return
+	}
+	if unresolved > 0 {
+		pl.log(hclog.Warn, "stop: appends still unresolved when the drain timed out; the stop is recorded as unclean, so the next session waits out this session's lease and reconciles",
+			"unresolved", unresolved)
+	}
+	pl.commitID++
+	c := &commit{id: pl.commitID, final: true, clean: unresolved == 0, at: make(map[*partition][2]int64)}
+	var recs []statestore.Record
+	for _, p := range pl.parts {
+		if p.phase.mirroring() {
+			recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
+			c.at[p] = [2]int64{p.srcNext, p.dstNext}
+		}
+	}
+	pl.committing = c
+	pl.emit(DoCommit{ID: c.id, State: pl.stopState, Final: true, Unresolved: unresolved, Records: recs})
+}
+
+// checkpoint is p's checkpoint record at its acknowledged positions, with
+// producer state ps.
+func (pl *Pipeline) checkpoint(p *partition, ps []transform.ProducerEntry) statestore.Record {
+	return statestore.Record{
+		Key: statestore.CheckpointKey{LinkName: pl.cfg.Link, TopicID: statestore.UUID(p.Dst.ID), Partition: p.Dst.Partition},
+		Value: statestore.CheckpointValue{
+			SourceTopic:      p.Src.Topic,
+			SourcePartition:  p.Src.Partition,
+			SourceNextOffset: p.srcNext,
+			DestNextOffset:   p.dstNext,
+			TimestampMs:      pl.now.UnixMilli(),
+			SourceTopicID:    statestore.UUID(p.Src.ID),
+			Producers:        producerStates(ps),
+		},
+	}
+}
+
+// ---- stopping ----
+
+func (pl *Pipeline) stop(state State) {
+	if pl.stopping {
+		return
+	}
+	pl.stopping, pl.stopState = true, state
+	// Salts not yet sent and partitions not yet admitted are dropped:
+	// nothing of them was appended, and their checkpoints stay as they
+	// are. Reconciliations end where they are, unrecorded.
+	pl.salts = nil
+	for _, p := range pl.parts {
+		switch p.phase {
+		case phaseSalting:
+			p.phase = phaseIdle
+		case phaseReconciling:
+			p.rc.active = false
+			pl.unassign(p)
+		}
+	}
+}
+
+// ---- for the driver and tests ----
+
+// Stats returns the counters.
+func (pl *Pipeline) Stats() Stats { return pl.stats }
+
+// Unresolved is the number of partitions whose append is in flight or of
+// unknown outcome.
+func (pl *Pipeline) Unresolved() int {
+	n := 0
+	for _, p := range pl.parts {
+		if p.phase.inFlight() {
+			n++
+		}
+	}
+	return n
+}
+
+// Partitions reports every partition's positions, in the order they joined.
+func (pl *Pipeline) Partitions() []PartitionStatus {
+	out := make([]PartitionStatus, 0, len(pl.parts))
+	for _, p := range pl.parts {
+		lag := int64(0)
+		if p.hw >= 0 {
+			lag = max(p.hw-p.srcNext, 0)
+		}
+		out = append(out, PartitionStatus{
+			SourceTopic: p.Src.Topic, DestinationTopic: p.Dst.Topic, Partition: p.Dst.Partition,
+			Phase:            p.phase.String(),
+			SourceNextOffset: p.srcNext, DestNextOffset: p.dstNext, HighWatermark: p.hw, Lag: lag,
+			CheckpointSource: p.ckSrc, CheckpointDest: p.ckDst,
+		})
+	}
+	return out
+}
+
+// Len is the number of partitions in the session.
+func (pl *Pipeline) Len() int { return len(pl.parts) }
+
+// Mirroring reports whether the initial partitions are admitted.
+func (pl *Pipeline) Mirroring() bool { return pl.mirroring }

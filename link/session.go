@@ -1,0 +1,419 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/mailbox"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// session is one session of a link: from PREPARING until the link leaves
+// MIRRORING. It owns the clients, the state-topic session, the fetcher, the
+// appender and the pipeline. Its goroutines (fetcher, appender, committer
+// and the workers) run in g and end when the session closes; the pipeline
+// is stepped on the link's goroutine only.
+type session struct {
+	l   *Link
+	log hclog.Logger
+
+	ctx    context.Context // the session's: canceled by close, or by the first goroutine that fails
+	cancel context.CancelCauseFunc
+	g      *errgroup.Group
+
+	src, dst               *kgo.Client
+	srcAdm, dstAdm         *kadm.Client
+	srcLeaders, dstLeaders *leaders.Cache
+	srcID, dstID           string
+	region                 transform.Region
+	sameCluster            bool
+
+	store *statestore.Store
+	sess  *statestore.Session
+	fetch *fetcher.Fetcher
+	app   *appender.Appender
+	pipe  *Pipeline
+
+	// events carries what the committer and the workers report to the
+	// link goroutine. It holds at most one event per outstanding action:
+	// one commit, one discovery or placement, one settle per partition,
+	// one tail read and one source lookup per reconciling partition.
+	events  *mailbox.Box[Input]
+	commits chan DoCommit // to the committer; the pipeline keeps one in flight
+
+	reported  Stats // the pipeline's counters already added to the metrics
+	published int   // partitions in the last published status
+	closed    bool
+}
+
+// begin is PREPARING up to the pipeline (DESIGN §8): connect, resolve
+// cluster IDs and regions, begin the state session (fencing the previous
+// one), replay the state topic, wait out the previous session's lease,
+// create or grow destination topics and look up where every partition
+// resumes. run then reconciles and commits the barriers. On error the
+// session is closed.
+func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *session, err error) {
+	s := &session{
+		l:       l,
+		log:     l.log,
+		events:  mailbox.New[Input](),
+		commits: make(chan DoCommit, 1),
+	}
+	// The session's goroutines outlive ctx: when the agent stops, appends
+	// in flight drain and a final checkpoint commits before close cancels
+	// them.
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.g, s.ctx = errgroup.WithContext(base)
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+
+	if s.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
+		return nil, fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
+	}
+	if s.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	s.srcAdm, s.dstAdm = kadm.NewClient(s.src), kadm.NewClient(s.dst)
+	s.srcLeaders, s.dstLeaders = leaders.New(s.src, 0), leaders.New(s.dst, 0)
+
+	if s.srcID, err = clusterID(ctx, s.srcAdm, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
+		return nil, err
+	}
+	if s.dstID, err = clusterID(ctx, s.dstAdm, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
+		return nil, err
+	}
+	s.sameCluster = s.srcID == s.dstID
+	var hashed bool
+	s.region, hashed = transform.RegionOf(s.srcID)
+	if hashed {
+		s.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
+			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
+	}
+	s.log = l.log.With("source_cluster_id", s.srcID)
+	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
+
+	s.store, err = statestore.New(statestore.Config{
+		Topic:             l.cfg.Link.StateTopic,
+		Partitions:        l.cfg.Link.StateTopicPartitions,
+		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
+	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if standby {
+		if err := s.standBy(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.sess, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
+		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
+		statestore.AppendTimeout(l.cfg.Tuning.RequestTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("begin state session: %w", err)
+	}
+	l.setStatus(func(st *Status) { st.SessionEpoch = s.sess.Epoch() })
+	view, err := s.store.Replay(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The session commits at once and then at least every third of its
+	// timeout while it prepares: a state transaction is the session's
+	// lease, and kfake (unlike Kafka) opens a transaction under the new
+	// epoch when a fenced zombie produces, then fences the new session if
+	// nothing commits within the transaction timeout.
+	if err := s.keepalive(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.waitLease(ctx, view, last); err != nil {
+		return nil, err
+	}
+
+	pairs, err := s.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := s.place(ctx, view, pairs)
+	if err != nil {
+		return nil, err
+	}
+
+	if s.fetch, err = fetcher.New(fetcher.Config{
+		Link:             l.cfg.Link.Name,
+		MaxWait:          l.cfg.Tuning.FetchMaxWait,
+		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
+		OnOutOfRange:     l.cfg.outOfRange(),
+		CheckCRCs:        l.cfg.Link.CheckCRCs,
+	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
+		return nil, err
+	}
+	if s.app, err = appender.New(appender.Config{
+		Link:           l.cfg.Link.Name,
+		RequestTimeout: l.cfg.Tuning.RequestTimeout,
+	}, appender.Deps{
+		Client: s.dst, Leaders: s.dstLeaders, Logger: l.deps.Logger, Metrics: l.deps.AppenderMetrics, Now: l.deps.Now,
+		Lease: s.sess.LeaseDeadline,
+	}); err != nil {
+		return nil, err
+	}
+	s.pipe = NewPipeline(PipelineConfig{
+		Link:                l.cfg.Link.Name,
+		SourceCluster:       s.srcID,
+		Region:              s.region,
+		ProducerStateExpiry: l.cfg.Link.ProducerStateExpiry,
+		Rand:                l.deps.Rand,
+		SettleDelay:         l.cfg.Link.SettleDelay,
+		ExhaustGrace:        l.cfg.Tuning.ExhaustGrace,
+		MaxReconciling:      l.cfg.Tuning.MaxReconciling,
+	})
+	s.goRun(func() error { return s.fetch.Run(s.ctx) })
+	s.goRun(func() error { return s.app.Run(s.ctx) })
+	s.goRun(s.committer)
+	s.events.Put(InAdd{Parts: parts, Initial: true})
+	return s, nil
+}
+
+// goRun starts a goroutine of the session; an error it returns ends the
+// session with that error as the context's cause.
+func (s *session) goRun(fn func() error) {
+	s.g.Go(func() error {
+		err := fn()
+		if err != nil {
+			s.cancel(err)
+		}
+		return err
+	})
+}
+
+// keepalive commits the link record (state PREPARING), renewing the lease.
+func (s *session) keepalive(ctx context.Context) error {
+	if err := s.sess.Commit(ctx, Preparing); err != nil {
+		return fmt.Errorf("commit PREPARING: %w", err)
+	}
+	return nil
+}
+
+// waitLease waits, renewing its own lease, until the previous session's
+// appends can no longer land (DESIGN §7, §12 I2): until its recorded lease
+// plus the clock-skew margin plus its produce timeout, unless it recorded a
+// clean stop. When the previous session was this process's own and the
+// link record is still the one it wrote, what it left unresolved decides:
+// nothing at all, or its produce timeout from its end.
+func (s *session) waitLease(ctx context.Context, view *statestore.View, last *handover) error {
+	cfg := s.l.cfg
+	now := s.l.deps.Now()
+	wait := view.LeaseWait(cfg.Link.Name, now, cfg.Tuning.LeaseSkew, cfg.Tuning.RequestTimeout)
+	if lv, ok := view.Links[cfg.Link.Name]; ok && last != nil && lv.SessionEpoch == last.epoch && wait > 0 {
+		own := time.Duration(0)
+		if last.unresolved > 0 {
+			own = max(last.at.Add(cfg.Tuning.RequestTimeout+cfg.Tuning.LeaseSkew).Sub(now), 0)
+		}
+		s.log.Info("the previous session was this process's own; waiting only for what it left unresolved",
+			"unresolved_appends", last.unresolved, "wait", own.Round(time.Millisecond), "lease_wait", wait.Round(time.Millisecond))
+		wait = min(wait, own)
+	}
+	if wait <= 0 {
+		return nil
+	}
+	s.log.Info("waiting out the previous session's lease and produce timeout before reconciling", "wait", wait.Round(time.Millisecond))
+	for wait > 0 {
+		step := min(wait, cfg.Link.SessionTimeout/3)
+		if err := s.l.pausableSleep(ctx, step); err != nil {
+			return err
+		}
+		wait -= step
+		if err := s.keepalive(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterID is the cluster's ID as the cluster reports it, unless the
+// configuration pins one.
+func clusterID(ctx context.Context, adm *kadm.Client, name, pinned string) (string, error) {
+	if pinned != "" {
+		return pinned, nil
+	}
+	md, err := adm.Metadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("cluster %s: read cluster ID: %w", name, err)
+	}
+	if md.Cluster == "" {
+		return "", fmt.Errorf("cluster %s reports no cluster ID (Kafka before 0.10.1?): set cluster_id in its cluster block", name)
+	}
+	return md.Cluster, nil
+}
+
+// place looks up where partitions joining the session resume: their
+// checkpoints and salts in view, where start_from puts them at the source,
+// and the destination's log start and end offsets. The pipeline decides
+// from these (Pipeline.place).
+func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair) ([]Placement, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	var srcTopics, dstTopics []string
+	for _, pr := range pairs {
+		srcTopics = append(srcTopics, pr.Src.Topic)
+		dstTopics = append(dstTopics, pr.Dst.Topic)
+	}
+	srcTopics, dstTopics = uniq(srcTopics), uniq(dstTopics)
+	var (
+		srcOffs kadm.ListedOffsets
+		err     error
+	)
+	if s.l.cfg.Link.StartFrom == config.StartLatest {
+		srcOffs, err = s.srcAdm.ListCommittedOffsets(ctx, srcTopics...)
+	} else {
+		srcOffs, err = s.srcAdm.ListStartOffsets(ctx, srcTopics...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list source offsets: %w", err)
+	}
+	dstStarts, err := s.dstAdm.ListStartOffsets(ctx, dstTopics...)
+	if err != nil {
+		return nil, fmt.Errorf("list destination start offsets: %w", err)
+	}
+	dstEnds, err := s.dstAdm.ListEndOffsets(ctx, dstTopics...)
+	if err != nil {
+		return nil, fmt.Errorf("list destination end offsets: %w", err)
+	}
+	salts := make(map[statestore.PIDResetKey][]Salt)
+	for k, v := range view.Salts {
+		bk := statestore.PIDResetKey{TopicID: k.TopicID, Partition: k.Partition}
+		salts[bk] = append(salts[bk], Salt{Origin: transform.Origin{Cluster: k.SourceClusterID, PID: k.OriginalPID}, Salt: v.Salt, At: time.UnixMilli(v.TimestampMs)})
+	}
+	out := make([]Placement, 0, len(pairs))
+	for _, pr := range pairs {
+		pc := Placement{Pair: pr}
+		if ck, ok := view.Checkpoints[statestore.CheckpointKey{LinkName: s.l.cfg.Link.Name, TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]; ok {
+			pc.Checkpoint = &ck
+		}
+		if pc.StartOffset, err = offsetOf(srcOffs, pr.Src, "source start_from"); err != nil {
+			return nil, err
+		}
+		if pc.DstStart, err = offsetOf(dstStarts, pr.Dst, "destination start"); err != nil {
+			return nil, err
+		}
+		if pc.DstEnd, err = offsetOf(dstEnds, pr.Dst, "destination end"); err != nil {
+			return nil, err
+		}
+		pc.Salts = salts[statestore.PIDResetKey{TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]
+		out = append(out, pc)
+	}
+	return out, nil
+}
+
+// offsetOf is p's offset in a listing, or an error naming p.
+func offsetOf(offs kadm.ListedOffsets, p tp.Partition, what string) (int64, error) {
+	o, ok := offs.Lookup(p.Topic, p.Partition)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("%s offset of %s: not in the answer", what, p)
+	case o.Err != nil:
+		return 0, fmt.Errorf("%s offset of %s: %w", what, p, o.Err)
+	}
+	return o.Offset, nil
+}
+
+func uniq(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// standBy waits while another session of the link holds a live lease: the
+// link was fenced by a newer agent, which is mirroring; taking the link
+// back at once would fence it in turn. It returns when that lease lapses or
+// the other session records a clean stop.
+func (s *session) standBy(ctx context.Context) error {
+	for {
+		view, err := s.store.Replay(ctx)
+		if err != nil {
+			return err
+		}
+		lv, ok := view.Links[s.l.cfg.Link.Name]
+		if !ok || lv.Clean() {
+			return nil
+		}
+		left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
+		if left <= 0 {
+			return nil
+		}
+		s.log.Info("standing by: another session holds the link", "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
+		if err := s.l.pausableSleep(ctx, min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)); err != nil {
+			return err
+		}
+	}
+}
+
+// pausableSleep sleeps d unless ctx ends or an operator pauses the link.
+func (l *Link) pausableSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case c := <-l.ctl:
+			if c == ctlPause {
+				return errPaused
+			}
+		}
+	}
+}
+
+// close ends the session's goroutines and releases its clients. The state
+// session is closed without a final commit (the pipeline's stop does the
+// final checkpoint).
+func (s *session) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.cancel(errClosed)
+	_ = s.g.Wait()
+	if s.sess != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.sess.Close(ctx)
+		cancel()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.src != nil {
+		s.src.Close()
+	}
+	if s.dst != nil {
+		s.dst.Close()
+	}
+	if s.pipe != nil {
+		for _, p := range s.pipe.Partitions() {
+			s.l.met.dropPartitionLag(p.SourceTopic, p.Partition)
+		}
+	}
+}
+
+var errClosed = errors.New("session closed")
