@@ -29,10 +29,11 @@ func TestVersions(t testing.TB) []string {
 	return vs
 }
 
-// toolMissing ends t when err says java or mvn is missing: a failure under
-// CI=true (the tier was asked for and cannot run), a skip elsewhere. Other
-// errors are left to the caller.
-func toolMissing(t testing.TB, err error) {
+// SkipMissingTool ends t when err says java or mvn is missing (or java is
+// too old): a failure under CI=true (the tier was asked for and cannot
+// run), a skip with the one-line reason elsewhere. Other errors are left to
+// the caller.
+func SkipMissingTool(t testing.TB, err error) {
 	t.Helper()
 	if !errors.Is(err, ErrNoJava) && !errors.Is(err, ErrNoMaven) && !errors.Is(err, ErrJavaTooOld) {
 		return
@@ -48,11 +49,11 @@ func toolMissing(t testing.TB, err error) {
 func RequireTools(t testing.TB) {
 	t.Helper()
 	if _, err := Java(context.Background()); err != nil {
-		toolMissing(t, err)
+		SkipMissingTool(t, err)
 		t.Fatal(err)
 	}
 	if _, err := Maven(); err != nil {
-		toolMissing(t, err)
+		SkipMissingTool(t, err)
 	}
 }
 
@@ -69,7 +70,7 @@ func ForTest(t testing.TB, cfg Config) *Cluster {
 	}
 	c, err := Start(context.Background(), cfg)
 	if err != nil {
-		toolMissing(t, err)
+		SkipMissingTool(t, err)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -129,7 +130,7 @@ func Shared(t testing.TB, key string, cfg Config) *Cluster {
 	shared.mu.Unlock()
 	e.once.Do(func() { e.c, e.err = Start(context.Background(), cfg) })
 	if e.err != nil {
-		toolMissing(t, e.err)
+		SkipMissingTool(t, e.err)
 		t.Fatalf("shared cluster %q: %v", key, e.err)
 	}
 	return e.c
