@@ -43,14 +43,13 @@ type Cluster struct {
 }
 
 type node struct {
-	id      int
-	dir     string
-	log     string            // stdout and stderr of the JVM
-	args    []string          // the java command line
-	listen  map[string]string // listener -> 127.0.0.1:port
-	adv     map[string]string // listener -> advertised host:port
-	p       *proc             // nil when not started; guarded by Cluster.mu
-	started bool
+	id     int
+	dir    string
+	log    string            // stdout and stderr of the JVM
+	args   []string          // the java command line
+	listen map[string]string // listener -> 127.0.0.1:port
+	adv    map[string]string // listener -> advertised host:port
+	p      *proc             // nil when not started; guarded by Cluster.mu
 }
 
 // Start resolves the jars of cfg.Version (once per machine, see Resolve),
@@ -255,7 +254,7 @@ func (c *Cluster) format(ctx context.Context, n *node) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("realkafka: format node %d: %v: %s (full output in %s)", n.id, err, lastLine(out), out)
+		return fmt.Errorf("realkafka: format node %d: %v: %s (full output in %s)", n.id, err, errorLine(out), out)
 	}
 	return nil
 }
@@ -267,7 +266,7 @@ func (c *Cluster) launch(n *node) error {
 		return fmt.Errorf("realkafka: node %d: %w", n.id, err)
 	}
 	c.mu.Lock()
-	n.p, n.started = p, true
+	n.p = p
 	c.mu.Unlock()
 	return nil
 }
@@ -658,15 +657,6 @@ func errorLine(path string) string {
 		return firstExc
 	}
 	return last
-}
-
-func lastLine(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func fileContains(path, s string) bool {
