@@ -17,11 +17,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/oauth"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/oauthtest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -289,7 +292,7 @@ func TestOptionsFileErrors(t *testing.T) {
 		t.Errorf("no bootstrap servers: %v", err)
 	}
 	if _, err := Options(&config.Cluster{Name: "c", BootstrapServers: []string{"x:1"}, SASL: config.SASL{Mechanism: "GSSAPI"}}); err == nil ||
-		err.Error() != `cluster "c": unknown sasl.mechanism "GSSAPI" (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)` {
+		err.Error() != `cluster "c": unknown sasl.mechanism "GSSAPI" (use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)` {
 		t.Errorf("unknown mechanism: %v", err)
 	}
 }
@@ -457,5 +460,198 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fastReload makes secret files' stats trusted for 10ms only, for the test.
+func fastReload(t *testing.T) {
+	old := checkInterval
+	checkInterval = 10 * time.Millisecond
+	t.Cleanup(func() { checkInterval = old })
+}
+
+func writeSecret(t *testing.T, path, content string) {
+	t.Helper()
+	// Through a rename, as Kubernetes swaps a mounted secret.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Guards password_file through the whole chain: the password is read from
+// the file, and a rotated file is used by the next connection without a
+// new client.
+func TestPasswordFile(t *testing.T) {
+	fastReload(t)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "mirror", "right-pass"), kfake.SeedTopics(1, "t"))
+	path := filepath.Join(t.TempDir(), "password")
+	writeSecret(t, path, "wrong-pass\n")
+	c := clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  sasl {\n    mechanism = \"SCRAM-SHA-256\"\n    username = \"mirror\"\n    password_file = %q\n  }", path))
+	if c.SASL.Password != "wrong-pass" || c.SASL.PasswordFile != path {
+		t.Fatalf("sasl %+v", c.SASL)
+	}
+	cl := newClient(t, c)
+	if err := Ping(testContext(t), cl); !errors.Is(err, ErrAuthentication) || strings.Contains(err.Error(), "wrong-pass") {
+		t.Fatalf("ping with the wrong password in the file: %v", err)
+	}
+	writeSecret(t, path, "right-pass\n")
+	time.Sleep(20 * time.Millisecond)
+	if err := Ping(testContext(t), cl); err != nil {
+		t.Fatalf("ping after the file was rotated: %v", err)
+	}
+}
+
+// oauthCluster is the HCL of cluster "c" on k with an OAUTHBEARER sasl block
+// of the given lines.
+func oauthCluster(t *testing.T, k *kfake.Cluster, lines ...string) *config.Cluster {
+	t.Helper()
+	return clusterFromHCL(t, bootstrap(k)+"\n  sasl {\n    mechanism = \"OAUTHBEARER\"\n    "+strings.Join(lines, "\n    ")+"\n  }")
+}
+
+// Guards OAUTHBEARER with a token file, on the wire (kfake plays the
+// broker's half, as Kafka does it): the file's token and the extensions
+// reach the broker, a rotated file is sent by the next connection, and a
+// refused token is explained with the file to check.
+func TestOAuthBearerTokenFile(t *testing.T) {
+	fastReload(t)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.SeedTopics(1, "t"))
+	var mu sync.Mutex
+	accepted := "token-one"
+	logins := make(chan oauthtest.Login, 100)
+	oauthtest.Broker(k, func(l oauthtest.Login) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if l.Token != accepted {
+			return errors.New("the token is not valid")
+		}
+		return nil
+	}, logins)
+	path := filepath.Join(t.TempDir(), "token")
+	writeSecret(t, path, "token-one\n")
+	c := oauthCluster(t, k, fmt.Sprintf("token_file = %q", path), `extensions = { logicalCluster = "lkc-1" }`)
+	roundTrip(t, c, "t")
+	l := <-logins
+	if l.Token != "token-one" || len(l.Extensions) != 1 || l.Extensions["logicalCluster"] != "lkc-1" {
+		t.Errorf("the broker saw %+v", l)
+	}
+
+	// Rotation, with the options built once as the agent does: the old
+	// token is no longer accepted; the next connection sends the new one.
+	opts, err := Options(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping := func() error {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		return Ping(testContext(t), cl)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	mu.Lock()
+	accepted = "token-two"
+	mu.Unlock()
+	writeSecret(t, path, "token-two\n")
+	time.Sleep(20 * time.Millisecond)
+	if err := ping(); err != nil {
+		t.Fatalf("ping after the token file was rotated: %v", err)
+	}
+
+	// A token the broker refuses.
+	writeSecret(t, path, "token-three\n")
+	time.Sleep(20 * time.Millisecond)
+	err = ping()
+	want := fmt.Sprintf(`cluster "c": authentication failed: the broker refused the SASL OAUTHBEARER token from sasl.token_file %s (check that the file holds a token the broker accepts, and that it has not expired): `, path)
+	if !errors.Is(err, ErrAuthentication) || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "the token is not valid") {
+		t.Fatalf("ping with a refused token:\n%v\nwant prefix\n%s", err, want)
+	}
+	if strings.Contains(err.Error(), "token-three") {
+		t.Errorf("the error shows the token: %v", err)
+	}
+}
+
+// Guards OAUTHBEARER with the client-credentials grant: mirrord gets an
+// unsecured JWT from the token endpoint as the configured client with the
+// secret from client_secret_file and the scope, every client built from one
+// Options shares one token, and an endpoint that refuses the client is
+// explained with the endpoint and the secret's file, not the secret.
+func TestOAuthBearerClientCredentials(t *testing.T) {
+	const secret = "Client-Secret-9"
+	ep := oauthtest.NewEndpoint(t, "mirrord-c", secret)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.SeedTopics(1, "t"))
+	logins := make(chan oauthtest.Login, 100)
+	oauthtest.Broker(k, func(l oauthtest.Login) error {
+		claims, err := oauthtest.Claims(l.Token)
+		if err != nil {
+			return err
+		}
+		if claims["sub"] != "mirrord-c" || claims["scope"] != "kafka" {
+			return fmt.Errorf("claims %v", claims)
+		}
+		return nil
+	}, logins)
+	secretPath := filepath.Join(t.TempDir(), "client-secret")
+	writeSecret(t, secretPath, secret+"\n")
+	c := oauthCluster(t, k, fmt.Sprintf("token_endpoint = %q", ep.URL()), `client_id = "mirrord-c"`,
+		fmt.Sprintf("client_secret_file = %q", secretPath), `scope = "kafka"`)
+
+	opts, err := Options(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	for range 3 {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Ping(ctx, cl)
+		cl.Close()
+		if err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	if n := ep.Requests(); n != 1 {
+		t.Errorf("%d token requests for three clients of one Options, want 1", n)
+	}
+	if l := <-logins; len(ep.Issued()) != 1 || l.Token != ep.Issued()[0] {
+		t.Errorf("the broker saw another token than the endpoint issued")
+	}
+
+	writeSecret(t, secretPath, "not-the-secret\n")
+	bad := oauthCluster(t, k, fmt.Sprintf("token_endpoint = %q", ep.URL()), `client_id = "mirrord-c"`, fmt.Sprintf("client_secret_file = %q", secretPath))
+	err = Ping(testContext(t), newClient(t, bad))
+	want := fmt.Sprintf(`cluster "c": authentication failed: no OAUTHBEARER token (check sasl.client_id, the client secret in sasl.client_secret_file %s, sasl.scope and what the broker requires of tokens): `+
+		`token endpoint failed: token endpoint %s (client "mirrord-c") answered 401 Unauthorized: "invalid_client: client authentication failed"`, secretPath, ep.URL())
+	if !errors.Is(err, ErrAuthentication) || !errors.Is(err, oauth.ErrTokenEndpoint) || err.Error() != want {
+		t.Fatalf("ping with a refused client:\n%v\nwant\n%s", err, want)
+	}
+	if strings.Contains(err.Error(), "not-the-secret") || strings.Contains(err.Error(), secret) {
+		t.Errorf("the error shows a secret: %v", err)
+	}
+}
+
+// Guards TokenSource for what a real-broker test calls it with.
+func TestTokenSource(t *testing.T) {
+	if _, err := TokenSource(&config.Cluster{Name: "c", SASL: config.SASL{Mechanism: config.MechanismPlain}}); err == nil ||
+		err.Error() != `cluster "c": sasl.mechanism is "PLAIN", not OAUTHBEARER` {
+		t.Errorf("PLAIN: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "token")
+	writeSecret(t, path, "tok\n")
+	src, err := TokenSource(&config.Cluster{Name: "c", SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := src.Token(testContext(t)); err != nil || tok != "tok" {
+		t.Errorf("token %q, %v", tok, err)
 	}
 }
