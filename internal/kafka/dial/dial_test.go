@@ -2,17 +2,10 @@ package dial
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +18,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/oauth"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/oauthtest"
+	"github.com/seed83556561/mirrord/internal/testkit/tlstest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -156,8 +150,8 @@ func TestSASL(t *testing.T) {
 // over TLS, both from HCL.
 func TestSCRAMOverTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)),
+	ca := tlstest.NewCA(t, dir, "ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.ServerConfig(t, "kafka.test")),
 		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "mirror", "pw"), kfake.SeedTopics(1, "t", "t2"))
 	c := clusterFromHCL(t, bootstrap(k)+fmt.Sprintf(`
   tls {
@@ -167,7 +161,7 @@ func TestSCRAMOverTLS(t *testing.T) {
     mechanism = "SCRAM-SHA-512"
     username  = "mirror"
     password  = "pw"
-  }`, ca.file))
+  }`, ca.File))
 	roundTrip(t, c, "t")
 }
 
@@ -176,15 +170,15 @@ func TestSCRAMOverTLS(t *testing.T) {
 // client each fail with an error that says what to fix.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	other := newCA(t, dir, "other-ca")
-	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)), kfake.SeedTopics(1, "t", "t2"))
+	ca := tlstest.NewCA(t, dir, "ca")
+	other := tlstest.NewCA(t, dir, "other-ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.ServerConfig(t, "kafka.test")), kfake.SeedTopics(1, "t", "t2"))
 
 	t.Run("round trip", func(t *testing.T) {
-		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file)), "t")
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.File)), "t")
 	})
 	t.Run("server name that the certificate has", func(t *testing.T) {
-		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    server_name = \"kafka.test\"\n  }", ca.file)), "t2")
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    server_name = \"kafka.test\"\n  }", ca.File)), "t2")
 	})
 
 	cases := []struct {
@@ -193,8 +187,8 @@ func TestTLS(t *testing.T) {
 		sentinel  error
 	}{{
 		name:     "wrong CA",
-		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n  }", other.file),
-		want:     fmt.Sprintf(`cluster "c": tls failed: the broker's certificate is not signed by a CA in tls.ca_file %s (point it at the CA that signed the brokers' certificates): `, other.file),
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n  }", other.File),
+		want:     fmt.Sprintf(`cluster "c": tls failed: the broker's certificate is not signed by a CA in tls.ca_file %s (point it at the CA that signed the brokers' certificates): `, other.File),
 		sentinel: ErrTLS,
 	}, {
 		name:     "system roots",
@@ -203,12 +197,12 @@ func TestTLS(t *testing.T) {
 		sentinel: ErrTLS,
 	}, {
 		name:     "wrong server name",
-		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n    server_name = \"elsewhere.test\"\n  }", ca.file),
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n    server_name = \"elsewhere.test\"\n  }", ca.File),
 		want:     `cluster "c": tls failed: the broker's certificate is not valid for "elsewhere.test" (set tls.server_name to a name in the certificate): `,
 		sentinel: ErrTLS,
 	}, {
 		name: "TLS switched off",
-		tls:  fmt.Sprintf("  tls {\n    enabled = false\n    ca_file = %q\n  }", ca.file),
+		tls:  fmt.Sprintf("  tls {\n    enabled = false\n    ca_file = %q\n  }", ca.File),
 		want: `cluster "c": ping: broker closed the connection immediately during api versions negotiation, which often happens when the broker requires TLS but the client is using plaintext: is TLS missing?`,
 	}}
 	for _, tc := range cases {
@@ -229,16 +223,16 @@ func TestTLS(t *testing.T) {
 // explained.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	sc := ca.serverConfig(t)
+	ca := tlstest.NewCA(t, dir, "ca")
+	sc := ca.ServerConfig(t, "kafka.test")
 	sc.ClientAuth = tls.RequireAndVerifyClientCert
-	sc.ClientCAs = ca.pool
+	sc.ClientCAs = ca.Pool
 	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(sc), kfake.SeedTopics(1, "t", "t2"))
-	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+	certFile, keyFile := ca.Issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
 
-	roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n  }", ca.file, certFile, keyFile)), "t")
+	roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n  }", ca.File, certFile, keyFile)), "t")
 
-	err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file))))
+	err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.File))))
 	want := `cluster "c": tls failed: the broker refused the TLS handshake (check tls.cert_file and tls.key_file, and the broker's client authentication): `
 	if !errors.Is(err, ErrTLS) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("ping error:\n%v\nwant prefix\n%s", err, want)
@@ -249,9 +243,9 @@ func TestMutualTLS(t *testing.T) {
 // the file that failed.
 func TestOptionsFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
-	_, otherKey := ca.issue(t, "client2", nil, nil, x509.ExtKeyUsageClientAuth)
+	ca := tlstest.NewCA(t, dir, "ca")
+	certFile, keyFile := ca.Issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+	_, otherKey := ca.Issue(t, "client2", nil, nil, x509.ExtKeyUsageClientAuth)
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -300,10 +294,10 @@ func TestOptionsFileErrors(t *testing.T) {
 // Guards that Options passes every setting to kgo as configured.
 func TestOptionsValues(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
+	ca := tlstest.NewCA(t, dir, "ca")
 	c := &config.Cluster{
 		Name: "c", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-c",
-		TLS:  config.TLS{Enabled: true, CAFile: ca.file, ServerName: "kafka.test", InsecureSkipVerify: true},
+		TLS:  config.TLS{Enabled: true, CAFile: ca.File, ServerName: "kafka.test", InsecureSkipVerify: true},
 		SASL: config.SASL{Mechanism: config.MechanismScramSHA256, Username: "u", Password: "p"},
 	}
 	cl := newClient(t, c)
@@ -314,7 +308,7 @@ func TestOptionsValues(t *testing.T) {
 		t.Errorf("client id %v", got)
 	}
 	tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
-	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.pool) {
+	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.Pool) {
 		t.Errorf("tls config %+v", tc)
 	}
 	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
@@ -366,100 +360,6 @@ func TestPingNeedsOptions(t *testing.T) {
 	defer cl.Close()
 	if err := Ping(testContext(t), cl); err == nil || !strings.Contains(err.Error(), "dial.Options") {
 		t.Errorf("ping: %v", err)
-	}
-}
-
-// testCA is a certificate authority written to a temporary directory.
-type testCA struct {
-	dir  string
-	file string // PEM of the CA certificate
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-var serial int64
-
-func newCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, name+".pem")
-	writePEM(t, file, "CERTIFICATE", der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{dir: dir, file: file, cert: cert, key: key, pool: pool}
-}
-
-// issue signs a certificate and writes it and its key; it returns the
-// two file names.
-func (ca *testCA) issue(t *testing.T, name string, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     dns,
-		IPAddresses:  ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-// serverConfig is a broker TLS config with a certificate for 127.0.0.1
-// and kafka.test signed by ca.
-func (ca *testCA) serverConfig(t *testing.T) *tls.Config {
-	t.Helper()
-	certFile, keyFile := ca.issue(t, "broker", []string{"kafka.test"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
