@@ -5,7 +5,8 @@
 #
 # In a container, set agent.listen = "0.0.0.0:9644" (or ":9644") in the
 # configuration: the default, 127.0.0.1:9644, is unreachable from outside
-# the container.
+# the container. Such a listener needs an admin token (agent.admin.token_file
+# on a mounted secret, or token_env), or mirrord run refuses to start.
 
 ARG GO_VERSION=1.26
 

@@ -31,10 +31,13 @@ agent {
   # Default: "mirrord".
   name = "mirrord-dc1-1"
 
-  # host:port of the HTTP listener: /metrics, /healthz, /readyz and the admin
-  # API under /v1/. ":9644" listens on every interface.
+  # host:port of the HTTP listener: /metrics, /healthz, /readyz, the status
+  # page at / and the admin API under /v1/. ":9644" or "0.0.0.0:9644" listens
+  # on every interface; mirrord run then refuses to start unless the admin
+  # block below sets a token (or requires client certificates), or sets
+  # insecure_no_auth = true.
   # Default: "127.0.0.1:9644".
-  listen = "0.0.0.0:9644"
+  listen = "127.0.0.1:9644"
 
   # Log level: "trace", "debug", "info", "warn" or "error".
   # Default: "info".
@@ -49,6 +52,60 @@ agent {
   # signal stops at once; the next start reconciles what was in flight.
   # Default: "15s".
   shutdown_timeout = "15s"
+
+  # Who may use the HTTP listener, and TLS for it. The admin API under /v1/
+  # can pause and resume links (and fail them over): without a token it is
+  # open to whoever reaches agent.listen, so keep the listener on loopback
+  # then. /healthz, /readyz, /metrics and the status page stay open unless
+  # protect_metrics says otherwise.
+  #
+  # The secure setup for a listener that other hosts reach (a pod, a VM):
+  #
+  #   listen = "0.0.0.0:9644"
+  #   admin {
+  #     token_file = "/etc/mirrord/admin/token"   # a mounted secret
+  #     cert_file  = "/etc/mirrord/tls/admin.pem"
+  #     key_file   = "/etc/mirrord/tls/admin-key.pem"
+  #   }
+  #
+  # and the commands that call the API (mirrord links, pause, resume) with
+  # the same file read the same token.
+  admin {
+    # The admin token: every request under /v1/ (and /metrics with
+    # protect_metrics) must carry "Authorization: Bearer <token>"; a missing
+    # token is answered 401, a wrong one 403. Either token_env, the name of an
+    # environment variable that holds it (read at start), or token_file, a
+    # file that holds it (read at start, and again when it changes, so that a
+    # rotated Kubernetes secret takes effect without a restart); not both. At
+    # least 16 characters, e.g. the output of: openssl rand -hex 32.
+    # The token itself is never written in this file:
+    #   token = "..."   is an error.
+    # Default: unset (no token).
+    # token_env  = "MIRRORD_ADMIN_TOKEN"
+    # token_file = "/etc/mirrord/admin/token"
+
+    # /metrics needs the token too. Needs token_env or token_file.
+    # Default: false.
+    # protect_metrics = true
+
+    # TLS for the listener: its certificate chain and private key (PEM), both
+    # or neither, read at start and again when they change.
+    # Default: unset (plain HTTP).
+    # cert_file = "/etc/mirrord/tls/admin.pem"
+    # key_file  = "/etc/mirrord/tls/admin-key.pem"
+
+    # Mutual TLS: every request, /healthz included, must present a client
+    # certificate signed by a CA in this PEM file. Needs cert_file. Counts as
+    # authentication for a listener on another address than loopback.
+    # Default: unset (no client certificates).
+    # client_ca_file = "/etc/mirrord/tls/admin-clients-ca.pem"
+
+    # Lets mirrord run listen on an address other hosts reach without a token
+    # or client certificates; it logs a warning at start. Anyone who reaches
+    # the port can then pause and resume links.
+    # Default: false.
+    # insecure_no_auth = false
+  }
 }
 
 # A cluster block says how to reach one Kafka cluster; its name is what
@@ -99,10 +156,14 @@ cluster "dc1" {
     # Required with a mechanism.
     username = "mirrord"
 
-    # The password: either password (in this file) or password_env (the name
-    # of an environment variable that holds it, read at start), not both.
+    # The password: exactly one of password (in this file), password_env (the
+    # name of an environment variable that holds it, read at start) or
+    # password_file (a file that holds it, e.g. a mounted Kubernetes secret;
+    # read at start, and again for new connections when it changes).
+    # Surrounding whitespace in the file is ignored.
     # The password never appears in logs, errors or the admin API.
-    # password = "..."
+    # password      = "..."
+    # password_file = "/etc/mirrord/secrets/dc1-kafka-password"
     password_env = "DC1_KAFKA_PASSWORD"
   }
 }
@@ -116,6 +177,40 @@ cluster "cloud" {
     cert_file = "/etc/mirrord/tls/client.pem"
     key_file  = "/etc/mirrord/tls/client-key.pem"
   }
+
+  # SASL OAUTHBEARER (OAuth 2.0 tokens), for clusters that use OAuth rather
+  # than passwords. mechanism = "OAUTHBEARER" takes no username or password,
+  # and a token from exactly one of:
+  #
+  # token_file: a file that holds a token that something else keeps fresh (a
+  # sidecar, a projected service account token); read for each new
+  # connection when it changed.
+  #
+  # token_endpoint: mirrord gets tokens itself with the OAuth client-
+  # credentials grant: it POSTs grant_type=client_credentials (and scope) to
+  # the endpoint as client_id with the client secret (HTTP Basic), and keeps
+  # each token until shortly before its expires_in. https, or http on a
+  # loopback address only. The client secret comes from client_secret_file
+  # (read again when it changes) or client_secret_env, never from this file:
+  #   client_secret = "..."   is an error.
+  # scope is optional (Default: unset).
+  #
+  # extensions: SASL extensions sent with the token (RFC 7628), names made of
+  # letters only. Default: none.
+  #
+  # sasl {
+  #   mechanism          = "OAUTHBEARER"
+  #   token_endpoint     = "https://idp.example.com/oauth2/token"
+  #   client_id          = "mirrord-dc1"
+  #   client_secret_file = "/etc/mirrord/secrets/cloud-oauth-client-secret"
+  #   scope              = "kafka"
+  #   extensions         = { logicalCluster = "lkc-abc123", identityPoolId = "pool-xyz" }
+  # }
+  #
+  # Instead of client_secret_file:
+  # client_secret_env = "CLOUD_OAUTH_CLIENT_SECRET"
+  # Instead of token_endpoint, client_id and the client secret:
+  # token_file = "/var/run/secrets/kafka/token"
 }
 
 # A link mirrors the selected topics of its source cluster into its

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +68,12 @@ type Agent struct {
 	reg   *prometheus.Registry
 	links []*link.Link
 	mux   *http.ServeMux
+	// handler is mux behind the guard: what the listener serves.
+	handler http.Handler
+	guard   *guard
+	tls     *tls.Config // nil: plain HTTP
+	certs   *keyPair    // the listener's certificate, with tls
+	limits  httpLimits
 
 	// clusters are the clusters some link uses, in the order links name
 	// them, with their kgo options, for the start-up pings.
@@ -102,10 +110,11 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 		deps.Options = dial.Options
 	}
 	a := &Agent{
-		cfg:   cfg,
-		log:   deps.Logger.Named("agent"),
-		reg:   deps.Registry,
-		ready: make(chan struct{}),
+		cfg:    cfg,
+		log:    deps.Logger.Named("agent"),
+		reg:    deps.Registry,
+		ready:  make(chan struct{}),
+		limits: defaultHTTPLimits,
 	}
 
 	// Options per cluster, read once (they load the TLS files).
@@ -175,16 +184,26 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	var err error
+	if a.guard, err = newGuard(cfg.Agent.Admin, a.log.Named("http"), a.reg); err != nil {
+		return nil, err
+	}
+	if a.tls, a.certs, err = listenerTLS(cfg.Agent.Admin, a.log.Named("http")); err != nil {
+		return nil, err
+	}
 	a.mux = a.routes()
+	a.handler = a.guard.wrap(a.mux)
 	return a, nil
 }
 
 // Links returns the agent's links in configuration order.
 func (a *Agent) Links() []*link.Link { return slices.Clone(a.links) }
 
-// Handler is the HTTP API: /metrics, /healthz, /readyz and /v1/links. Run
-// serves it on agent.listen; it also works without Run (tests).
-func (a *Agent) Handler() http.Handler { return a.mux }
+// Handler is the HTTP API: /metrics, /healthz, /readyz and /v1/links,
+// behind the access control and limits of agent.admin. Run serves it on
+// agent.listen (with TLS when agent.admin.cert_file is set); it also works
+// without Run (tests).
+func (a *Agent) Handler() http.Handler { return a.handler }
 
 // Ready is closed once Run listens; Addr then returns the bound address.
 // It stays open if Run fails before it listens.
@@ -218,20 +237,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.addrMu.Lock()
 	a.addr = ln.Addr()
 	a.addrMu.Unlock()
+	if a.tls != nil {
+		ln = tls.NewListener(ln, a.tls)
+	}
+	a.warnExposure()
 	// Logged before Ready closes, so that whoever waits on Ready finds
 	// the address in the log.
-	a.log.Info("http listening", "addr", ln.Addr().String(), "metrics", "/metrics", "api", "/v1/links")
+	a.log.Info("http listening", "addr", ln.Addr().String(), "tls", a.tls != nil, "auth", a.authMode(),
+		"metrics", "/metrics", "api", "/v1/links")
 	close(a.ready)
 
-	srv := &http.Server{
-		Handler:           a.mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
-	}
+	srv := a.server()
 
 	g, gctx := errgroup.WithContext(ctx)
 	linksDone := make(chan struct{})
@@ -264,6 +280,57 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("stopped")
 	return nil
+}
+
+// server is the HTTP server of the listener, with its timeouts.
+func (a *Agent) server() *http.Server {
+	return &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: a.limits.readHeader,
+		ReadTimeout:       a.limits.read,
+		WriteTimeout:      a.limits.write,
+		IdleTimeout:       a.limits.idle,
+		MaxHeaderBytes:    a.limits.maxHeaderBytes,
+		ErrorLog:          a.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
+	}
+}
+
+// authMode says how requests to the admin API are authenticated, for the
+// start-up log.
+func (a *Agent) authMode() string {
+	ad := a.cfg.Agent.Admin
+	var modes []string
+	switch {
+	case ad.TokenFile != "":
+		modes = append(modes, "token from agent.admin.token_file "+ad.TokenFile)
+	case ad.TokenEnv != "":
+		modes = append(modes, "token from environment variable "+ad.TokenEnv)
+	case ad.Token != "":
+		modes = append(modes, "token")
+	}
+	if ad.ClientCAFile != "" {
+		modes = append(modes, "client certificates")
+	}
+	if len(modes) == 0 {
+		return "none"
+	}
+	return strings.Join(modes, " and ")
+}
+
+// warnExposure warns at start about a listener that other hosts reach
+// without authentication, or with a token over plain HTTP.
+func (a *Agent) warnExposure() {
+	ag := a.cfg.Agent
+	if ag.ListensOnLoopback() {
+		return
+	}
+	switch ad := ag.Admin; {
+	case ad.InsecureNoAuth:
+		a.log.Warn("the admin API accepts requests without authentication from anyone who can reach agent.listen, who can pause and resume links (agent.admin.insecure_no_auth = true); set agent.admin.token_file or token_env",
+			"listen", ag.Listen)
+	case ad.Token != "" && a.tls == nil:
+		a.log.Warn("the admin token crosses the network unencrypted; set agent.admin.cert_file and key_file for TLS", "listen", ag.Listen)
+	}
 }
 
 // runLinks runs every link and pings every cluster until ctx ends.

@@ -20,11 +20,30 @@
 // is done. A link drains for at most half of agent.shutdown_timeout and
 // commits its final checkpoint within the other half.
 //
+// # Access and limits
+//
+// The HTTP handler is the routes behind a guard (admin.go) that applies
+// agent.admin: with a token (token_env, or token_file read again when it
+// changes), every request under /v1/ — every method, so endpoints added
+// later are covered without a list to keep — and /metrics with
+// protect_metrics need "Authorization: Bearer <token>": 401 with
+// WWW-Authenticate: Bearer without one, 403 for a wrong one, compared in
+// constant time. /healthz, /readyz and the status page at / stay open.
+// Under /v1/ the path must be literal and canonical, at most
+// MaxConcurrentAdminRequests are served at once (503 with Retry-After
+// beyond), and a body is read in full up to MaxRequestBody (413 beyond)
+// before the handler runs. The server has header, read, write and idle
+// timeouts. With cert_file the listener serves TLS (the certificate read
+// again when its files change), with client_ca_file it requires client
+// certificates. Run warns at start about a listener that other hosts reach
+// with insecure_no_auth, or with a token over plain HTTP.
+//
 // # Metrics
 //
 // Everything is registered on one registry under the namespace mirrord_:
 // the link, fetcher and appender metrics (labelled by link),
-// mirrord_build_info, and the franz-go client metrics as
+// mirrord_build_info, mirrord_http_requests_refused_total{reason}, and the
+// franz-go client metrics as
 // mirrord_kafka_*{cluster, role}, one kprom.Metrics per cluster and role
 // (source or destination) shared by every client of that role. kprom's
 // buffered_* gauges read the first client of each role only; mirrord sends

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ const (
 	DefaultCheckCRCs                    = false
 	DefaultShutdownTimeout              = 15 * time.Second
 
+	// MinAdminTokenLength is the shortest admin token accepted.
+	MinAdminTokenLength = 16
+
 	// MinMaxBufferedBytes is the smallest accepted max_buffered_bytes: one
 	// batch of the broker's default maximum size (1 MiB) must fit.
 	MinMaxBufferedBytes = int64(1 << 20)
@@ -55,6 +59,7 @@ const (
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
 	MechanismScramSHA512 = "SCRAM-SHA-512"
+	MechanismOAuthBearer = "OAUTHBEARER"
 )
 
 var (
@@ -62,7 +67,7 @@ var (
 	logFormats   = []string{"text", "json"}
 	startFroms   = []string{string(StartEarliest), string(StartLatest)}
 	outOfRanges  = []string{string(OutOfRangeFail), string(OutOfRangeEarliest)}
-	mechanisms   = []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512}
+	mechanisms   = []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer}
 	placeholders = []string{"{topic}", "{source}"}
 )
 
@@ -93,6 +98,77 @@ type Agent struct {
 	// ShutdownTimeout bounds a graceful stop: the drain of in-flight
 	// appends and the final checkpoints of every link.
 	ShutdownTimeout time.Duration
+	// Admin secures the HTTP listener.
+	Admin Admin
+}
+
+// ListensOnLoopback reports whether Listen is a loopback address, which
+// only processes on the same host (or in the same network namespace) can
+// reach.
+func (a Agent) ListensOnLoopback() bool { return IsLoopback(a.Listen) }
+
+// IsLoopback reports whether the host of a host:port address is a loopback
+// address: localhost, 127.0.0.0/8 or ::1. Any other host, and an empty one
+// (every interface), is not; host names other than localhost are not
+// resolved.
+func IsLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	return isLoopbackHost(host)
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%") // an IPv6 zone
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Admin is the agent's admin block: who may use the HTTP listener and how
+// it is encrypted.
+//
+// With a token, every request under /v1/ (and /metrics with
+// ProtectMetrics) needs "Authorization: Bearer <token>". Parse reads Token
+// from TokenEnv or TokenFile; the agent reads TokenFile again when it
+// changes. Its String, GoString, Format and MarshalJSON never show the
+// token.
+type Admin struct {
+	TokenEnv  string // the environment variable Token was read from, if any
+	TokenFile string // the file Token was read from, if any; read again when it changes
+	Token     string // never printed
+
+	// ProtectMetrics makes /metrics need the token too.
+	ProtectMetrics bool
+	// InsecureNoAuth lets the listener be reachable from other hosts
+	// without a token or client certificates.
+	InsecureNoAuth bool
+
+	// CertFile and KeyFile make the listener serve TLS (both or
+	// neither); they are read again when they change.
+	CertFile string
+	KeyFile  string
+	// ClientCAFile makes the listener require a client certificate signed
+	// by one of its CAs (mutual TLS), for every request.
+	ClientCAFile string
+}
+
+// TokenSource says where the token comes from, for messages:
+// "environment variable NAME (agent.admin.token_env)", "file PATH
+// (agent.admin.token_file)", or "" without a token.
+func (a Admin) TokenSource() string {
+	switch {
+	case a.TokenEnv != "":
+		return fmt.Sprintf("environment variable %s (agent.admin.token_env)", a.TokenEnv)
+	case a.TokenFile != "":
+		return fmt.Sprintf("file %s (agent.admin.token_file)", a.TokenFile)
+	case a.Token != "":
+		return "the configuration"
+	}
+	return ""
 }
 
 // Cluster is one cluster block: how to reach a Kafka cluster.
@@ -121,13 +197,31 @@ type TLS struct {
 	InsecureSkipVerify bool
 }
 
-// SASL configures SASL authentication. Mechanism "" means no SASL. Parse
-// resolves Password from PasswordEnv, so Password is what the client uses.
+// SASL configures SASL authentication. Mechanism "" means no SASL.
+//
+// PLAIN and SCRAM use Username and Password. Parse resolves Password from
+// PasswordEnv or PasswordFile, so Password is what the client uses;
+// with PasswordFile the client reads the file again when it changes.
+//
+// OAUTHBEARER uses a token from TokenFile (read again when it changes), or
+// one that the client gets from TokenEndpoint with the client-credentials
+// grant as ClientID and ClientSecret (resolved from ClientSecretEnv or
+// ClientSecretFile), for Scope. Extensions are sent with the token.
 type SASL struct {
-	Mechanism   string // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | ""
-	Username    string
-	Password    string // never printed
-	PasswordEnv string // the environment variable Password was read from, if any
+	Mechanism    string // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER | ""
+	Username     string
+	Password     string // never printed
+	PasswordEnv  string // the environment variable Password was read from, if any
+	PasswordFile string // the file Password was read from, if any
+
+	TokenFile        string
+	TokenEndpoint    string
+	ClientID         string
+	ClientSecret     string // never printed
+	ClientSecretEnv  string // the environment variable ClientSecret was read from, if any
+	ClientSecretFile string // the file ClientSecret was read from, if any
+	Scope            string
+	Extensions       map[string]string
 }
 
 // Link is one link block: what to mirror from Source to Destination (both
@@ -257,37 +351,116 @@ func hide(secret string) string {
 	return redacted
 }
 
-// String shows the SASL settings with the password redacted.
-func (s SASL) String() string {
-	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s PasswordEnv:%s}",
-		s.Mechanism, s.Username, hide(s.Password), s.PasswordEnv)
+// fields are s's settings as name, value pairs, secrets redacted, for the
+// printed forms; the OAUTHBEARER ones only when set.
+func (s SASL) fields() [][2]string {
+	f := [][2]string{{"Mechanism", s.Mechanism}, {"Username", s.Username}, {"Password", hide(s.Password)}, {"PasswordEnv", s.PasswordEnv}}
+	if s.PasswordFile != "" {
+		f = append(f, [2]string{"PasswordFile", s.PasswordFile})
+	}
+	for _, kv := range [][2]string{
+		{"TokenFile", s.TokenFile}, {"TokenEndpoint", s.TokenEndpoint}, {"ClientID", s.ClientID},
+		{"ClientSecret", hide(s.ClientSecret)}, {"ClientSecretEnv", s.ClientSecretEnv},
+		{"ClientSecretFile", s.ClientSecretFile}, {"Scope", s.Scope},
+	} {
+		if kv[1] != "" {
+			f = append(f, kv)
+		}
+	}
+	if len(s.Extensions) > 0 {
+		f = append(f, [2]string{"Extensions", fmt.Sprint(s.Extensions)})
+	}
+	return f
 }
 
-// GoString is the %#v form, with the password redacted.
-func (s SASL) GoString() string {
-	return fmt.Sprintf("config.SASL{Mechanism:%q, Username:%q, Password:%q, PasswordEnv:%q}",
-		s.Mechanism, s.Username, hide(s.Password), s.PasswordEnv)
-}
+// String shows the SASL settings with the secrets redacted.
+func (s SASL) String() string { return formatFields(s.fields(), "%s:%s") }
 
-// Format prints s with any verb without ever showing the password.
-func (s SASL) Format(f fmt.State, verb rune) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		fmt.Fprint(f, s.GoString())
-	case verb == 'v' && !f.Flag('+'):
-		fmt.Fprintf(f, "{%s %s %s %s}", s.Mechanism, s.Username, hide(s.Password), s.PasswordEnv)
-	case verb == 'q':
-		fmt.Fprintf(f, "%q", s.String())
-	default:
-		fmt.Fprint(f, s.String())
+// GoString is the %#v form, with the secrets redacted.
+func (s SASL) GoString() string { return "config.SASL" + formatFields(s.fields(), "%s:%q") }
+
+// Format prints s with any verb without ever showing a secret.
+func (s SASL) Format(f fmt.State, verb rune) { formatRedacted(f, verb, s) }
+
+// MarshalJSON encodes s with the secrets redacted, so that a JSON log
+// line or API response never carries them.
+func (s SASL) MarshalJSON() ([]byte, error) { return marshalFields(s.fields()) }
+
+// fields are a's settings, the token redacted.
+func (a Admin) fields() [][2]string {
+	return [][2]string{
+		{"TokenEnv", a.TokenEnv}, {"TokenFile", a.TokenFile}, {"Token", hide(a.Token)},
+		{"ProtectMetrics", fmt.Sprint(a.ProtectMetrics)}, {"InsecureNoAuth", fmt.Sprint(a.InsecureNoAuth)},
+		{"CertFile", a.CertFile}, {"KeyFile", a.KeyFile}, {"ClientCAFile", a.ClientCAFile},
 	}
 }
 
-// MarshalJSON encodes s with the password redacted, so that a JSON log
-// line or API response never carries it.
-func (s SASL) MarshalJSON() ([]byte, error) {
-	return fmt.Appendf(nil, `{"Mechanism":%q,"Username":%q,"Password":%q,"PasswordEnv":%q}`,
-		s.Mechanism, s.Username, hide(s.Password), s.PasswordEnv), nil
+// String shows the admin settings with the token redacted.
+func (a Admin) String() string { return formatFields(a.fields(), "%s:%s") }
+
+// GoString is the %#v form, with the token redacted.
+func (a Admin) GoString() string { return "config.Admin" + formatFields(a.fields(), "%s:%q") }
+
+// Format prints a with any verb without ever showing the token.
+func (a Admin) Format(f fmt.State, verb rune) { formatRedacted(f, verb, a) }
+
+// MarshalJSON encodes a with the token redacted.
+func (a Admin) MarshalJSON() ([]byte, error) { return marshalFields(a.fields()) }
+
+// redactedValue is a type whose printed forms are built from its fields.
+type redactedValue interface {
+	String() string
+	GoString() string
+	fields() [][2]string
+}
+
+// formatRedacted implements fmt.Formatter for v: %#v is GoString, %v the
+// values alone, %q the quoted String, every other verb String. No verb
+// reaches the fields themselves, so none can print a secret.
+func formatRedacted(f fmt.State, verb rune, v redactedValue) {
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		fmt.Fprint(f, v.GoString())
+	case verb == 'v' && !f.Flag('+'):
+		var vals []string
+		for _, kv := range v.fields() {
+			vals = append(vals, kv[1])
+		}
+		fmt.Fprintf(f, "{%s}", strings.Join(vals, " "))
+	case verb == 'q':
+		fmt.Fprintf(f, "%q", v.String())
+	default:
+		fmt.Fprint(f, v.String())
+	}
+}
+
+func formatFields(fields [][2]string, format string) string {
+	parts := make([]string, len(fields))
+	for i, kv := range fields {
+		parts[i] = fmt.Sprintf(format, kv[0], kv[1])
+	}
+	sep := " "
+	if strings.Contains(format, "%q") {
+		sep = ", "
+	}
+	return "{" + strings.Join(parts, sep) + "}"
+}
+
+func marshalFields(fields [][2]string) ([]byte, error) {
+	b := []byte{'{'}
+	for i, kv := range fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%q:", kv[0])
+		switch kv[1] {
+		case "true", "false":
+			b = append(b, kv[1]...)
+		default:
+			b = fmt.Appendf(b, "%q", kv[1])
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // String shows the cluster with the SASL password redacted.

@@ -86,10 +86,13 @@ func assertConfig(t *testing.T, got, want *Config) {
 	if !reflect.DeepEqual(gc, wc) {
 		t.Errorf("config:\n got %#v\nwant %#v", gc, wc)
 	}
-	for name, c := range want.Clusters { // %#v redacts passwords
-		if g, ok := got.Clusters[name]; ok && g.SASL.Password != c.SASL.Password {
-			t.Errorf("cluster %s: password differs", name)
+	for name, c := range want.Clusters { // %#v redacts secrets
+		if g, ok := got.Clusters[name]; ok && (g.SASL.Password != c.SASL.Password || g.SASL.ClientSecret != c.SASL.ClientSecret) {
+			t.Errorf("cluster %s: password or client secret differs", name)
 		}
+	}
+	if got.Agent.Admin.Token != want.Agent.Admin.Token {
+		t.Errorf("admin token differs")
 	}
 	if !reflect.DeepEqual(gl, wl) {
 		t.Errorf("links:\n got %+v\nwant %+v", gl, wl)
@@ -106,6 +109,13 @@ agent {
   log_level  = "debug"
   log_format = "json"
   shutdown_timeout = "40s"
+  admin {
+    token_env       = "ADMIN_TOKEN"
+    protect_metrics = true
+    cert_file       = "/tls/admin.pem"
+    key_file        = "/tls/admin-key.pem"
+    client_ca_file  = "/tls/admin-clients.pem"
+  }
 }
 
 cluster "src" {
@@ -169,9 +179,11 @@ link "back" {
   max_buffered_bytes = 2097152
 }
 `
-	got := mustParse(t, src, "SRC_PW=from-env", "UNRELATED=x")
+	got := mustParse(t, src, "SRC_PW=from-env", "UNRELATED=x", "ADMIN_TOKEN=admin-token-0123456789")
 	want := &Config{
-		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json", ShutdownTimeout: 40 * time.Second},
+		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json", ShutdownTimeout: 40 * time.Second,
+			Admin: Admin{TokenEnv: "ADMIN_TOKEN", Token: "admin-token-0123456789", ProtectMetrics: true,
+				CertFile: "/tls/admin.pem", KeyFile: "/tls/admin-key.pem", ClientCAFile: "/tls/admin-clients.pem"}},
 		Clusters: map[string]*Cluster{
 			"src": {
 				Name: "src", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-src",
@@ -338,7 +350,7 @@ func TestParseProblems(t *testing.T) {
 	}, {
 		name: "bad sasl mechanism",
 		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"scram-sha-512\"\n    username = \"u\"\n    password = \"p\"\n  }\n}\n" + withLink(),
-		want: []string{`t.hcl:4:17: cluster.c.sasl.mechanism: "scram-sha-512" is not allowed (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)`},
+		want: []string{`t.hcl:4:17: cluster.c.sasl.mechanism: "scram-sha-512" is not allowed (use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)`},
 	}, {
 		name: "checkpoint interval above a third of the session timeout",
 		src:  withLink(`checkpoint_interval = "15s"`, `session_timeout = "30s"`),
@@ -427,7 +439,7 @@ func TestParseProblems(t *testing.T) {
 	}, {
 		name: "sasl without a mechanism",
 		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    username = \"u\"\n  }\n}\n" + withLink(),
-		want: []string{`t.hcl:3:3: cluster.c.sasl.mechanism: required when other sasl keys are set (set mechanism = "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512")`},
+		want: []string{`t.hcl:3:3: cluster.c.sasl.mechanism: required when other sasl keys are set (set mechanism = "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512" or "OAUTHBEARER")`},
 	}, {
 		name: "password_env naming an unset variable",
 		src:  "cluster \"c\" {\n  bootstrap_servers = [\"c:1\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n    password_env = \"C_PASSWORD\"\n  }\n}\n" + withLink(),

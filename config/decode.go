@@ -22,6 +22,8 @@ type decoder struct {
 	ps      *problems
 	origins map[string]origin   // key path → where its value came from
 	labels  map[string][]string // "cluster", "link" → labels in file order
+	// agentOnly: ParseAgent, which reads no cluster secret.
+	agentOnly bool
 }
 
 func newDecoder(file string, src []byte, ps *problems) *decoder {
@@ -134,6 +136,11 @@ func (d *decoder) body(body hcl.Body, spec *blockSpec, prefix string, out map[st
 		ks, _ := spec.key(name)
 		key := joinKey(prefix, name)
 		d.origins[key] = d.at(attr.Expr.Range().Start) // problems point at the value
+		if ks.refuse != "" {
+			d.ps.add(d.at(attr.NameRange.Start), key, "not allowed", ks.refuse)
+			d.ps.fail(key)
+			continue
+		}
 		if v, ok := d.value(attr.Expr, ks, key); ok {
 			out[name] = v
 		} else {
@@ -219,8 +226,11 @@ func (d *decoder) schemaDiag(diag *hcl.Diagnostic, spec *blockSpec, prefix strin
 // kind: string, bool, int64, time.Duration, int64 (size) or []string.
 func (d *decoder) value(expr hcl.Expression, ks keySpec, key string) (any, bool) {
 	at := d.at(expr.Range().Start)
-	if ks.kind == kindList {
+	switch ks.kind {
+	case kindList:
 		return d.list(expr, key)
+	case kindMap:
+		return d.stringMap(expr, key)
 	}
 	v, diags := expr.Value(nil)
 	if diags.HasErrors() {
@@ -313,6 +323,55 @@ func (d *decoder) list(expr hcl.Expression, key string) (any, bool) {
 			ok = false
 		default:
 			out = append(out, v.AsString())
+		}
+	}
+	return out, ok
+}
+
+const mapHint = `write a map of strings such as { key = "value" }`
+
+// stringMap decodes a map of strings, entry by entry so that each entry
+// has its own position (key.name).
+func (d *decoder) stringMap(expr hcl.Expression, key string) (any, bool) {
+	at := d.at(expr.Range().Start)
+	pairs, diags := hcl.ExprMap(expr)
+	if diags.HasErrors() {
+		v, vdiags := expr.Value(nil)
+		if vdiags.HasErrors() {
+			d.notLiteral(at, key, vdiags)
+		} else {
+			d.ps.add(at, key, "must be a map of strings, got "+typeName(v.Type()), mapHint)
+		}
+		return nil, false
+	}
+	out := make(map[string]string, len(pairs))
+	ok := true
+	for _, p := range pairs {
+		kat := d.at(p.Key.Range().Start)
+		k, diags := p.Key.Value(nil)
+		if diags.HasErrors() || k.IsNull() || k.Type() != cty.String {
+			d.ps.add(kat, key, "map keys must be names or strings", mapHint)
+			ok = false
+			continue
+		}
+		ekey := joinKey(key, k.AsString())
+		if _, dup := out[k.AsString()]; dup {
+			d.ps.add(kat, ekey, "set twice", "keep one")
+			ok = false
+			continue
+		}
+		vat := d.at(p.Value.Range().Start)
+		d.origins[ekey] = vat
+		v, diags := p.Value.Value(nil)
+		switch {
+		case diags.HasErrors():
+			d.notLiteral(vat, ekey, diags)
+			ok = false
+		case v.IsNull() || v.Type() != cty.String:
+			d.ps.add(vat, ekey, "must be a string, got "+typeName(v.Type()), "put the value in double quotes")
+			ok = false
+		default:
+			out[k.AsString()] = v.AsString()
 		}
 	}
 	return out, ok

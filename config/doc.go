@@ -40,13 +40,14 @@
 //	MIRRORD_LINK__eu__TOPICS__INCLUDE=["a{1,2}", "b"]
 //
 // Values are written as in the file without quotes; a list is either
-// comma-separated or an HCL list (for patterns that contain commas).
+// comma-separated or an HCL list (for patterns that contain commas); a map
+// is comma-separated key=value pairs or an HCL map ({key = "value"}).
 // Overrides change blocks that the file defines: naming a cluster or link
 // that is not in the file is an error, as are unknown keys and bad
 // values. A variable whose name does not start with MIRRORD_AGENT,
 // MIRRORD_CLUSTER or MIRRORD_LINK is not an override and is ignored (the
 // command line may use such names), and so is a variable that some
-// password_env names.
+// password_env, token_env or client_secret_env names.
 //
 // # Rules
 //
@@ -66,9 +67,32 @@
 //
 // # Secrets
 //
-// The SASL password never appears in an error, and Cluster and SASL
-// redact it in every fmt verb and in JSON. Prefer password_env, which
-// names an environment variable that holds the password.
+// A secret comes from the environment or from a file, and for the SASL
+// password also from the file itself: password, password_env or
+// password_file (exactly one); the admin token from token_env or
+// token_file; the OAuth client secret from client_secret_env or
+// client_secret_file. The admin token and the client secret are never
+// written in the configuration: a token or client_secret key, in the file
+// or as an override, is a problem that says where to put it. Parse reads
+// every secret (a file's surrounding whitespace removed) and reports a
+// variable that is unset or empty and a file that is missing, unreadable
+// or empty at the key that names it; the components that use a secret
+// from a file read it again when it changes (internal/secret). A token
+// file of an OAUTHBEARER cluster is checked the same way.
 //
-// The package has no goroutines and no state; Load reads one file.
+// No secret appears in an error: messages name the variable or the file,
+// and a token endpoint with credentials in its URL is not shown. Admin,
+// Cluster and SASL redact their secrets in every fmt verb and in JSON.
+//
+// # The admin listener
+//
+// agent.listen on an address other than loopback (localhost, 127.0.0.0/8,
+// ::1) needs agent.admin.token_env or token_file, or client certificates
+// (client_ca_file), or an explicit insecure_no_auth = true: otherwise
+// Parse reports agent.admin.token_env at the position of agent.listen.
+// ParseAgent and LoadAgent parse the agent block alone, for the commands
+// that call a running agent's admin API.
+//
+// The package has no goroutines and no state; Load reads one file, and
+// Parse the secret files that the configuration names.
 package config

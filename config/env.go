@@ -25,8 +25,8 @@ type override struct {
 
 // environment reads the MIRRORD_ overrides from environ. It reports bad
 // names and values and returns the accepted overrides by variable name.
-// Variables named by some password_env are secrets, not overrides, and are
-// left alone. values are the decoded file values (for password_env).
+// Variables named by some password_env, token_env or client_secret_env are
+// secrets, not overrides, and are left alone. values are the decoded file values (for password_env).
 func (d *decoder) environment(environ []string, values map[string]any) map[string]override {
 	type entry struct{ name, value string }
 	var entries []entry
@@ -38,18 +38,17 @@ func (d *decoder) environment(environ []string, values map[string]any) map[strin
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 
-	// Names referenced by password_env in the file or in an override.
+	// Names that password_env, token_env or client_secret_env give, in
+	// the file or in an override: secrets, not overrides.
 	secrets := map[string]bool{}
-	clusters, _ := values["cluster"].(map[string]any)
-	for _, c := range clusters {
-		sasl, _ := c.(map[string]any)["sasl"].(map[string]any)
-		if name, ok := sasl["password_env"].(string); ok {
-			secrets[name] = true
-		}
-	}
+	envRefValues(rootSpec, values, secrets)
+	refKeys := envRefKeys()
 	for _, e := range entries {
-		if strings.HasSuffix(strings.ToUpper(e.name), envLevelSep+"SASL"+envLevelSep+"PASSWORD_ENV") {
-			secrets[e.value] = true
+		upper := strings.ToUpper(e.name)
+		for _, k := range refKeys {
+			if strings.HasSuffix(upper, envLevelSep+strings.ToUpper(k)) {
+				secrets[e.value] = true
+			}
 		}
 	}
 
@@ -141,6 +140,10 @@ func (d *decoder) envKey(name string) (key string, ks keySpec, ok bool) {
 				d.ps.add(at, joinKey(key, lname), "unknown key", spec.unknownHint(lname, false))
 				return "", keySpec{}, false
 			}
+			if k.refuse != "" {
+				d.ps.add(at, joinKey(key, lname), "not allowed", k.refuse)
+				return "", keySpec{}, false
+			}
 			return joinKey(key, lname), k, true
 		}
 		sub, found := spec.block(lname)
@@ -210,6 +213,56 @@ func envValue(ks keySpec, s, name, key string, d *decoder) (any, string, string)
 			out = append(out, e.AsString())
 		}
 		return out, "", ""
+	case kindMap:
+		return envMap(s, name, key, d)
 	}
 	return nil, "unsupported key kind", "report this as a bug"
+}
+
+const envMapHint = `write comma-separated key=value pairs, or an HCL map such as {key = "value"}`
+
+// envMap converts an override of a map: key=value pairs separated by
+// commas, or an HCL map ({key = "value"}) for values with commas.
+func envMap(s, name, key string, d *decoder) (any, string, string) {
+	t := strings.TrimSpace(s)
+	out := map[string]string{}
+	if !strings.HasPrefix(t, "{") {
+		for _, part := range strings.Split(t, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(part, "=")
+			k = strings.TrimSpace(k)
+			if !ok || k == "" {
+				return nil, "invalid map entry " + strconv.Quote(part), envMapHint
+			}
+			if _, dup := out[k]; dup {
+				return nil, fmt.Sprintf("%s is set twice", k), "keep one"
+			}
+			out[k] = strings.TrimSpace(v)
+			d.origins[joinKey(key, k)] = origin{env: name}
+		}
+		return out, "", ""
+	}
+	expr, diags := hclsyntax.ParseExpression([]byte(t), name, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, "invalid map", envMapHint
+	}
+	pairs, diags := hcl.ExprMap(expr)
+	if diags.HasErrors() {
+		return nil, "invalid map", envMapHint
+	}
+	for _, p := range pairs {
+		k, kd := p.Key.Value(nil)
+		v, vd := p.Value.Value(nil)
+		if kd.HasErrors() || vd.HasErrors() || k.IsNull() || v.IsNull() || k.Type() != cty.String || v.Type() != cty.String {
+			return nil, "invalid map", "every key and value must be a string"
+		}
+		if _, dup := out[k.AsString()]; dup {
+			return nil, fmt.Sprintf("%s is set twice", k.AsString()), "keep one"
+		}
+		out[k.AsString()] = v.AsString()
+		d.origins[joinKey(key, k.AsString())] = origin{env: name}
+	}
+	return out, "", ""
 }

@@ -107,7 +107,7 @@ func TestValidateBuiltConfig(t *testing.T) {
 	err := c.Validate()
 	want := []string{
 		`cluster.source.sasl.username: required for SASL (set username)`,
-		`cluster.source.sasl.password: required for SASL (set password, or password_env to the name of an environment variable that holds it)`,
+		`cluster.source.sasl.password: required for SASL (set password_file to a file that holds it, password_env to the name of an environment variable that holds it, or password)`,
 		`link.demo.destination: cluster "nowhere" is not defined (define cluster "nowhere" { ... } or use one of: destination, source)`,
 		`link.demo.checkpoint_interval: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`,
 	}

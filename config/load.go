@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/seed83556561/mirrord/internal/secret"
 )
 
 // Load reads the HCL file at path and parses it with the process's
@@ -32,8 +35,36 @@ func Load(path string) (*Config, error) {
 // problem it returns nil and one error that lists every problem (see
 // Problem); the error matches ErrInvalid.
 func Parse(filename string, src []byte, environ []string) (*Config, error) {
+	return parse(filename, src, environ, false)
+}
+
+// LoadAgent reads the HCL file at path and parses its agent block with the
+// process's environment (see ParseAgent).
+func LoadAgent(path string) (Agent, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return Agent{}, fmt.Errorf("read config: %w", err)
+	}
+	return ParseAgent(path, src, os.Environ())
+}
+
+// ParseAgent is Parse for the commands that talk to a running agent
+// (mirrord links, pause, resume): it returns the validated agent block,
+// with the admin token read from token_env or token_file, and reports the
+// problems of the agent block only. The clusters' secrets are not read, so
+// their variables and files need not be there.
+func ParseAgent(filename string, src []byte, environ []string) (Agent, error) {
+	cfg, err := parse(filename, src, environ, true)
+	if err != nil {
+		return Agent{}, err
+	}
+	return cfg.Agent, nil
+}
+
+func parse(filename string, src []byte, environ []string, agentOnly bool) (*Config, error) {
 	ps := &problems{}
 	d := newDecoder(filename, src, ps)
+	d.agentOnly = agentOnly
 	body := d.parse()
 	if body == nil {
 		return nil, ps.err()
@@ -80,6 +111,9 @@ func Parse(filename string, src []byte, environ []string) (*Config, error) {
 	cfg := d.build(&fc, environ)
 	cfg.File = filename
 	validate(cfg, d.where, ps)
+	if agentOnly {
+		ps.keep(func(p *Problem) bool { return p.Key == "" || p.Key == "agent" || strings.HasPrefix(p.Key, "agent.") })
+	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -109,6 +143,18 @@ type fileAgent struct {
 	LogFormat *string `koanf:"log_format"`
 
 	ShutdownTimeout *time.Duration `koanf:"shutdown_timeout"`
+
+	Admin fileAdmin `koanf:"admin"`
+}
+
+type fileAdmin struct {
+	TokenEnv       *string `koanf:"token_env"`
+	TokenFile      *string `koanf:"token_file"`
+	ProtectMetrics *bool   `koanf:"protect_metrics"`
+	InsecureNoAuth *bool   `koanf:"insecure_no_auth"`
+	CertFile       *string `koanf:"cert_file"`
+	KeyFile        *string `koanf:"key_file"`
+	ClientCAFile   *string `koanf:"client_ca_file"`
 }
 
 type fileCluster struct {
@@ -129,10 +175,19 @@ type fileTLS struct {
 }
 
 type fileSASL struct {
-	Mechanism   *string `koanf:"mechanism"`
-	Username    *string `koanf:"username"`
-	Password    *string `koanf:"password"`
-	PasswordEnv *string `koanf:"password_env"`
+	Mechanism    *string `koanf:"mechanism"`
+	Username     *string `koanf:"username"`
+	Password     *string `koanf:"password"`
+	PasswordEnv  *string `koanf:"password_env"`
+	PasswordFile *string `koanf:"password_file"`
+
+	TokenFile        *string           `koanf:"token_file"`
+	TokenEndpoint    *string           `koanf:"token_endpoint"`
+	ClientID         *string           `koanf:"client_id"`
+	ClientSecretEnv  *string           `koanf:"client_secret_env"`
+	ClientSecretFile *string           `koanf:"client_secret_file"`
+	Scope            *string           `koanf:"scope"`
+	Extensions       map[string]string `koanf:"extensions"`
 }
 
 type fileLink struct {
@@ -180,6 +235,7 @@ func (d *decoder) build(fc *fileConfig, environ []string) *Config {
 			LogFormat: or(fc.Agent.LogFormat, DefaultLogFormat),
 
 			ShutdownTimeout: or(fc.Agent.ShutdownTimeout, DefaultShutdownTimeout),
+			Admin:           d.buildAdmin(fc.Agent.Admin, environ),
 		},
 		Clusters: map[string]*Cluster{},
 	}
@@ -209,33 +265,138 @@ func (d *decoder) buildCluster(name string, fc fileCluster, environ []string) *C
 			InsecureSkipVerify: or(fc.TLS.InsecureSkipVerify, false),
 		},
 		SASL: SASL{
-			Mechanism:   or(fc.SASL.Mechanism, ""),
-			Username:    or(fc.SASL.Username, ""),
-			Password:    or(fc.SASL.Password, ""),
-			PasswordEnv: or(fc.SASL.PasswordEnv, ""),
+			Mechanism:        or(fc.SASL.Mechanism, ""),
+			Username:         or(fc.SASL.Username, ""),
+			PasswordEnv:      or(fc.SASL.PasswordEnv, ""),
+			PasswordFile:     or(fc.SASL.PasswordFile, ""),
+			TokenFile:        or(fc.SASL.TokenFile, ""),
+			TokenEndpoint:    or(fc.SASL.TokenEndpoint, ""),
+			ClientID:         or(fc.SASL.ClientID, ""),
+			ClientSecretEnv:  or(fc.SASL.ClientSecretEnv, ""),
+			ClientSecretFile: or(fc.SASL.ClientSecretFile, ""),
+			Scope:            or(fc.SASL.Scope, ""),
+			Extensions:       fc.SASL.Extensions,
 		},
 	}
-	if fc.SASL.PasswordEnv != nil {
-		envKey := key + ".sasl.password_env"
-		at := d.whereAny(envKey)
-		d.ps.fail(key + ".sasl.password") // reported here, if at all
-		switch value, set := lookupEnv(environ, c.SASL.PasswordEnv); {
-		case d.ps.hasFailed(envKey):
-		case fc.SASL.Password != nil:
-			d.ps.add(at, envKey, "password and password_env are both set", "keep one of them")
-		case c.SASL.PasswordEnv == "":
-			d.ps.add(at, envKey, "must not be empty", "name the environment variable that holds the password")
-		case !set:
-			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is not set", c.SASL.PasswordEnv),
-				"export it before starting mirrord, or set password instead")
-		case value == "":
-			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is empty", c.SASL.PasswordEnv),
-				"put the password in it")
-		default:
-			c.SASL.Password = value
-		}
+	if d.agentOnly {
+		// The commands that call the admin API need no cluster secret.
+		c.SASL.Password = or(fc.SASL.Password, "")
+		return c
+	}
+	prefix := key + ".sasl"
+	c.SASL.Password = d.secret(secretKeys{prefix: prefix, name: "password", what: "the password", literalAllowed: true},
+		fc.SASL.Password, fc.SASL.PasswordEnv, fc.SASL.PasswordFile, environ)
+	c.SASL.ClientSecret = d.secret(secretKeys{prefix: prefix, name: "client_secret", what: "the client secret"},
+		nil, fc.SASL.ClientSecretEnv, fc.SASL.ClientSecretFile, environ)
+	if fc.SASL.TokenFile != nil && !d.ps.hasFailed(prefix+".token_file") {
+		// Checked once here, so that a missing file is a problem at
+		// start; the client reads it again for every connection.
+		d.readSecretFile(prefix+".token_file", *fc.SASL.TokenFile, "the token")
 	}
 	return c
+}
+
+func (d *decoder) buildAdmin(fa fileAdmin, environ []string) Admin {
+	a := Admin{
+		TokenEnv:       or(fa.TokenEnv, ""),
+		TokenFile:      or(fa.TokenFile, ""),
+		ProtectMetrics: or(fa.ProtectMetrics, false),
+		InsecureNoAuth: or(fa.InsecureNoAuth, false),
+		CertFile:       or(fa.CertFile, ""),
+		KeyFile:        or(fa.KeyFile, ""),
+		ClientCAFile:   or(fa.ClientCAFile, ""),
+	}
+	a.Token = d.secret(secretKeys{prefix: "agent.admin", name: "token", what: "the admin token"},
+		nil, fa.TokenEnv, fa.TokenFile, environ)
+	return a
+}
+
+// secretKeys names the keys that give one secret: name (the value itself,
+// if literalAllowed), name_env and name_file, in the block prefix.
+type secretKeys struct {
+	prefix, name   string
+	what           string // "the password", for messages
+	literalAllowed bool
+}
+
+// secret resolves a secret from whichever of its keys is set and reports
+// what is wrong at that key. More than one set is a problem at the last.
+// When name_env or name_file is set, the key prefix.name is marked failed:
+// a problem with the secret is reported here, and validate does not report
+// it missing again.
+func (d *decoder) secret(k secretKeys, literal, env, file *string, environ []string) string {
+	key := func(suffix string) string { return k.prefix + "." + k.name + suffix }
+	var set []string
+	if literal != nil {
+		set = append(set, k.name)
+	}
+	if env != nil {
+		set = append(set, k.name+"_env")
+	}
+	if file != nil {
+		set = append(set, k.name+"_file")
+	}
+	if env != nil || file != nil {
+		d.ps.fail(key(""))
+	}
+	switch {
+	case len(set) == 0:
+		return ""
+	case len(set) > 1:
+		last := k.prefix + "." + set[len(set)-1]
+		msg := set[0] + " and " + set[1] + " are both set"
+		if len(set) == 3 {
+			msg = set[0] + ", " + set[1] + " and " + set[2] + " are all set"
+		}
+		d.ps.add(d.whereAny(last), last, msg, "keep one of them")
+		return ""
+	case env != nil:
+		envKey := key("_env")
+		at := d.whereAny(envKey)
+		alt := k.name + "_file"
+		if k.literalAllowed {
+			alt = k.name
+		}
+		switch value, found := lookupEnv(environ, *env); {
+		case d.ps.hasFailed(envKey):
+		case *env == "":
+			d.ps.add(at, envKey, "must not be empty", "name the environment variable that holds "+k.what)
+		case !found:
+			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is not set", *env),
+				"export it before starting mirrord, or set "+alt+" instead")
+		case strings.TrimSpace(value) == "":
+			d.ps.add(at, envKey, fmt.Sprintf("environment variable %s is empty", *env), "put "+k.what+" in it")
+		default:
+			return value
+		}
+		return ""
+	case file != nil:
+		if d.ps.hasFailed(key("_file")) {
+			return ""
+		}
+		return d.readSecretFile(key("_file"), *file, k.what)
+	}
+	return *literal
+}
+
+// readSecretFile reads the secret file that key names and reports why it
+// cannot be used. The message names the file, never its content.
+func (d *decoder) readSecretFile(key, path, what string) string {
+	at := d.whereAny(key)
+	if path == "" {
+		d.ps.add(at, key, "must not be empty", "name the file that holds "+what)
+		return ""
+	}
+	value, err := secret.Read(path)
+	switch {
+	case errors.Is(err, secret.ErrEmpty):
+		d.ps.add(at, key, fmt.Sprintf("%s is empty", path), "put "+what+" in it")
+	case errors.Is(err, fs.ErrNotExist):
+		d.ps.add(at, key, fmt.Sprintf("%s does not exist", path), "mount the secret there, or name the file that holds "+what)
+	case err != nil:
+		d.ps.add(at, key, "cannot read "+what+": "+err.Error(), "make the file readable by mirrord's user")
+	}
+	return value
 }
 
 // lookupEnv finds name in environ; the last entry wins, as in os.Getenv.

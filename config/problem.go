@@ -113,6 +113,11 @@ func (ps *problems) hasFailed(key string) bool {
 	return false
 }
 
+// keep drops the problems for which keep returns false.
+func (ps *problems) keep(keep func(*Problem) bool) {
+	ps.list = slices.DeleteFunc(ps.list, func(p *Problem) bool { return !keep(p) })
+}
+
 // err returns the problems, sorted, as one error, or nil.
 func (ps *problems) err() error {
 	if len(ps.list) == 0 {

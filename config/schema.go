@@ -19,12 +19,19 @@ const (
 	kindDuration      // a Go duration string: "5s", "1h30m"
 	kindSize          // a byte count: a whole number or a string such as "64MiB"
 	kindList          // a list of strings
+	kindMap           // a map of strings: { key = "value" }
 )
 
 type keySpec struct {
 	name   string
 	kind   kind
 	secret bool // the value never appears in a message
+	// envRef: the value names an environment variable that holds a
+	// secret; that variable is not an override.
+	envRef bool
+	// refuse, if set, makes the key an error wherever it is written,
+	// with this hint: a secret that must not be in the file.
+	refuse string
 }
 
 // blockSpec describes one block type: its keys and nested blocks.
@@ -48,7 +55,26 @@ var (
 		{name: "mechanism"},
 		{name: "username"},
 		{name: "password", secret: true},
-		{name: "password_env"},
+		{name: "password_env", envRef: true},
+		{name: "password_file"},
+		{name: "token_file"},
+		{name: "token_endpoint"},
+		{name: "client_id"},
+		{name: "client_secret", secret: true, refuse: "a client secret is never written in the configuration: set client_secret_file to a file that holds it, or client_secret_env to the name of an environment variable that holds it"},
+		{name: "client_secret_env", envRef: true},
+		{name: "client_secret_file"},
+		{name: "scope"},
+		{name: "extensions", kind: kindMap},
+	}}
+	adminSpec = &blockSpec{typ: "admin", keys: []keySpec{
+		{name: "token", secret: true, refuse: "the admin token is never written in the configuration: set token_env to the name of an environment variable that holds it, or token_file to a file that holds it"},
+		{name: "token_env", envRef: true},
+		{name: "token_file"},
+		{name: "protect_metrics", kind: kindBool},
+		{name: "insecure_no_auth", kind: kindBool},
+		{name: "cert_file"},
+		{name: "key_file"},
+		{name: "client_ca_file"},
 	}}
 	topicsSpec = &blockSpec{typ: "topics", keys: []keySpec{
 		{name: "include", kind: kindList},
@@ -60,7 +86,7 @@ var (
 		{name: "log_level"},
 		{name: "log_format"},
 		{name: "shutdown_timeout", kind: kindDuration},
-	}}
+	}, blocks: []*blockSpec{adminSpec}}
 	clusterSpec = &blockSpec{typ: "cluster", labelled: true, keys: []keySpec{
 		{name: "bootstrap_servers", kind: kindList},
 		{name: "client_id"},
@@ -94,6 +120,47 @@ func (b *blockSpec) key(name string) (keySpec, bool) {
 		}
 	}
 	return keySpec{}, false
+}
+
+// envRefKeys are the names of the keys that name an environment variable
+// holding a secret, in every block.
+func envRefKeys() []string {
+	var out []string
+	var walk func(b *blockSpec)
+	walk = func(b *blockSpec) {
+		for _, k := range b.keys {
+			if k.envRef && !slices.Contains(out, k.name) {
+				out = append(out, k.name)
+			}
+		}
+		for _, sub := range b.blocks {
+			walk(sub)
+		}
+	}
+	walk(rootSpec)
+	return out
+}
+
+// envRefValues adds to out the variable names that the envRef keys of
+// values (decoded with spec) hold.
+func envRefValues(spec *blockSpec, values map[string]any, out map[string]bool) {
+	for _, k := range spec.keys {
+		if name, ok := values[k.name].(string); ok && k.envRef {
+			out[name] = true
+		}
+	}
+	for _, sub := range spec.blocks {
+		if !sub.labelled {
+			inner, _ := values[sub.typ].(map[string]any)
+			envRefValues(sub, inner, out)
+			continue
+		}
+		byLabel, _ := values[sub.typ].(map[string]any)
+		for _, v := range byLabel {
+			inner, _ := v.(map[string]any)
+			envRefValues(sub, inner, out)
+		}
+	}
 }
 
 func (b *blockSpec) block(typ string) (*blockSpec, bool) {
@@ -137,7 +204,9 @@ func (b *blockSpec) unknownHint(name string, wantBlock bool) string {
 		}
 	} else {
 		for _, k := range b.keys {
-			names = append(names, k.name)
+			if k.refuse == "" {
+				names = append(names, k.name)
+			}
 		}
 	}
 	if s := closest(name, names); s != "" {
@@ -189,6 +258,9 @@ func editDistance(a, b string) int {
 // environment variable names (levels split by "__"), destination topic
 // names ({source}), metric labels and the link's transactional.id.
 var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*$`)
+
+// ValidName reports whether name can be the name of a cluster or a link.
+func ValidName(name string) bool { return labelRE.MatchString(name) }
 
 const labelHint = "use letters, digits, '-' and single '_', starting with a letter or digit"
 

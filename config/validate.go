@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -58,6 +59,7 @@ func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 	c.enum("agent.log_level", a.LogLevel, logLevels)
 	c.enum("agent.log_format", a.LogFormat, logFormats)
 	c.positive("agent.shutdown_timeout", a.ShutdownTimeout)
+	validateAdmin(c, a)
 
 	var names []string
 	for name := range cfg.Clusters {
@@ -120,23 +122,189 @@ func validateCluster(c checker, name string, cl *Cluster) {
 		}
 	}
 
-	s := cl.SASL
-	switch {
-	case s.Mechanism == "":
-		if s.Username != "" || s.Password != "" || s.PasswordEnv != "" {
-			c.report(key+".sasl.mechanism", "required when other sasl keys are set", "set mechanism = "+oneOf(quoteAll(mechanisms)))
+	validateSASL(c, key+".sasl", cl.SASL)
+}
+
+// validateAdmin checks the admin block, and that a listener other hosts
+// can reach is not open to them.
+func validateAdmin(c checker, a Agent) {
+	const key = "agent.admin"
+	ad := a.Admin
+	// A token whose env or file failed is reported there; it counts as
+	// configured, so that its absence is not reported again.
+	hasToken := ad.Token != "" || c.ps.hasFailed(key+".token")
+	if ad.Token != "" {
+		at := key + ".token"
+		switch {
+		case ad.TokenEnv != "":
+			at = key + ".token_env"
+		case ad.TokenFile != "":
+			at = key + ".token_file"
 		}
-	case !contains(mechanisms, s.Mechanism):
-		c.enum(key+".sasl.mechanism", s.Mechanism, mechanisms)
-	default:
-		if s.Username == "" {
-			c.report(key+".sasl.username", "required for SASL", "set username")
-		}
-		if s.Password == "" {
-			c.report(key+".sasl.password", "required for SASL",
-				"set password, or password_env to the name of an environment variable that holds it")
+		if len(ad.Token) < MinAdminTokenLength {
+			c.report(at, fmt.Sprintf("the admin token from %s is shorter than %d characters", ad.TokenSource(), MinAdminTokenLength),
+				"use a long random token, e.g. the output of: openssl rand -hex 32")
+		} else if strings.IndexFunc(ad.Token, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			c.report(at, fmt.Sprintf("the admin token from %s has characters other than visible ASCII", ad.TokenSource()),
+				"an HTTP header carries it; use e.g. the output of: openssl rand -hex 32")
 		}
 	}
+	if ad.ProtectMetrics && !hasToken {
+		c.report(key+".protect_metrics", "needs an admin token", "set token_env or token_file, or remove protect_metrics")
+	}
+	if ad.InsecureNoAuth && (hasToken || ad.ClientCAFile != "") {
+		c.report(key+".insecure_no_auth", "is set together with a token or client_ca_file",
+			"remove insecure_no_auth: the listener is not open without authentication")
+	}
+	if ad.CertFile != "" && ad.KeyFile == "" {
+		c.report(key+".key_file", "required with cert_file", "set key_file to the listener certificate's private key, or remove cert_file")
+	}
+	if ad.KeyFile != "" && ad.CertFile == "" {
+		c.report(key+".cert_file", "required with key_file", "set cert_file to the listener's certificate, or remove key_file")
+	}
+	if ad.ClientCAFile != "" && ad.CertFile == "" {
+		c.report(key+".cert_file", "required with client_ca_file", "client certificates need TLS: set cert_file and key_file")
+	}
+	if !hasToken && ad.ClientCAFile == "" && !ad.InsecureNoAuth && !a.ListensOnLoopback() &&
+		checkHostPort(a.Listen, true) == "" && !c.ps.hasFailed("agent.listen") {
+		c.reportAt("agent.listen", key+".token_env",
+			fmt.Sprintf("required when agent.listen (%q) is not a loopback address: without it, anyone who can reach the port can pause and resume links", a.Listen),
+			"set agent.admin.token_env to the name of an environment variable that holds the admin token, or agent.admin.token_file to a file that holds it; "+
+				"or listen on 127.0.0.1; or require client certificates with agent.admin.client_ca_file; "+
+				"agent.admin.insecure_no_auth = true accepts it without authentication")
+	}
+}
+
+// validateSASL checks a cluster's sasl block.
+func validateSASL(c checker, key string, s SASL) {
+	password, passwordKey := s.Password != "" || s.PasswordEnv != "" || s.PasswordFile != "" || c.ps.hasFailed(key+".password"), key+".password"
+	switch {
+	case s.PasswordEnv != "":
+		passwordKey = key + ".password_env"
+	case s.PasswordFile != "":
+		passwordKey = key + ".password_file"
+	}
+	clientSecret := s.ClientSecret != "" || s.ClientSecretEnv != "" || s.ClientSecretFile != "" || c.ps.hasFailed(key+".client_secret")
+	clientSecretKey := key + ".client_secret_file"
+	if s.ClientSecretEnv != "" {
+		clientSecretKey = key + ".client_secret_env"
+	}
+	// The OAUTHBEARER keys that are set, in schema order.
+	var oauthSet []string
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{
+		{"token_file", s.TokenFile != ""}, {"token_endpoint", s.TokenEndpoint != ""}, {"client_id", s.ClientID != ""},
+		{strings.TrimPrefix(clientSecretKey, key+"."), clientSecret}, {"scope", s.Scope != ""}, {"extensions", len(s.Extensions) > 0},
+	} {
+		if k.set {
+			oauthSet = append(oauthSet, k.name)
+		}
+	}
+
+	switch {
+	case s.Mechanism == "":
+		if s.Username != "" || password || len(oauthSet) > 0 {
+			c.report(key+".mechanism", "required when other sasl keys are set", "set mechanism = "+oneOf(quoteAll(mechanisms)))
+		}
+	case !contains(mechanisms, s.Mechanism):
+		c.enum(key+".mechanism", s.Mechanism, mechanisms)
+	case s.Mechanism == MechanismOAuthBearer:
+		validateOAuth(c, key, s, clientSecret, clientSecretKey)
+		if s.Username != "" {
+			c.report(key+".username", "is not used by OAUTHBEARER", "remove it; the token says who mirrord is")
+		}
+		if password {
+			c.report(passwordKey, "is not used by OAUTHBEARER", "remove it; OAUTHBEARER sends a token, from token_file or token_endpoint")
+		}
+	default:
+		if s.Username == "" {
+			c.report(key+".username", "required for SASL", "set username")
+		}
+		if !password {
+			c.report(key+".password", "required for SASL",
+				"set password_file to a file that holds it, password_env to the name of an environment variable that holds it, or password")
+		}
+		for _, k := range oauthSet {
+			c.report(key+"."+k, "is only for mechanism = \"OAUTHBEARER\"", "remove it, or set mechanism = \"OAUTHBEARER\"")
+		}
+	}
+}
+
+// validateOAuth checks the keys of an OAUTHBEARER sasl block.
+func validateOAuth(c checker, key string, s SASL, clientSecret bool, clientSecretKey string) {
+	switch {
+	case s.TokenFile != "" && s.TokenEndpoint != "":
+		c.report(key+".token_endpoint", "token_file and token_endpoint are both set",
+			"keep token_file for a token that something else keeps fresh, or token_endpoint for mirrord to get tokens itself")
+	case s.TokenFile == "" && s.TokenEndpoint == "":
+		c.report(key+".token_file", "required for OAUTHBEARER",
+			"set token_file to a file that holds a token, or token_endpoint, client_id and client_secret_file (or client_secret_env) for the client-credentials grant")
+	case s.TokenEndpoint != "":
+		if msg, hint := checkEndpoint(s.TokenEndpoint); msg != "" {
+			c.report(key+".token_endpoint", msg, hint)
+		}
+		if s.ClientID == "" {
+			c.report(key+".client_id", "required with token_endpoint", "set client_id to the OAuth client's ID")
+		}
+		if !clientSecret {
+			c.report(key+".client_secret_file", "required with token_endpoint",
+				"set client_secret_file to a file that holds the OAuth client's secret, or client_secret_env to the name of an environment variable that holds it")
+		}
+	default: // token_file
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{key + ".client_id", s.ClientID != ""}, {clientSecretKey, clientSecret}, {key + ".scope", s.Scope != ""}} {
+			if k.set {
+				c.report(k.key, "is only used with token_endpoint", "remove it; with token_file the token comes from the file")
+			}
+		}
+	}
+	var names []string
+	for name := range s.Extensions {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ek := key + ".extensions." + name
+		switch {
+		case !extensionKeyRE.MatchString(name):
+			c.report(ek, fmt.Sprintf("invalid extension name %q", name), "SASL extension names are letters only (RFC 7628)")
+		case name == "auth":
+			c.report(ek, `"auth" is not an extension`, "OAUTHBEARER sends the token as auth; remove it")
+		case !extensionValueRE.MatchString(s.Extensions[name]):
+			c.report(ek, "has characters that an extension value cannot have", "use printable ASCII, spaces and tabs (RFC 7628)")
+		}
+	}
+}
+
+var (
+	extensionKeyRE   = regexp.MustCompile(`^[A-Za-z]+$`)
+	extensionValueRE = regexp.MustCompile(`^[\x20-\x7e\t\r\n]*$`)
+)
+
+// checkEndpoint returns what is wrong with a token endpoint URL, or "". A
+// URL with credentials in it is not shown.
+func checkEndpoint(s string) (msg, hint string) {
+	const hint0 = `write the token endpoint's URL, e.g. "https://idp.example.com/oauth2/token"`
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		if err == nil && u.User != nil {
+			return "has credentials in it", "put the client's ID in client_id and its secret in client_secret_file"
+		}
+		return fmt.Sprintf("%q is not an http or https URL", s), hint0
+	case u.User != nil:
+		return "has credentials in it", "put the client's ID in client_id and its secret in client_secret_file"
+	case u.Scheme == "http" && !isLoopbackHost(u.Hostname()):
+		return fmt.Sprintf("%q is not https: the client secret would cross the network unencrypted", s),
+			"use https; http is accepted only for a token endpoint on a loopback address"
+	case u.Fragment != "":
+		return fmt.Sprintf("%q has a fragment", s), "remove the part from #"
+	}
+	return "", ""
 }
 
 func quoteAll(values []string) []string {

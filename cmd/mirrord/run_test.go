@@ -150,8 +150,15 @@ type mirrordProcess struct {
 
 func startMirrord(t *testing.T, args ...string) *mirrordProcess {
 	t.Helper()
+	return startMirrordEnv(t, nil, args...)
+}
+
+// startMirrordEnv is startMirrord with more environment variables, which
+// only the process gets.
+func startMirrordEnv(t *testing.T, env []string, args ...string) *mirrordProcess {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asMain+"=1")
+	cmd.Env = append(append(os.Environ(), asMain+"=1"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -395,6 +402,17 @@ link "l" {
 }
 `)
 	bad := writeFile(t, "bad.hcl", "agent {\n  log_level = \"loud\"\n}\ncluster \"a\" {\n}\n")
+	exposed := writeFile(t, "exposed.hcl", `agent {
+  listen = "0.0.0.0:9644"
+}
+cluster "a" { bootstrap_servers = ["127.0.0.1:1"] }
+cluster "b" { bootstrap_servers = ["127.0.0.1:2"] }
+link "l" {
+  source = "a"
+  destination = "b"
+  topics { include = [".*"] }
+}
+`)
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -409,6 +427,12 @@ link "l" {
 			bad + `:2:15: agent.log_level: "loud" is not allowed (use trace, debug, info, warn or error)`,
 			bad + `:4:1: cluster.a.bootstrap_servers: required (list the brokers as host:port, e.g. ["kafka1:9092", "kafka2:9092"])`,
 			bad + `:1:1: link: at least one link block is required (add link "name" { source = ..., destination = ..., topics { include = [...] } })`,
+		}},
+		{"a listener other hosts reach without a token", []string{"run", "--config", exposed}, exitUsage, []string{
+			"mirrord run: " + exposed + " has 1 problem:",
+			exposed + `:2:12: agent.admin.token_env: required when agent.listen ("0.0.0.0:9644") is not a loopback address: without it, anyone who can reach the port can pause and resume links ` +
+				`(set agent.admin.token_env to the name of an environment variable that holds the admin token, or agent.admin.token_file to a file that holds it; ` +
+				`or listen on 127.0.0.1; or require client certificates with agent.admin.client_ca_file; agent.admin.insecure_no_auth = true accepts it without authentication)`,
 		}},
 		{"unreadable CA file", []string{"run", "--config", noCA}, exitUsage, []string{`mirrord run: cluster "a": tls failed: read tls.ca_file: open /nonexistent/ca.pem: no such file or directory`}},
 		{"address in use", []string{"run", "--config", busy}, exitError, []string{ln.Addr().String(), "agent.listen", "cannot listen"}},

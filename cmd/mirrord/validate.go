@@ -55,9 +55,16 @@ func loadConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
 	if err == nil {
 		return cfg, true
 	}
+	printConfigError(cmd, path, err, stderr)
+	return nil, false
+}
+
+// printConfigError prints an error of config.Load or LoadAgent: every
+// problem on its own line, or the I/O error.
+func printConfigError(cmd, path string, err error, stderr io.Writer) {
 	if !errors.Is(err, config.ErrInvalid) {
 		fmt.Fprintf(stderr, "mirrord %s: %v\n", cmd, err)
-		return nil, false
+		return
 	}
 	problems := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -67,7 +74,6 @@ func loadConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
 	for _, p := range problems {
 		fmt.Fprintln(stderr, p)
 	}
-	return nil, false
 }
 
 // patternList shows topic patterns as written in the file (the config

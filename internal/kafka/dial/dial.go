@@ -3,13 +3,17 @@
 // to a cluster the same way, and explains connection failures in terms of
 // the configuration (Ping).
 //
-// SASL is franz-go's own (sasl/plain, sasl/scram). The options include a
-// hook that notices a SASL exchange cut off by the broker, which is how
-// some brokers (and kfake) answer a wrong password; Ping uses it to say
+// SASL is franz-go's own (sasl/plain, sasl/scram, sasl/oauth). Secrets that
+// come from files are read again, for new connections, when the file
+// changes (internal/secret): password_file, and for OAUTHBEARER the
+// token_file or the client_secret_file of the client-credentials grant,
+// whose tokens internal/oauth gets and caches. The options include a hook
+// that notices a SASL exchange cut off by the broker, which is how some
+// brokers (and kfake) answer a wrong password; Ping uses it to say
 // "authentication failed" instead of "EOF".
 //
-// The package starts no goroutines. The hook is safe for concurrent use
-// by the client's connections.
+// The package starts no goroutines. The hook and the SASL callbacks are
+// safe for concurrent use by the client's connections.
 package dial
 
 import (
@@ -18,17 +22,22 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"sync/atomic"
 
-	"github.com/seed83556561/mirrord/config"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
+	kafkaoauth "github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/oauth"
+	"github.com/seed83556561/mirrord/internal/secret"
 )
 
 // Sentinel errors of Options and Ping.
@@ -52,7 +61,9 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 	if len(c.BootstrapServers) == 0 {
 		return nil, fmt.Errorf("cluster %q: no bootstrap servers", c.Name)
 	}
-	h := &hook{cluster: c.Name, mechanism: c.SASL.Mechanism, user: c.SASL.Username, tls: c.TLS}
+	described := c.SASL
+	described.Password, described.ClientSecret = "", "" // the hook needs no secret
+	h := &hook{cluster: c.Name, mechanism: c.SASL.Mechanism, user: c.SASL.Username, tls: c.TLS, sasl: described}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.BootstrapServers...),
 		kgo.ClientID(c.ClientID),
@@ -109,17 +120,86 @@ func tlsConfig(c *config.Cluster) (*tls.Config, error) {
 	return tc, nil
 }
 
+// checkInterval is how long the stat of a secret file is trusted (a var
+// for tests).
+var checkInterval = secret.DefaultCheckInterval
+
 func mechanism(c *config.Cluster) (sasl.Mechanism, error) {
 	s := c.SASL
 	switch s.Mechanism {
 	case config.MechanismPlain:
-		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
-	case config.MechanismScramSHA256:
-		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism(), nil
-	case config.MechanismScramSHA512:
-		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
+		pw := password(s)
+		return plain.Plain(func(context.Context) (plain.Auth, error) {
+			p, err := pw()
+			return plain.Auth{User: s.Username, Pass: p}, err
+		}), nil
+	case config.MechanismScramSHA256, config.MechanismScramSHA512:
+		pw := password(s)
+		auth := func(context.Context) (scram.Auth, error) {
+			p, err := pw()
+			return scram.Auth{User: s.Username, Pass: p}, err
+		}
+		if s.Mechanism == config.MechanismScramSHA256 {
+			return scram.Sha256(auth), nil
+		}
+		return scram.Sha512(auth), nil
+	case config.MechanismOAuthBearer:
+		src, err := TokenSource(c)
+		if err != nil {
+			return nil, err
+		}
+		ext := maps.Clone(s.Extensions)
+		return kafkaoauth.Oauth(func(ctx context.Context) (kafkaoauth.Auth, error) {
+			tok, err := src.Token(ctx)
+			if err != nil {
+				return kafkaoauth.Auth{}, err
+			}
+			return kafkaoauth.Auth{Token: tok, Extensions: ext}, nil
+		}), nil
 	}
-	return nil, fmt.Errorf("cluster %q: unknown sasl.mechanism %q (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", c.Name, s.Mechanism)
+	return nil, fmt.Errorf("cluster %q: unknown sasl.mechanism %q (use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)", c.Name, s.Mechanism)
+}
+
+// password returns what gives the SASL password for each connection: the
+// password_file, read again when it changes (a failed re-read keeps the
+// last good password), or the password Parse resolved.
+func password(s config.SASL) func() (string, error) {
+	return fileOr(s.PasswordFile, s.Password, "sasl.password_file")
+}
+
+// fileOr returns a function that reads the secret in path when it is set,
+// and returns value otherwise.
+func fileOr(path, value, key string) func() (string, error) {
+	if path == "" {
+		return func() (string, error) { return value, nil }
+	}
+	f := &secret.File{Path: path, CheckInterval: checkInterval}
+	return func() (string, error) {
+		v, _, err := f.Secret()
+		if v == "" {
+			return "", fmt.Errorf("%s: %w", key, err)
+		}
+		return v, nil
+	}
+}
+
+// TokenSource returns where the OAUTHBEARER tokens of cluster c come from:
+// its sasl.token_file, or its token endpoint with the client-credentials
+// grant (the client secret read again from client_secret_file when it
+// changes). It does no I/O. Options uses it; a test against a real broker
+// can call it to see the token a connection sends.
+func TokenSource(c *config.Cluster) (oauth.Source, error) {
+	s := c.SASL
+	switch {
+	case s.Mechanism != config.MechanismOAuthBearer:
+		return nil, fmt.Errorf("cluster %q: sasl.mechanism is %q, not OAUTHBEARER", c.Name, s.Mechanism)
+	case s.TokenFile != "":
+		return oauth.FileToken{File: &secret.File{Path: s.TokenFile, CheckInterval: checkInterval}}, nil
+	case s.TokenEndpoint != "":
+		return oauth.NewClientCredentials(s.TokenEndpoint, s.ClientID,
+			fileOr(s.ClientSecretFile, s.ClientSecret, "sasl.client_secret_file"), s.Scope), nil
+	}
+	return nil, fmt.Errorf("cluster %q: sasl OAUTHBEARER needs token_file or token_endpoint", c.Name)
 }
 
 // hook remembers what Ping needs to explain a failure: the cluster's
@@ -127,6 +207,7 @@ func mechanism(c *config.Cluster) (sasl.Mechanism, error) {
 type hook struct {
 	cluster, mechanism, user string
 	tls                      config.TLS
+	sasl                     config.SASL // for OAUTHBEARER's explanations, without its secrets
 	saslCutOff               atomic.Int64
 }
 
@@ -166,7 +247,10 @@ func Ping(ctx context.Context, cl *kgo.Client) error {
 // explain wraps a connection error with what it means for the config.
 func (h *hook) explain(err error, saslCutOff bool) error {
 	who := fmt.Sprintf("SASL %s for user %q", h.mechanism, h.user)
-	const check = "check sasl.username and the password"
+	check := "check sasl.username and the password"
+	if h.mechanism == config.MechanismOAuthBearer {
+		who, check = h.oauthWho()
+	}
 	var (
 		unknownCA x509.UnknownAuthorityError
 		hostname  x509.HostnameError
@@ -174,6 +258,8 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 		op        *net.OpError
 	)
 	switch {
+	case errors.Is(err, oauth.ErrTokenEndpoint), errors.Is(err, oauth.ErrBadTokenResponse), errors.Is(err, oauth.ErrTokenFile):
+		return fmt.Errorf("cluster %q: %w: no OAUTHBEARER token (%s): %w", h.cluster, ErrAuthentication, check, err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
 		return fmt.Errorf("cluster %q: %w: the broker refused %s (%s): %w", h.cluster, ErrAuthentication, who, check, err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
@@ -198,4 +284,23 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 			h.cluster, ErrTLS, err)
 	}
 	return fmt.Errorf("cluster %q: ping: %w", h.cluster, err)
+}
+
+// oauthWho describes an OAUTHBEARER login and what to check when the
+// broker refuses it.
+func (h *hook) oauthWho() (who, check string) {
+	s := h.sasl
+	if s.TokenFile != "" {
+		return fmt.Sprintf("the SASL OAUTHBEARER token from sasl.token_file %s", s.TokenFile),
+			"check that the file holds a token the broker accepts, and that it has not expired"
+	}
+	secretFrom := "the client secret"
+	switch {
+	case s.ClientSecretFile != "":
+		secretFrom = "the client secret in sasl.client_secret_file " + s.ClientSecretFile
+	case s.ClientSecretEnv != "":
+		secretFrom = "the client secret in environment variable " + s.ClientSecretEnv
+	}
+	return fmt.Sprintf("the SASL OAUTHBEARER token of client %q from %s", s.ClientID, s.TokenEndpoint),
+		fmt.Sprintf("check sasl.client_id, %s, sasl.scope and what the broker requires of tokens", secretFrom)
 }

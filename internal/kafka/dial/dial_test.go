@@ -2,26 +2,23 @@ package dial
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/oauth"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/oauthtest"
+	"github.com/seed83556561/mirrord/internal/testkit/tlstest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -153,8 +150,8 @@ func TestSASL(t *testing.T) {
 // over TLS, both from HCL.
 func TestSCRAMOverTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)),
+	ca := tlstest.NewCA(t, dir, "ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.ServerConfig(t, "kafka.test")),
 		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "mirror", "pw"), kfake.SeedTopics(1, "t", "t2"))
 	c := clusterFromHCL(t, bootstrap(k)+fmt.Sprintf(`
   tls {
@@ -164,7 +161,7 @@ func TestSCRAMOverTLS(t *testing.T) {
     mechanism = "SCRAM-SHA-512"
     username  = "mirror"
     password  = "pw"
-  }`, ca.file))
+  }`, ca.File))
 	roundTrip(t, c, "t")
 }
 
@@ -173,15 +170,15 @@ func TestSCRAMOverTLS(t *testing.T) {
 // client each fail with an error that says what to fix.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	other := newCA(t, dir, "other-ca")
-	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.serverConfig(t)), kfake.SeedTopics(1, "t", "t2"))
+	ca := tlstest.NewCA(t, dir, "ca")
+	other := tlstest.NewCA(t, dir, "other-ca")
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(ca.ServerConfig(t, "kafka.test")), kfake.SeedTopics(1, "t", "t2"))
 
 	t.Run("round trip", func(t *testing.T) {
-		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file)), "t")
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.File)), "t")
 	})
 	t.Run("server name that the certificate has", func(t *testing.T) {
-		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    server_name = \"kafka.test\"\n  }", ca.file)), "t2")
+		roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    server_name = \"kafka.test\"\n  }", ca.File)), "t2")
 	})
 
 	cases := []struct {
@@ -190,8 +187,8 @@ func TestTLS(t *testing.T) {
 		sentinel  error
 	}{{
 		name:     "wrong CA",
-		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n  }", other.file),
-		want:     fmt.Sprintf(`cluster "c": tls failed: the broker's certificate is not signed by a CA in tls.ca_file %s (point it at the CA that signed the brokers' certificates): `, other.file),
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n  }", other.File),
+		want:     fmt.Sprintf(`cluster "c": tls failed: the broker's certificate is not signed by a CA in tls.ca_file %s (point it at the CA that signed the brokers' certificates): `, other.File),
 		sentinel: ErrTLS,
 	}, {
 		name:     "system roots",
@@ -200,12 +197,12 @@ func TestTLS(t *testing.T) {
 		sentinel: ErrTLS,
 	}, {
 		name:     "wrong server name",
-		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n    server_name = \"elsewhere.test\"\n  }", ca.file),
+		tls:      fmt.Sprintf("  tls {\n    ca_file = %q\n    server_name = \"elsewhere.test\"\n  }", ca.File),
 		want:     `cluster "c": tls failed: the broker's certificate is not valid for "elsewhere.test" (set tls.server_name to a name in the certificate): `,
 		sentinel: ErrTLS,
 	}, {
 		name: "TLS switched off",
-		tls:  fmt.Sprintf("  tls {\n    enabled = false\n    ca_file = %q\n  }", ca.file),
+		tls:  fmt.Sprintf("  tls {\n    enabled = false\n    ca_file = %q\n  }", ca.File),
 		want: `cluster "c": ping: broker closed the connection immediately during api versions negotiation, which often happens when the broker requires TLS but the client is using plaintext: is TLS missing?`,
 	}}
 	for _, tc := range cases {
@@ -226,16 +223,16 @@ func TestTLS(t *testing.T) {
 // explained.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	sc := ca.serverConfig(t)
+	ca := tlstest.NewCA(t, dir, "ca")
+	sc := ca.ServerConfig(t, "kafka.test")
 	sc.ClientAuth = tls.RequireAndVerifyClientCert
-	sc.ClientCAs = ca.pool
+	sc.ClientCAs = ca.Pool
 	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.TLS(sc), kfake.SeedTopics(1, "t", "t2"))
-	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+	certFile, keyFile := ca.Issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
 
-	roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n  }", ca.file, certFile, keyFile)), "t")
+	roundTrip(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n  }", ca.File, certFile, keyFile)), "t")
 
-	err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.file))))
+	err := Ping(testContext(t), newClient(t, clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  tls {\n    ca_file = %q\n  }", ca.File))))
 	want := `cluster "c": tls failed: the broker refused the TLS handshake (check tls.cert_file and tls.key_file, and the broker's client authentication): `
 	if !errors.Is(err, ErrTLS) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("ping error:\n%v\nwant prefix\n%s", err, want)
@@ -246,9 +243,9 @@ func TestMutualTLS(t *testing.T) {
 // the file that failed.
 func TestOptionsFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	certFile, keyFile := ca.issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
-	_, otherKey := ca.issue(t, "client2", nil, nil, x509.ExtKeyUsageClientAuth)
+	ca := tlstest.NewCA(t, dir, "ca")
+	certFile, keyFile := ca.Issue(t, "client", nil, nil, x509.ExtKeyUsageClientAuth)
+	_, otherKey := ca.Issue(t, "client2", nil, nil, x509.ExtKeyUsageClientAuth)
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -289,7 +286,7 @@ func TestOptionsFileErrors(t *testing.T) {
 		t.Errorf("no bootstrap servers: %v", err)
 	}
 	if _, err := Options(&config.Cluster{Name: "c", BootstrapServers: []string{"x:1"}, SASL: config.SASL{Mechanism: "GSSAPI"}}); err == nil ||
-		err.Error() != `cluster "c": unknown sasl.mechanism "GSSAPI" (use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)` {
+		err.Error() != `cluster "c": unknown sasl.mechanism "GSSAPI" (use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)` {
 		t.Errorf("unknown mechanism: %v", err)
 	}
 }
@@ -297,10 +294,10 @@ func TestOptionsFileErrors(t *testing.T) {
 // Guards that Options passes every setting to kgo as configured.
 func TestOptionsValues(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
+	ca := tlstest.NewCA(t, dir, "ca")
 	c := &config.Cluster{
 		Name: "c", BootstrapServers: []string{"k1:9093", "k2:9093"}, ClientID: "mirror-c",
-		TLS:  config.TLS{Enabled: true, CAFile: ca.file, ServerName: "kafka.test", InsecureSkipVerify: true},
+		TLS:  config.TLS{Enabled: true, CAFile: ca.File, ServerName: "kafka.test", InsecureSkipVerify: true},
 		SASL: config.SASL{Mechanism: config.MechanismScramSHA256, Username: "u", Password: "p"},
 	}
 	cl := newClient(t, c)
@@ -311,7 +308,7 @@ func TestOptionsValues(t *testing.T) {
 		t.Errorf("client id %v", got)
 	}
 	tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
-	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.pool) {
+	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.Pool) {
 		t.Errorf("tls config %+v", tc)
 	}
 	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
@@ -366,96 +363,195 @@ func TestPingNeedsOptions(t *testing.T) {
 	}
 }
 
-// testCA is a certificate authority written to a temporary directory.
-type testCA struct {
-	dir  string
-	file string // PEM of the CA certificate
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
+// fastReload makes secret files' stats trusted for 10ms only, for the test.
+func fastReload(t *testing.T) {
+	old := checkInterval
+	checkInterval = 10 * time.Millisecond
+	t.Cleanup(func() { checkInterval = old })
 }
 
-var serial int64
-
-func newCA(t *testing.T, dir, name string) *testCA {
+func writeSecret(t *testing.T, path, content string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	// Through a rename, as Kubernetes swaps a mounted secret.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, name+".pem")
-	writePEM(t, file, "CERTIFICATE", der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{dir: dir, file: file, cert: cert, key: key, pool: pool}
 }
 
-// issue signs a certificate and writes it and its key; it returns the
-// two file names.
-func (ca *testCA) issue(t *testing.T, name string, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+// Guards password_file through the whole chain: the password is read from
+// the file, and a rotated file is used by the next connection without a
+// new client.
+func TestPasswordFile(t *testing.T) {
+	fastReload(t)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "mirror", "right-pass"), kfake.SeedTopics(1, "t"))
+	path := filepath.Join(t.TempDir(), "password")
+	writeSecret(t, path, "wrong-pass\n")
+	c := clusterFromHCL(t, bootstrap(k)+fmt.Sprintf("\n  sasl {\n    mechanism = \"SCRAM-SHA-256\"\n    username = \"mirror\"\n    password_file = %q\n  }", path))
+	if c.SASL.Password != "wrong-pass" || c.SASL.PasswordFile != path {
+		t.Fatalf("sasl %+v", c.SASL)
 	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     dns,
-		IPAddresses:  ips,
+	cl := newClient(t, c)
+	if err := Ping(testContext(t), cl); !errors.Is(err, ErrAuthentication) || strings.Contains(err.Error(), "wrong-pass") {
+		t.Fatalf("ping with the wrong password in the file: %v", err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
+	writeSecret(t, path, "right-pass\n")
+	time.Sleep(20 * time.Millisecond)
+	if err := Ping(testContext(t), cl); err != nil {
+		t.Fatalf("ping after the file was rotated: %v", err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-	return certFile, keyFile
 }
 
-// serverConfig is a broker TLS config with a certificate for 127.0.0.1
-// and kafka.test signed by ca.
-func (ca *testCA) serverConfig(t *testing.T) *tls.Config {
+// oauthCluster is the HCL of cluster "c" on k with an OAUTHBEARER sasl block
+// of the given lines.
+func oauthCluster(t *testing.T, k *kfake.Cluster, lines ...string) *config.Cluster {
 	t.Helper()
-	certFile, keyFile := ca.issue(t, "broker", []string{"kafka.test"}, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	return clusterFromHCL(t, bootstrap(k)+"\n  sasl {\n    mechanism = \"OAUTHBEARER\"\n    "+strings.Join(lines, "\n    ")+"\n  }")
+}
+
+// Guards OAUTHBEARER with a token file, on the wire (kfake plays the
+// broker's half, as Kafka does it): the file's token and the extensions
+// reach the broker, a rotated file is sent by the next connection, and a
+// refused token is explained with the file to check.
+func TestOAuthBearerTokenFile(t *testing.T) {
+	fastReload(t)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.SeedTopics(1, "t"))
+	var mu sync.Mutex
+	accepted := "token-one"
+	logins := make(chan oauthtest.Login, 100)
+	oauthtest.Broker(k, func(l oauthtest.Login) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if l.Token != accepted {
+			return errors.New("the token is not valid")
+		}
+		return nil
+	}, logins)
+	path := filepath.Join(t.TempDir(), "token")
+	writeSecret(t, path, "token-one\n")
+	c := oauthCluster(t, k, fmt.Sprintf("token_file = %q", path), `extensions = { logicalCluster = "lkc-1" }`)
+	roundTrip(t, c, "t")
+	l := <-logins
+	if l.Token != "token-one" || len(l.Extensions) != 1 || l.Extensions["logicalCluster"] != "lkc-1" {
+		t.Errorf("the broker saw %+v", l)
+	}
+
+	// Rotation, with the options built once as the agent does: the old
+	// token is no longer accepted; the next connection sends the new one.
+	opts, err := Options(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	ping := func() error {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		return Ping(testContext(t), cl)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	mu.Lock()
+	accepted = "token-two"
+	mu.Unlock()
+	writeSecret(t, path, "token-two\n")
+	time.Sleep(20 * time.Millisecond)
+	if err := ping(); err != nil {
+		t.Fatalf("ping after the token file was rotated: %v", err)
+	}
+
+	// A token the broker refuses.
+	writeSecret(t, path, "token-three\n")
+	time.Sleep(20 * time.Millisecond)
+	err = ping()
+	want := fmt.Sprintf(`cluster "c": authentication failed: the broker refused the SASL OAUTHBEARER token from sasl.token_file %s (check that the file holds a token the broker accepts, and that it has not expired): `, path)
+	if !errors.Is(err, ErrAuthentication) || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "the token is not valid") {
+		t.Fatalf("ping with a refused token:\n%v\nwant prefix\n%s", err, want)
+	}
+	if strings.Contains(err.Error(), "token-three") {
+		t.Errorf("the error shows the token: %v", err)
+	}
 }
 
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+// Guards OAUTHBEARER with the client-credentials grant: mirrord gets an
+// unsecured JWT from the token endpoint as the configured client with the
+// secret from client_secret_file and the scope, every client built from one
+// Options shares one token, and an endpoint that refuses the client is
+// explained with the endpoint and the secret's file, not the secret.
+func TestOAuthBearerClientCredentials(t *testing.T) {
+	const secret = "Client-Secret-9"
+	ep := oauthtest.NewEndpoint(t, "mirrord-c", secret)
+	k := kafkatest.NewCluster(t, kafkatest.SourceClusterID, kfake.SeedTopics(1, "t"))
+	logins := make(chan oauthtest.Login, 100)
+	oauthtest.Broker(k, func(l oauthtest.Login) error {
+		claims, err := oauthtest.Claims(l.Token)
+		if err != nil {
+			return err
+		}
+		if claims["sub"] != "mirrord-c" || claims["scope"] != "kafka" {
+			return fmt.Errorf("claims %v", claims)
+		}
+		return nil
+	}, logins)
+	secretPath := filepath.Join(t.TempDir(), "client-secret")
+	writeSecret(t, secretPath, secret+"\n")
+	c := oauthCluster(t, k, fmt.Sprintf("token_endpoint = %q", ep.URL()), `client_id = "mirrord-c"`,
+		fmt.Sprintf("client_secret_file = %q", secretPath), `scope = "kafka"`)
+
+	opts, err := Options(c)
+	if err != nil {
 		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	for range 3 {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Ping(ctx, cl)
+		cl.Close()
+		if err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	if n := ep.Requests(); n != 1 {
+		t.Errorf("%d token requests for three clients of one Options, want 1", n)
+	}
+	if l := <-logins; len(ep.Issued()) != 1 || l.Token != ep.Issued()[0] {
+		t.Errorf("the broker saw another token than the endpoint issued")
+	}
+
+	writeSecret(t, secretPath, "not-the-secret\n")
+	bad := oauthCluster(t, k, fmt.Sprintf("token_endpoint = %q", ep.URL()), `client_id = "mirrord-c"`, fmt.Sprintf("client_secret_file = %q", secretPath))
+	err = Ping(testContext(t), newClient(t, bad))
+	want := fmt.Sprintf(`cluster "c": authentication failed: no OAUTHBEARER token (check sasl.client_id, the client secret in sasl.client_secret_file %s, sasl.scope and what the broker requires of tokens): `+
+		`token endpoint failed: token endpoint %s (client "mirrord-c") answered 401 Unauthorized: "invalid_client: client authentication failed"`, secretPath, ep.URL())
+	if !errors.Is(err, ErrAuthentication) || !errors.Is(err, oauth.ErrTokenEndpoint) || err.Error() != want {
+		t.Fatalf("ping with a refused client:\n%v\nwant\n%s", err, want)
+	}
+	if strings.Contains(err.Error(), "not-the-secret") || strings.Contains(err.Error(), secret) {
+		t.Errorf("the error shows a secret: %v", err)
+	}
+}
+
+// Guards TokenSource for what a real-broker test calls it with.
+func TestTokenSource(t *testing.T) {
+	if _, err := TokenSource(&config.Cluster{Name: "c", SASL: config.SASL{Mechanism: config.MechanismPlain}}); err == nil ||
+		err.Error() != `cluster "c": sasl.mechanism is "PLAIN", not OAUTHBEARER` {
+		t.Errorf("PLAIN: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "token")
+	writeSecret(t, path, "tok\n")
+	src, err := TokenSource(&config.Cluster{Name: "c", SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := src.Token(testContext(t)); err != nil || tok != "tok" {
+		t.Errorf("token %q, %v", tok, err)
 	}
 }
