@@ -57,6 +57,9 @@ type Deps struct {
 	// Version is the release version for mirrord_build_info; "": what
 	// the binary recorded (ReadBuild).
 	Version string
+	// History configures the status page's history of each link
+	// (zero: one sample every 10s, one hour kept).
+	History HistoryConfig
 }
 
 // Agent runs the links of one configuration and serves HTTP.
@@ -66,6 +69,9 @@ type Agent struct {
 	reg   *prometheus.Registry
 	links []*link.Link
 	mux   *http.ServeMux
+	hist  *history         // the status page's charts
+	smp   *sampler         // fills hist; Run owns its goroutine
+	now   func() time.Time // the clock of GET /v1/status
 
 	// clusters are the clusters some link uses, in the order links name
 	// them, with their kgo options, for the start-up pings.
@@ -100,6 +106,10 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	}
 	if deps.Options == nil {
 		deps.Options = dial.Options
+	}
+	deps.History.defaults()
+	if err := deps.History.validate(); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
 		cfg:   cfg,
@@ -181,6 +191,13 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	names := make([]string, len(a.links))
+	for i, l := range a.links {
+		names[i] = l.Name()
+	}
+	a.hist = newHistory(deps.History, names)
+	a.smp = newSampler(deps.History, a.hist, a.statuses)
+	a.now = deps.History.Now
 	a.mux = a.routes()
 	return a, nil
 }
@@ -188,7 +205,8 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 // Links returns the agent's links in configuration order.
 func (a *Agent) Links() []*link.Link { return slices.Clone(a.links) }
 
-// Handler is the HTTP API: /metrics, /healthz, /readyz and /v1/links. Run
+// Handler is the HTTP API: the status page at /, /metrics, /healthz,
+// /readyz, /v1/status and /v1/links. Run
 // serves it on agent.listen; it also works without Run (tests).
 func (a *Agent) Handler() http.Handler { return a.mux }
 
@@ -253,6 +271,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return a.runLinks(gctx)
 	})
 	g.Go(func() error {
+		a.smp.run(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		<-gctx.Done()
 		a.stopping.Store(true)
 		a.log.Info("stopping: links drain and commit their final checkpoints", "shutdown_timeout", a.cfg.Agent.ShutdownTimeout)
@@ -270,6 +292,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("stopped")
 	return nil
+}
+
+// statuses reads every link's status, in configuration order.
+func (a *Agent) statuses() []link.Status {
+	out := make([]link.Status, len(a.links))
+	for i, l := range a.links {
+		out[i] = l.Status()
+	}
+	return out
 }
 
 // runLinks runs every link and pings every cluster until ctx ends.

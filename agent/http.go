@@ -26,6 +26,7 @@ func (a *Agent) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/links/{name}", a.getLink)
 	mux.HandleFunc("POST /v1/links/{name}/pause", a.control((*link.Link).Pause))
 	mux.HandleFunc("POST /v1/links/{name}/resume", a.control((*link.Link).Resume))
+	mux.HandleFunc("GET /v1/links/{name}/history", a.linkHistory)
 	mux.HandleFunc("GET /{$}", a.index)
 	return mux
 }
@@ -38,6 +39,7 @@ GET  /healthz                   200 while the process runs
 GET  /readyz                    200 when every link is MIRRORING or PAUSED, else 503
 GET  /v1/links                  every link's status
 GET  /v1/links/{name}           one link's status
+GET  /v1/links/{name}/history   the link's recent throughput, lag and state (an hour by default)
 POST /v1/links/{name}/pause     stop mirroring after a final checkpoint
 POST /v1/links/{name}/resume    prepare and mirror again
 `)
