@@ -312,6 +312,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		card("l", `figure[data-series="records"] .line`), card("l", `figure[data-series="lag"] .line`)))
 	b.waitFor("a records/s figure", fmt.Sprintf(`/^[0-9.,]+[kMG]?$/.test(%s.textContent)`, field("l", "rps")))
 
+	if !eval[bool](b, field("l", "groups")+".hidden") || !eval[bool](b, field("l", "error-box")+".hidden") {
+		t.Error("the groups section or the error box shows, and the agent reports neither")
+	}
+
 	// Pause and resume from the buttons.
 	pause, resume := card("l", `button[data-command="pause"]`), card("l", `button[data-command="resume"]`)
 	if !eval[bool](b, card("l", `button[data-command="failover"]`)+".hidden") {
@@ -363,7 +367,9 @@ func bigStatus(records int64) link.Status {
 	st := link.Status{
 		Name: "big", Source: "src", Destination: "dst", State: link.Mirroring, Since: time.Now().Add(-time.Hour),
 		SourceClusterID: kafkatest.SourceClusterID, DestinationClusterID: kafkatest.DestClusterID,
-		Counters: link.Counters{Records: records, Bytes: records * 180, Batches: records / 10, Checkpoints: records / 1000},
+		Counters:    link.Counters{Records: records, Bytes: records * 180, Batches: records / 10, Checkpoints: records / 1000, ForeignBatches: 3},
+		LastError:   "append orders[7]: lease expired",
+		LastErrorAt: time.Now().Add(-10 * time.Minute),
 	}
 	for i := range 1000 {
 		hw := int64(1_000_000 + (i*7919)%100_003)
@@ -406,8 +412,19 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		n := polls.Add(1)
 		ov := Overview{At: time.Now().UTC(), History: HistoryShape{IntervalSeconds: 10, Capacity: 360},
 			Links: []LinkView{newLinkView(bigStatus(1_000_000 + n*25_000))}}
+		// Per-group status does not exist yet; the page renders
+		// whatever rows the agent will send under "groups".
+		var raw map[string]any
+		b, _ := json.Marshal(ov)
+		_ = json.Unmarshal(b, &raw)
+		type group struct {
+			Group string `json:"group"`
+			State string `json:"state"`
+			Lag   int64  `json:"lag_records"`
+		}
+		raw["links"].([]any)[0].(map[string]any)["groups"] = []group{{"billing", "Stable", 12}, {"audit", "Empty", 0}}
 		rec := httptest.NewRecorder()
-		writeJSON(rec, http.StatusOK, ov)
+		writeJSON(rec, http.StatusOK, raw)
 		body.Store(int64(rec.Body.Len()))
 		for k, v := range rec.Header() {
 			w.Header()[k] = v
@@ -502,6 +519,18 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 	b.waitFor("ascending order", hwSort+" === 'ascending'")
 	if got := page(); !slices.EqualFunc(got, rowsOf(want[:50]), slices.Equal) {
 		t.Errorf("sorted by high watermark, ascending: the first page is\n%v\nwant\n%v", got, rowsOf(want[:50]))
+	}
+
+	// The last error with its time, an alarming counter, and the groups
+	// section once the JSON has groups.
+	b.waitFor("the last error", fmt.Sprintf(`!%s.hidden && %s.textContent === 'append orders[7]: lease expired' && %s.textContent.includes('(10m 0s ago)')`,
+		field("big", "error-box"), field("big", "error"), field("big", "error-at")))
+	if !eval[bool](b, card("big", `dd[data-counter="foreign_batches"]`)+".parentElement.classList.contains('alarm')") {
+		t.Error("3 foreign batches are not marked as an alarm")
+	}
+	if got := eval[[]string](b, fmt.Sprintf(`%s.hidden ? [] : [...%s.querySelectorAll('th, td')].map(c => c.textContent)`, field("big", "groups"), field("big", "groups"))); !slices.Equal(got,
+		[]string{"group", "state", "lag records", "billing", "Stable", "12", "audit", "Empty", "0"}) {
+		t.Errorf("the groups section shows %q", got)
 	}
 
 	// Paging and the filter.

@@ -93,7 +93,7 @@ export class Chart {
     this.line.setAttribute('d', line);
     this.area.setAttribute('d', area);
 
-    // A strip along the bottom for every run of samples that were not
+    // A bar along the bottom for every run of samples that were not
     // MIRRORING, coloured by state.
     const runs = [];
     for (const p of pts) {
@@ -108,9 +108,9 @@ export class Chart {
       const el = document.createElementNS(this.ns, 'rect');
       const x0 = x(r.from - intervalMs);
       el.setAttribute('x', Math.max(0, x0).toFixed(1));
-      el.setAttribute('y', String(H - 6));
+      el.setAttribute('y', String(H - 8));
       el.setAttribute('width', Math.max(1, x(r.to) - Math.max(0, x0)).toFixed(1));
-      el.setAttribute('height', '6');
+      el.setAttribute('height', '8');
       el.setAttribute('class', 'st st-' + r.state);
       const title = document.createElementNS(this.ns, 'title');
       title.textContent = `${r.state} ${hms(r.from)}–${hms(r.to)}`;
