@@ -111,6 +111,8 @@ func TestAdminAccessMatrix(t *testing.T) {
 	rows := []row{
 		{"GET", "/v1/links", 200},
 		{"GET", "/v1/links/l", 200},
+		{"GET", "/v1/status", 200},          // the status page's data: protected like the rest of /v1
+		{"GET", "/v1/links/l/history", 200}, // likewise
 		{"POST", "/v1/links/l/pause", 202},
 		{"POST", "/v1/links/l/resume", 202},
 		{"POST", "/v1/links/l/failover", 404}, // not written yet: covered anyway
@@ -121,7 +123,7 @@ func TestAdminAccessMatrix(t *testing.T) {
 		{"GET", "/healthz", 200},
 		{"GET", "/readyz", 503}, // the links are not running
 		{"GET", "/", 200},
-		{"GET", "/ui/app.js", 404}, // the status page's assets: open
+		{"GET", "/ui/app.js", 200}, // the status page's assets: open
 	}
 	protected := func(agent, path string) bool {
 		switch {

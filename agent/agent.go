@@ -59,6 +59,9 @@ type Deps struct {
 	// Version is the release version for mirrord_build_info; "": what
 	// the binary recorded (ReadBuild).
 	Version string
+	// History configures the status page's history of each link
+	// (zero: one sample every 10s, one hour kept).
+	History HistoryConfig
 }
 
 // Agent runs the links of one configuration and serves HTTP.
@@ -74,6 +77,9 @@ type Agent struct {
 	tls     *tls.Config // nil: plain HTTP
 	certs   *keyPair    // the listener's certificate, with tls
 	limits  httpLimits
+	hist    *history         // the status page's charts
+	smp     *sampler         // fills hist; Run owns its goroutine
+	now     func() time.Time // the clock of GET /v1/status
 
 	// clusters are the clusters some link uses, in the order links name
 	// them, with their kgo options, for the start-up pings.
@@ -108,6 +114,10 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	}
 	if deps.Options == nil {
 		deps.Options = dial.Options
+	}
+	deps.History.defaults()
+	if err := deps.History.validate(); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
 		cfg:    cfg,
@@ -191,6 +201,13 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	if a.tls, a.certs, err = listenerTLS(cfg.Agent.Admin, a.log.Named("http")); err != nil {
 		return nil, err
 	}
+	names := make([]string, len(a.links))
+	for i, l := range a.links {
+		names[i] = l.Name()
+	}
+	a.hist = newHistory(deps.History, names)
+	a.smp = newSampler(deps.History, a.hist, a.statuses)
+	a.now = deps.History.Now
 	a.mux = a.routes()
 	a.handler = a.guard.wrap(a.mux)
 	return a, nil
@@ -199,10 +216,10 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 // Links returns the agent's links in configuration order.
 func (a *Agent) Links() []*link.Link { return slices.Clone(a.links) }
 
-// Handler is the HTTP API: /metrics, /healthz, /readyz and /v1/links,
-// behind the access control and limits of agent.admin. Run serves it on
-// agent.listen (with TLS when agent.admin.cert_file is set); it also works
-// without Run (tests).
+// Handler is the HTTP API: the status page at /, /metrics, /healthz,
+// /readyz, /v1/status and /v1/links, behind the access control and limits
+// of agent.admin. Run serves it on agent.listen (with TLS when
+// agent.admin.cert_file is set); it also works without Run (tests).
 func (a *Agent) Handler() http.Handler { return a.handler }
 
 // Ready is closed once Run listens; Addr then returns the bound address.
@@ -261,6 +278,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error {
 		defer close(linksDone)
 		return a.runLinks(gctx)
+	})
+	g.Go(func() error {
+		a.smp.run(gctx)
+		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
@@ -331,6 +352,15 @@ func (a *Agent) warnExposure() {
 	case ad.Token != "" && a.tls == nil:
 		a.log.Warn("the admin token crosses the network unencrypted; set agent.admin.cert_file and key_file for TLS", "listen", ag.Listen)
 	}
+}
+
+// statuses reads every link's status, in configuration order.
+func (a *Agent) statuses() []link.Status {
+	out := make([]link.Status, len(a.links))
+	for i, l := range a.links {
+		out[i] = l.Status()
+	}
+	return out
 }
 
 // runLinks runs every link and pings every cluster until ctx ends.

@@ -13,8 +13,10 @@
 //
 // Run owns every goroutine of the agent in one errgroup and waits for all of
 // them before it returns: the HTTP server, one goroutine per link (link.Run,
-// which owns the link's own goroutines), one start-up ping per cluster, and
-// the stopper. When the context ends, the links stop first (in-flight
+// which owns the link's own goroutines), one start-up ping per cluster, the
+// history sampler, and the stopper. The sampler (history.go) reads every
+// link's Status once per HistoryConfig.Interval and pushes one sample per
+// link into that link's ring; it stops when Run's context ends. When the context ends, the links stop first (in-flight
 // appends drain and each link commits a final checkpoint), then the HTTP
 // server shuts down, so that /v1/links and /metrics show the stop until it
 // is done. A link drains for at most half of agent.shutdown_timeout and
@@ -37,6 +39,16 @@
 // again when its files change), with client_ca_file it requires client
 // certificates. Run warns at start about a listener that other hosts reach
 // with insecure_no_auth, or with a token over plain HTTP.
+//
+// # Status page
+//
+// GET / serves a status page (ui.go, the files of ui/ embedded with
+// go:embed: HTML, CSS and ES modules, no build step, nothing from another
+// host). It polls GET /v1/status (every link's status with its clusters'
+// regions and the commands it accepts) and GET /v1/links/{name}/history,
+// and sends POST /v1/links/{name}/pause|resume from its buttons. The
+// history is bounded: a ring of HistoryConfig.Samples samples per link,
+// SampleBytes each, allocated once (14,400 B per link by default).
 //
 // # Metrics
 //

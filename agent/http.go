@@ -26,18 +26,27 @@ func (a *Agent) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/links/{name}", a.getLink)
 	mux.HandleFunc("POST /v1/links/{name}/pause", a.control((*link.Link).Pause))
 	mux.HandleFunc("POST /v1/links/{name}/resume", a.control((*link.Link).Resume))
-	mux.HandleFunc("GET /{$}", a.index)
+	// The status page (agent/ui.go) and what it reads.
+	mux.HandleFunc("GET /{$}", a.page)
+	mux.HandleFunc("GET /ui/{file}", a.uiAsset)
+	mux.HandleFunc("GET /api", a.index)
+	mux.HandleFunc("GET /v1/status", a.overview)
+	mux.HandleFunc("GET /v1/links/{name}/history", a.linkHistory)
 	return mux
 }
 
 func (a *Agent) index(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprint(w, `mirrord
+GET  /                          the status page (this list for Accept: text/plain)
+GET  /api                       this list
 GET  /metrics                   Prometheus metrics
 GET  /healthz                   200 while the process runs
 GET  /readyz                    200 when every link is MIRRORING or PAUSED, else 503
 GET  /v1/links                  every link's status
+GET  /v1/status                 every link's status with its clusters' regions (the status page's data)
 GET  /v1/links/{name}           one link's status
+GET  /v1/links/{name}/history   the link's recent throughput, lag and state (an hour by default)
 POST /v1/links/{name}/pause     stop mirroring after a final checkpoint
 POST /v1/links/{name}/resume    prepare and mirror again
 `)

@@ -244,7 +244,7 @@ func (d *Demo) Run(ctx context.Context) (res Result, err error) {
 	l := ag.Links()[0]
 	fmt.Fprintf(out, "link %q: every topic of %s mirrored into %s (state topic %s)\n",
 		cfg.Links[0].Name, cfg.Links[0].Source, cfg.Links[0].Destination, cfg.Links[0].StateTopic)
-	fmt.Fprintf(out, "agent listening on %s:\n  curl http://%s/v1/links\n  curl http://%s/metrics\n", addr, addr, addr)
+	fmt.Fprintf(out, "agent listening on %s:\n  status page  http://%s/\n  curl http://%s/v1/links\n  curl http://%s/metrics\n", addr, addr, addr, addr)
 	fmt.Fprintf(out, "load: %d producers (%s) at about %.0f records/s for %s", len(Producers), producerList(), d.cfg.Rate, d.cfg.Duration)
 	if d.cfg.Records > 0 {
 		fmt.Fprintf(out, " or %d records", d.cfg.Records)

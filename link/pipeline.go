@@ -115,6 +115,7 @@ type commit struct {
 	id       uint64
 	final    bool
 	clean    bool
+	initial  bool // it admits the initial set (which may be empty)
 	admitted []*partition
 	salts    []saltReq
 	at       map[*partition][2]int64 // checkpointed positions
@@ -834,8 +835,8 @@ func (pl *Pipeline) committed(e InCommitted) {
 	for p, at := range c.at {
 		p.ckSrc, p.ckDst = at[0], at[1]
 	}
-	if len(c.admitted) > 0 {
-		pl.admitted(c.admitted)
+	if len(c.admitted) > 0 || c.initial {
+		pl.admitted(c.admitted, c.initial)
 	}
 	for _, s := range c.salts {
 		s.p.psm.AddSalt(s.salt.Origin, s.salt.Salt, pl.now)
@@ -852,15 +853,14 @@ func (pl *Pipeline) committed(e InCommitted) {
 	}
 }
 
-// admitted starts mirroring partitions whose barrier committed.
-func (pl *Pipeline) admitted(ps []*partition) {
+// admitted starts mirroring partitions whose barrier committed; with
+// initial, the link is MIRRORING.
+func (pl *Pipeline) admitted(ps []*partition, initial bool) {
 	pl.stats.Barriers += int64(len(ps))
-	initial := false
 	for _, p := range ps {
 		if p.phase != phaseAdmitting {
 			continue // removed meanwhile
 		}
-		initial = initial || p.initial
 		n := p.psm.ResetMirrored()
 		pl.log(hclog.Debug, "MIRROR_PID_RESET applied", "destination", p.Dst.String(), "expired_producers", n)
 		p.phase = phaseIdle
@@ -869,9 +869,10 @@ func (pl *Pipeline) admitted(ps []*partition) {
 			pl.log(hclog.Info, "mirroring new partition", "source", p.Src.String(), "destination", p.Dst.String(), "source_offset", p.srcNext)
 		}
 	}
-	pl.log(hclog.Info, "MIRROR_PID_RESET barriers committed; mirrored producer state reset", "partitions", len(ps))
-	if initial || pl.initialOpen {
-		pl.initialOpen = false
+	if len(ps) > 0 {
+		pl.log(hclog.Info, "MIRROR_PID_RESET barriers committed; mirrored producer state reset", "partitions", len(ps))
+	}
+	if initial {
 		pl.mirroring = true
 		pl.emit(DoEnterMirroring{})
 	}
@@ -906,6 +907,10 @@ func (pl *Pipeline) flushCommits() {
 	}
 	pl.commitID++
 	c := &commit{id: pl.commitID, admitted: admit, salts: pl.salts, at: make(map[*partition][2]int64)}
+	if pl.initialOpen && pl.initialLeft == 0 {
+		c.initial = true
+		pl.initialOpen = false
+	}
 	pl.salts = nil
 	var recs []statestore.Record
 	for _, p := range admit {

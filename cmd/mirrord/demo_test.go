@@ -49,6 +49,9 @@ func TestDemoCommand(t *testing.T) {
 	if url == nil || url[1] == busy.Addr().String() {
 		t.Errorf("stdout lacks the admin API URL on a free port: %q", url)
 	}
+	if page := regexp.MustCompile(`(?m)^  status page  http://(127\.0\.0\.1:\d+)/$`).FindStringSubmatch(out); page == nil || url == nil || page[1] != url[1] {
+		t.Errorf("stdout lacks the status page's address beside the API's: %q, %q", page, url)
+	}
 	if !strings.Contains(out, fmt.Sprintf("\nmirrored:    %d records in ", committed)) {
 		t.Errorf("stdout lacks the mirrored figure of %d records", committed)
 	}

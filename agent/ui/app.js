@@ -1,0 +1,389 @@
+// The mirrord status page. It polls GET v1/status every second and each
+// link's GET v1/links/{name}/history at the history's sampling interval, and
+// updates the link cards in place. If the admin API answers 401 or 403, it
+// asks for a token, keeps it in sessionStorage only and sends it as an
+// Authorization header on every API call; the token is never put into the
+// URL, the page or the console.
+
+import * as fmt from './format.js';
+import { Chart, niceBytes } from './chart.js';
+import { PartitionTable } from './table.js';
+
+const TOKEN_KEY = 'mirrord.admin-token';
+const POLL_MS = 1000;
+const RATE_WINDOW_MS = 5000; // records/s and bytes/s: over the last polls within this window
+
+// The counters a card lists, in order; alarm: a non-zero value deserves a
+// look (the README's Operations section alerts on these).
+const COUNTERS = [
+  { key: 'checkpoints', label: 'checkpoints' },
+  { key: 'batches_mirrored', label: 'batches mirrored' },
+  { key: 'batches_reencoded', label: 'batches re-encoded' },
+  { key: 'collisions_resolved', label: 'collisions resolved' },
+  { key: 'collisions_unresolvable', label: 'collisions unresolvable', alarm: true },
+  { key: 'duplicates_skipped', label: 'duplicates skipped' },
+  { key: 'sequence_gaps', label: 'sequence gaps' },
+  { key: 'lower_epoch_batches', label: 'lower-epoch batches' },
+  { key: 'barriers_emitted', label: 'barriers emitted' },
+  { key: 'reconciled_batches', label: 'reconciled batches' },
+  { key: 'foreign_batches', label: 'foreign batches', alarm: true },
+  { key: 'unknown_outcomes', label: 'unknown outcomes' },
+  { key: 'corrupt_refetches', label: 'corrupt refetches' },
+  { key: 'sessions_fenced', label: 'sessions fenced', alarm: true },
+];
+
+const SERIES = {
+  records: { key: 'records_per_second', format: fmt.count, unit: 'records/s' },
+  bytes: { key: 'bytes_per_second', format: (v) => `${fmt.bytes(v)}/s`, unit: '', round: niceBytes },
+  lag: { key: 'lag_records', format: fmt.count, unit: 'records' },
+};
+
+// Which command each state allows (README, Operations: a PREPARING or
+// FAILED link can be paused, a FAILED one resumed at once).
+const ALLOWED = {
+  pause: new Set(['PREPARING', 'MIRRORING', 'FAILED']),
+  resume: new Set(['PAUSED', 'FAILED']),
+  failover: new Set(['MIRRORING', 'PAUSED', 'FAILED']),
+};
+
+const $ = (id) => document.getElementById(id);
+
+function set(el, text) {
+  if (el.textContent !== text) el.textContent = text;
+}
+
+// ---- the API, with the operator's token ----------------------------------
+
+class AuthError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function storedToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null; // storage disabled: the page asks again after a reload
+  }
+}
+
+async function api(method, path) {
+  const headers = { Accept: 'application/json' };
+  const token = storedToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(path, { method, headers, cache: 'no-store', redirect: 'error' });
+  const text = await res.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = null;
+  }
+  const why = (body && typeof body.error === 'string') ? body.error : res.statusText;
+  if (res.status === 401 || res.status === 403) throw new AuthError(res.status, why);
+  if (!res.ok) throw new Error(`${res.status} ${why}`);
+  return body;
+}
+
+const auth = {
+  needed: false,
+  form: $('token-form'),
+  input: $('token-input'),
+  reason: $('token-reason'),
+  forget: $('forget-token'),
+
+  // ask shows the token form after a 401 (no token) or 403 (refused).
+  ask(err) {
+    if (err.status === 403) {
+      try {
+        sessionStorage.removeItem(TOKEN_KEY);
+      } catch { /* nothing stored */ }
+    }
+    this.needed = true;
+    const what = err.status === 401 ? "The agent's admin API asks for a token." : 'The agent refused the token.';
+    set(this.reason, err.message ? `${what} (${err.status}: ${err.message})` : what);
+    this.form.hidden = false;
+    this.forget.hidden = true;
+    setConn('token needed', 'warn');
+    if (document.activeElement !== this.input) this.input.focus();
+  },
+
+  init() {
+    this.forget.hidden = !storedToken();
+    this.form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const token = this.input.value.trim();
+      this.input.value = '';
+      if (!token) return;
+      try {
+        sessionStorage.setItem(TOKEN_KEY, token);
+      } catch {
+        set(this.reason, 'This browser does not let the page keep the token (session storage is disabled).');
+        return;
+      }
+      this.form.hidden = true;
+      this.forget.hidden = false;
+      this.needed = false;
+      poll();
+    });
+    this.forget.addEventListener('click', () => {
+      try {
+        sessionStorage.removeItem(TOKEN_KEY);
+      } catch { /* nothing stored */ }
+      this.forget.hidden = true;
+      poll();
+    });
+  },
+};
+
+function setConn(text, level) {
+  const el = $('conn');
+  set(el, text);
+  if (el.dataset.level !== level) el.dataset.level = level;
+}
+
+// ---- one card per link -----------------------------------------------------
+
+class LinkCard {
+  constructor(name) {
+    const frag = $('link-template').content.cloneNode(true);
+    this.el = frag.querySelector('.link');
+    this.el.dataset.link = name;
+    this.name = name;
+    this.f = {};
+    for (const el of this.el.querySelectorAll('[data-f]')) this.f[el.dataset.f] = el;
+    this.table = new PartitionTable(this.el.querySelector('.partitions'));
+    this.charts = [...this.el.querySelectorAll('figure.chart')].map((fig) => new Chart(fig, SERIES[fig.dataset.series]));
+    this.marks = []; // {at, records, bytes} of the last polls, for the rates
+    this.historyDue = 0;
+    this.historyBusy = false;
+    this.state = '';
+    this.buttons = {};
+    for (const b of this.el.querySelectorAll('button[data-command]')) {
+      this.buttons[b.dataset.command] = b;
+      b.addEventListener('click', () => this.command(b.dataset.command));
+    }
+    this.counters = {};
+    for (const c of COUNTERS) {
+      const div = document.createElement('div');
+      const dt = document.createElement('dt');
+      dt.textContent = c.label;
+      const dd = document.createElement('dd');
+      dd.dataset.counter = c.key;
+      div.append(dt, dd);
+      this.f.counters.append(div);
+      this.counters[c.key] = { dd, div, alarm: c.alarm };
+    }
+  }
+
+  update(st, atMs) {
+    const f = this.f;
+    set(f.name, st.name);
+    set(f.state, st.state);
+    if (f.state.dataset.state !== st.state) f.state.dataset.state = st.state;
+    this.state = st.state;
+    if (fmt.isTime(st.since)) {
+      const since = Date.parse(st.since);
+      set(f.since, `since ${fmt.clock(since)} (${fmt.duration(atMs - since)})`);
+      f.since.title = st.since;
+    } else {
+      set(f.since, '');
+    }
+
+    set(f.source, st.source);
+    set(f.destination, st.destination);
+    set(f['source-id'], st.source_cluster_id || '—');
+    set(f['destination-id'], st.destination_cluster_id || '—');
+    set(f['source-region'], region(st.source_region, st.source_region_hashed));
+    set(f['destination-region'], region(st.destination_region, st.destination_region_hashed));
+    set(f.epoch, fmt.int(st.session_epoch));
+
+    const c = st.counters || {};
+    this.marks.push({ at: atMs, records: c.records_mirrored, bytes: c.bytes_mirrored });
+    while (this.marks.length > 2 && atMs - this.marks[1].at >= RATE_WINDOW_MS) this.marks.shift();
+    const first = this.marks[0];
+    const dt = (atMs - first.at) / 1000;
+    if (dt > 0) {
+      set(f.rps, fmt.count((c.records_mirrored - first.records) / dt));
+      set(f.bps, fmt.bytes((c.bytes_mirrored - first.bytes) / dt));
+    } else {
+      set(f.rps, '—');
+      set(f.bps, '—');
+    }
+    set(f.lag, fmt.int(st.lag_records));
+    set(f.partitions, fmt.int(st.partitions.length));
+    set(f.records, fmt.int(c.records_mirrored));
+    set(f.bytes, fmt.bytes(c.bytes_mirrored));
+    for (const [key, { dd, div, alarm }] of Object.entries(this.counters)) {
+      const v = c[key];
+      set(dd, fmt.int(v));
+      const warn = Boolean(alarm && v > 0);
+      if (div.classList.contains('alarm') !== warn) div.classList.toggle('alarm', warn);
+    }
+
+    if (st.last_error) {
+      f['error-box'].hidden = false;
+      const at = fmt.isTime(st.last_error_at) ? Date.parse(st.last_error_at) : NaN;
+      set(f['error-at'], Number.isFinite(at) ? `at ${fmt.clock(at)} (${fmt.duration(atMs - at)} ago)` : '');
+      set(f.error, st.last_error);
+    } else {
+      f['error-box'].hidden = true;
+    }
+
+    const offered = new Set(st.commands || []);
+    for (const [cmd, b] of Object.entries(this.buttons)) {
+      b.hidden = !offered.has(cmd);
+      b.disabled = this.busy || !(ALLOWED[cmd] || new Set()).has(st.state);
+    }
+
+    this.table.setRows(st.partitions);
+    this.groups(st.groups);
+  }
+
+  // groups renders per-group status when the agent reports it; the section
+  // stays hidden until then. Its shape is the agent's: one column per field.
+  groups(groups) {
+    const box = this.f.groups;
+    if (!Array.isArray(groups) || groups.length === 0) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    const keys = [...new Set(groups.flatMap((g) => Object.keys(g)))];
+    const head = document.createElement('tr');
+    for (const k of keys) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = k.replaceAll('_', ' ');
+      head.append(th);
+    }
+    box.querySelector('thead').replaceChildren(head);
+    box.querySelector('tbody').replaceChildren(...groups.map((g) => {
+      const tr = document.createElement('tr');
+      for (const k of keys) {
+        const td = document.createElement('td');
+        const v = g[k];
+        if (typeof v === 'number') {
+          td.className = 'num';
+          td.textContent = fmt.int(v);
+        } else {
+          td.textContent = v === undefined || v === null ? '' : (typeof v === 'object' ? JSON.stringify(v) : String(v));
+        }
+        tr.append(td);
+      }
+      return tr;
+    }));
+  }
+
+  // history fetches the link's samples and redraws the charts.
+  async history(ov, atMs) {
+    if (this.historyBusy || atMs < this.historyDue) return;
+    this.historyBusy = true;
+    const intervalMs = Math.max(1000, ov.history.interval_seconds * 1000);
+    this.historyDue = atMs + Math.min(30000, intervalMs);
+    try {
+      const h = await api('GET', `v1/links/${encodeURIComponent(this.name)}/history`);
+      const windowMs = h.capacity * h.interval_seconds * 1000;
+      for (const c of this.charts) c.update(h.samples, { endMs: atMs, windowMs, intervalMs: h.interval_seconds * 1000 });
+    } catch (e) {
+      if (e instanceof AuthError) auth.ask(e);
+      this.historyDue = 0; // try again at the next poll
+    } finally {
+      this.historyBusy = false;
+    }
+  }
+
+  // command sends an operator command; the link acts on it asynchronously,
+  // and the next polls show the new state.
+  async command(cmd) {
+    if (cmd === 'failover' && !window.confirm(`Fail over link ${this.name}?`)) return;
+    this.busy = true;
+    for (const b of Object.values(this.buttons)) b.disabled = true;
+    const note = this.f.notice;
+    try {
+      await api('POST', `v1/links/${encodeURIComponent(this.name)}/${cmd}`);
+      set(note, `${cmd} sent at ${fmt.hms(Date.now())}; the link acts on it in the background.`);
+      note.dataset.level = 'ok';
+    } catch (e) {
+      if (e instanceof AuthError) {
+        auth.ask(e);
+        set(note, `${cmd} not sent: the API needs a token. Send it again after entering one.`);
+      } else {
+        set(note, `${cmd} failed: ${e.message}`);
+      }
+      note.dataset.level = 'bad';
+    } finally {
+      note.hidden = false;
+      this.busy = false;
+      poll();
+    }
+  }
+}
+
+function region(r, hashed) {
+  if (!r) return '—';
+  return hashed ? `${r} (hashed: the cluster ID is not a UUID)` : r;
+}
+
+// ---- polling -----------------------------------------------------------------
+
+const cards = new Map();
+let timer = 0;
+let inFlight = false;
+let again = false;
+
+function render(ov) {
+  const t0 = performance.now();
+  const main = $('links');
+  const atMs = Date.parse(ov.at);
+  const seen = new Set();
+  for (const st of ov.links) {
+    seen.add(st.name);
+    let card = cards.get(st.name);
+    if (!card) {
+      card = new LinkCard(st.name);
+      cards.set(st.name, card);
+      main.append(card.el);
+    }
+    card.update(st, atMs);
+    card.history(ov, atMs);
+  }
+  for (const [name, card] of cards) {
+    if (!seen.has(name)) {
+      card.el.remove();
+      cards.delete(name);
+    }
+  }
+  $('no-links').hidden = ov.links.length > 0;
+  set($('updated'), `updated ${fmt.hms(atMs)}`);
+  const states = ov.links.map((l) => l.state);
+  const worst = ['FAILED', 'PREPARING', 'STOPPED', 'PAUSED', 'MIRRORING'].find((s) => states.includes(s));
+  document.title = worst ? `mirrord · ${worst}` : 'mirrord';
+  main.dataset.renderMs = (performance.now() - t0).toFixed(2);
+}
+
+async function poll() {
+  clearTimeout(timer);
+  if (auth.needed) return;
+  if (inFlight) {
+    again = true;
+    return;
+  }
+  inFlight = true;
+  try {
+    render(await api('GET', 'v1/status'));
+    setConn('live', 'ok');
+  } catch (e) {
+    if (e instanceof AuthError) auth.ask(e);
+    else setConn(`agent unreachable (${e.message}); retrying`, 'bad');
+  } finally {
+    inFlight = false;
+    if (!auth.needed) timer = setTimeout(poll, again ? 0 : POLL_MS);
+    again = false;
+  }
+}
+
+auth.init();
+poll();
