@@ -83,6 +83,10 @@ type pinned struct {
 	refs  int   // results holding it, not yet released
 }
 
+// NewPin returns a pin of a response of the given size, for consumers'
+// tests that feed results of their own; the fetcher makes its own pins.
+func NewPin(bytes int64) Pin { return Pin{&pinned{bytes: bytes, refs: 1}} }
+
 // Bytes is the size of the response the pin holds (0 for the zero Pin).
 func (p Pin) Bytes() int64 {
 	if p.p == nil {

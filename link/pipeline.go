@@ -932,15 +932,15 @@ func (pl *Pipeline) flushCommits() {
 			if !p.phase.mirroring() {
 				continue
 			}
-			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst) {
-				recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
-				c.at[p] = [2]int64{p.srcNext, p.dstNext}
-			}
 			expired, tombs := p.psm.Expire(pl.now)
 			pl.stats.Expired += int64(expired)
 			pl.stats.SaltsExpired += int64(len(tombs))
 			for _, o := range tombs {
 				recs = append(recs, barrier.SaltTombstone(p.barrierKey(), o))
+			}
+			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst || expired > 0) {
+				recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
+				c.at[p] = [2]int64{p.srcNext, p.dstNext}
 			}
 		}
 	}

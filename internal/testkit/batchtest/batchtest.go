@@ -32,6 +32,10 @@ type Spec struct {
 	FirstTimestamp  int64
 	LastOffsetDelta int32
 	Records         []Record
+	// LogAppendTime, when not zero, makes the batch one that a broker
+	// stamped with LogAppendTime: the timestamp-type attribute set and
+	// the max timestamp this value (the records keep their own).
+	LogAppendTime int64
 }
 
 var codecs = [5]kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()}
@@ -78,6 +82,10 @@ func Build(s Spec) []byte {
 	}
 	if s.Control {
 		attrs |= 0x20
+	}
+	if s.LogAppendTime != 0 {
+		attrs |= 0x08
+		maxTS = s.LogAppendTime
 	}
 	b := kmsg.RecordBatch{
 		FirstOffset:          s.BaseOffset,
