@@ -286,12 +286,24 @@ link "dc1_to_cloud" {
   # Default: "24h".
   producer_state_expiry = "24h"
 
-  # An append whose outcome is unknown (a timeout, a lost connection) is
-  # left this long to land before the destination is read to settle it and
-  # the partition goes on. Keep it above the brokers' replica.lag.time.max.ms
-  # (30s by default), so that an append waiting for a lost follower is
-  # either acknowledged or visible by then. Default: "30s".
-  settle_delay = "30s"
+  # The timeout of every Produce the link sends: how long a destination
+  # broker may wait for the in-sync replicas before it answers (the
+  # request's timeout, at most three quarters of the session's lease left).
+  # It is also how long a Produce can stay inside a broker, so a session
+  # that takes over waits this long past the previous session's lease, and
+  # an append that got no answer is settled only this long after it was
+  # sent. Keep it at or above the brokers' replica.lag.time.max.ms (30s by
+  # default). Default: "30s".
+  produce_timeout = "30s"
+
+  # An append whose outcome is unknown is settled against the destination
+  # before anything else is sent for its partition. One a broker answered
+  # with an error (NOT_LEADER_OR_FOLLOWER after a leader move,
+  # REQUEST_TIMED_OUT) is settled at once against the partition's current
+  # leader. One that got no answer (a lost connection) is settled
+  # produce_timeout after it was sent plus this margin, for a request that
+  # waited in a broker's queue. Default: "5s".
+  settle_delay = "5s"
 
   # How often the source is listed for new topics that match and for
   # partitions added to mirrored topics. Default: "30s".

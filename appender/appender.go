@@ -186,6 +186,16 @@ type Result struct {
 	// ErrUnknownOutcome, ErrCorrupt, ErrTooLarge, ErrLeaseExpired,
 	// ErrFatal, ErrStopped.
 	Err error
+	// For ErrUnknownOutcome: Answered is true when a broker answered the
+	// request (with an error code that leaves the append possible), so
+	// that the request is no longer in any broker; false when no answer
+	// came (a lost connection, a canceled read), so that the request may
+	// still be inside a broker until Sent plus ProduceTimeout (the
+	// request's TimeoutMillis, DelayedProduce's bound) and whatever it
+	// waited in the broker's queue before that.
+	Answered       bool
+	Sent           time.Time
+	ProduceTimeout time.Duration
 }
 
 // Appender appends batches to destination partition leaders. Build it with
@@ -594,7 +604,7 @@ func (r *runner) handleSent(s sendResult) {
 			}
 			r.retryLater(b, o.err)
 		default:
-			r.deliver(b, Result{Err: o.err}, o.kind)
+			r.deliver(b, Result{Err: o.err, Answered: o.answered, Sent: o.sent, ProduceTimeout: o.timeout}, o.kind)
 		}
 	}
 }
@@ -738,18 +748,21 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 				err: fmt.Errorf("%s: %w: the produce request to broker %d was not sent (lease left: %v)", b.req.Partition, ErrLeaseExpired, node, max(left, 0))}
 		})
 	}
-	req := a.buildRequest(bs, min(a.cfg.RequestTimeout, left*3/4))
+	timeout := min(a.cfg.RequestTimeout, left*3/4)
+	req := a.buildRequest(bs, timeout)
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	a.m.requests.Inc()
+	sent := a.deps.Now()
+	stamp := func(o outcome) outcome { o.sent, o.timeout = sent, timeout; return o }
 	kresp, err := a.deps.Client.Broker(int(node)).Request(ctx, req)
 	if err != nil {
-		return all(func(b *batch) outcome { return classifyTransport(b.req.Partition, node, err, ctx) })
+		return all(func(b *batch) outcome { return stamp(classifyTransport(b.req.Partition, node, err, ctx)) })
 	}
 	resp, ok := kresp.(*kmsg.ProduceResponse)
 	if !ok {
 		err := fmt.Errorf("kgo returned a %T for a produce request", kresp)
-		return all(func(b *batch) outcome { return classifyTransport(b.req.Partition, node, err, ctx) })
+		return all(func(b *batch) outcome { return stamp(classifyTransport(b.req.Partition, node, err, ctx)) })
 	}
 
 	// Produce v13 answers by topic ID only, older versions by name only.
@@ -775,14 +788,17 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 			}
 			answered[i] = true
 			b := bs[i]
-			outs[i] = classifyCode(b.req.Partition, node, rp.ErrorCode, rp.ErrorMessage, len(b.req.Batch))
+			outs[i] = stamp(classifyCode(b.req.Partition, node, rp.ErrorCode, rp.ErrorMessage, len(b.req.Batch)))
+			outs[i].answered = true
 			outs[i].baseOffset = rp.BaseOffset
 		}
 	}
 	for i, b := range bs {
 		if !answered[i] {
-			outs[i] = outcome{verdict: verdictFinal, kind: KindUnknownOutcome,
-				err: fmt.Errorf("%s on broker %d: %w: the produce response does not mention the partition", b.req.Partition, node, ErrUnknownOutcome)}
+			// The broker answered the request, just not for this
+			// partition: the request is out of the broker.
+			outs[i] = stamp(outcome{verdict: verdictFinal, kind: KindUnknownOutcome, answered: true,
+				err: fmt.Errorf("%s on broker %d: %w: the produce response does not mention the partition", b.req.Partition, node, ErrUnknownOutcome)})
 		}
 	}
 	return outs

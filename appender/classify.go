@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -86,6 +87,11 @@ type outcome struct {
 	// invalidate: the cached leader is probably wrong; drop it before the
 	// next lookup.
 	invalidate bool
+	// answered: a broker's answer, not a transport failure; sent and
+	// timeout: when the request went to kgo and its TimeoutMillis.
+	answered bool
+	sent     time.Time
+	timeout  time.Duration
 }
 
 // classifyCode classifies a partition's error code in a Produce response

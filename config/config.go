@@ -26,7 +26,8 @@ const (
 	DefaultMaxBufferedBytes             = int64(64 << 20)
 	DefaultOnOffsetOutOfRange           = OutOfRangeFail
 	DefaultProducerStateExpiry          = 24 * time.Hour
-	DefaultSettleDelay                  = 30 * time.Second
+	DefaultSettleDelay                  = 5 * time.Second
+	DefaultProduceTimeout               = 30 * time.Second
 	DefaultDiscoveryInterval            = 30 * time.Second
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
 	DefaultCheckCRCs                    = false
@@ -249,9 +250,18 @@ type Link struct {
 	MaxBufferedBytes   int64
 	OnOffsetOutOfRange OutOfRange // fail | earliest
 
-	// SettleDelay is how long an append whose outcome is unknown (a
-	// timeout, a lost connection) is left to land before the destination
-	// is read to settle it.
+	// ProduceTimeout is the timeout of every Produce the link sends: how
+	// long a destination broker may wait for the in-sync replicas before
+	// it answers. It bounds how long an unanswered Produce can stay in a
+	// broker, so the link waits that long (plus SettleDelay) before it
+	// settles one, and a new session waits it past the previous
+	// session's lease.
+	ProduceTimeout time.Duration
+	// SettleDelay is the margin past ProduceTimeout before an append that
+	// got no answer (a lost connection) is settled against the
+	// destination: time for a request that sat in a broker's queue to be
+	// processed. An append the broker answered with an error is settled
+	// at once.
 	SettleDelay time.Duration
 	// DiscoveryInterval is how often new source topics and partitions are
 	// looked for while the link mirrors.
@@ -333,6 +343,7 @@ func Default() *Config {
 			ProducerStateExpiry:          DefaultProducerStateExpiry,
 			MaxBufferedBytes:             DefaultMaxBufferedBytes,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
+			ProduceTimeout:               DefaultProduceTimeout,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,

@@ -166,6 +166,7 @@ link "orders" {
   max_buffered_bytes             = "16MiB"
   on_offset_out_of_range         = "earliest"
   producer_state_expiry          = "1h30m"
+  produce_timeout                = "20s"
   settle_delay                   = "45s"
   discovery_interval             = "1m"
   destination_replication_factor = 3
@@ -212,6 +213,7 @@ link "back" {
 			ProducerStateExpiry:          90 * time.Minute,
 			MaxBufferedBytes:             16 << 20,
 			OnOffsetOutOfRange:           "earliest",
+			ProduceTimeout:               20 * time.Second,
 			SettleDelay:                  45 * time.Second,
 			DiscoveryInterval:            time.Minute,
 			DestinationReplicationFactor: 3,
@@ -229,6 +231,7 @@ link "back" {
 			ProducerStateExpiry:          DefaultProducerStateExpiry,
 			MaxBufferedBytes:             2 << 20,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
+			ProduceTimeout:               DefaultProduceTimeout,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
@@ -253,7 +256,7 @@ func TestParseDefaults(t *testing.T) {
 	if DefaultListen != "127.0.0.1:9644" || DefaultCheckpointInterval != 5*time.Second ||
 		DefaultSessionTimeout != 30*time.Second || DefaultMaxBufferedBytes != 64<<20 ||
 		DefaultStateTopic != "__mirror_state" || DefaultProducerStateExpiry != 24*time.Hour ||
-		DefaultSettleDelay != 30*time.Second || DefaultDiscoveryInterval != 30*time.Second ||
+		DefaultSettleDelay != 5*time.Second || DefaultProduceTimeout != 30*time.Second || DefaultDiscoveryInterval != 30*time.Second ||
 		DefaultDestinationReplicationFactor != -1 || DefaultCheckCRCs || DefaultShutdownTimeout != 15*time.Second {
 		t.Error("a documented default changed")
 	}
@@ -383,6 +386,14 @@ func TestParseProblems(t *testing.T) {
 		name: "settle delay zero",
 		src:  withLink(`settle_delay = "0s"`),
 		want: []string{`t.hcl:11:18: link.l.settle_delay: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "produce timeout zero",
+		src:  withLink(`produce_timeout = "0s"`),
+		want: []string{`t.hcl:11:21: link.l.produce_timeout: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "produce timeout beyond what a request can say",
+		src:  withLink(`produce_timeout = "1000h"`),
+		want: []string{`t.hcl:11:21: link.l.produce_timeout: 1000h0m0s is longer than a Produce request can say (596h31m23.647s) (use a few seconds to a few minutes)`},
 	}, {
 		name: "discovery interval without a unit",
 		src:  withLink(`discovery_interval = "30"`),

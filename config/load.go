@@ -205,6 +205,7 @@ type fileLink struct {
 	OnOffsetOutOfRange          *string        `koanf:"on_offset_out_of_range"`
 	ProducerStateExpiry         *time.Duration `koanf:"producer_state_expiry"`
 
+	ProduceTimeout               *time.Duration `koanf:"produce_timeout"`
 	SettleDelay                  *time.Duration `koanf:"settle_delay"`
 	DiscoveryInterval            *time.Duration `koanf:"discovery_interval"`
 	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
@@ -429,6 +430,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		MaxBufferedBytes:            or(fl.MaxBufferedBytes, DefaultMaxBufferedBytes),
 		OnOffsetOutOfRange:          OutOfRange(or(fl.OnOffsetOutOfRange, string(DefaultOnOffsetOutOfRange))),
 
+		ProduceTimeout:               or(fl.ProduceTimeout, DefaultProduceTimeout),
 		SettleDelay:                  or(fl.SettleDelay, DefaultSettleDelay),
 		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),
 		DestinationReplicationFactor: DefaultDestinationReplicationFactor,

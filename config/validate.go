@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -359,6 +360,10 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	c.positive(st, l.SessionTimeout)
 	c.positive(key+".producer_state_expiry", l.ProducerStateExpiry)
 	c.positive(key+".settle_delay", l.SettleDelay)
+	c.positive(key+".produce_timeout", l.ProduceTimeout)
+	if l.ProduceTimeout > 0 && l.ProduceTimeout > math.MaxInt32*time.Millisecond {
+		c.report(key+".produce_timeout", fmt.Sprintf("%v is longer than a Produce request can say (%v)", l.ProduceTimeout, math.MaxInt32*time.Millisecond), "use a few seconds to a few minutes")
+	}
 	c.positive(key+".discovery_interval", l.DiscoveryInterval)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
 		// Reported at whichever of the two was set, checkpoint_interval first.

@@ -78,6 +78,7 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 	l.CheckpointInterval, l.SessionTimeout, l.ProducerStateExpiry = 200*time.Millisecond, 3*time.Second, time.Hour
 	l.MaxBufferedBytes = 8 << 20
 	l.SettleDelay = 100 * time.Millisecond
+	l.ProduceTimeout = 2 * time.Second
 	l.DiscoveryInterval = 300 * time.Millisecond
 	l.DestinationReplicationFactor = 1
 	l.CheckCRCs = true
@@ -90,7 +91,6 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 			BackoffBase:    50 * time.Millisecond,
 			BackoffMax:     time.Second,
 			LeaseSkew:      time.Nanosecond, // both sessions run on this machine's clock
-			RequestTimeout: 2 * time.Second,
 			FetchMaxWait:   100 * time.Millisecond,
 			ExhaustGrace:   500 * time.Millisecond,
 		},
@@ -99,11 +99,18 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 
 func startLink(t *testing.T, cfg Config, src, dst *cluster, logName string) *testLink {
 	t.Helper()
-	l, err := New(cfg, Deps{
+	return startLinkWith(t, cfg, Deps{
 		Logger:          testLogger(t, logName),
 		SourceOpts:      src.opts(),
 		DestinationOpts: dst.opts(),
 	})
+}
+
+// startLinkWith runs a link with the given collaborators on its own
+// goroutine; the test's cleanup stops it.
+func startLinkWith(t *testing.T, cfg Config, deps Deps) *testLink {
+	t.Helper()
+	l, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

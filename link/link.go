@@ -42,11 +42,6 @@ type Tuning struct {
 	// LeaseSkew is the clock-skew margin added to a previous session's
 	// lease before a new session reconciles (DESIGN §7).
 	LeaseSkew time.Duration
-	// RequestTimeout is the produce timeout: how long a Produce may wait
-	// in a destination broker for the in-sync replicas (at most three
-	// quarters of the lease left; see appender). The session records it,
-	// and the next session waits that long past the lease (I2).
-	RequestTimeout time.Duration
 	// FetchMaxWait is the long-poll time of source fetches.
 	FetchMaxWait time.Duration
 	// ExhaustGrace and MaxReconciling: see PipelineConfig.
@@ -59,7 +54,6 @@ const (
 	DefaultBackoffBase    = time.Second
 	DefaultBackoffMax     = 2 * time.Minute
 	DefaultLeaseSkew      = 5 * time.Second
-	DefaultRequestTimeout = 30 * time.Second
 )
 
 func (t *Tuning) defaults() {
@@ -71,7 +65,6 @@ func (t *Tuning) defaults() {
 	set(&t.BackoffBase, DefaultBackoffBase)
 	set(&t.BackoffMax, DefaultBackoffMax)
 	set(&t.LeaseSkew, DefaultLeaseSkew)
-	set(&t.RequestTimeout, DefaultRequestTimeout)
 	set(&t.FetchMaxWait, fetcher.DefaultMaxWait)
 	set(&t.ExhaustGrace, DefaultExhaustGrace)
 	if t.MaxReconciling <= 0 {
@@ -103,8 +96,9 @@ func (c *Config) validate() error {
 	if l.StateTopic == "" {
 		errs = append(errs, fmt.Errorf("link %s: state_topic is empty", l.Name))
 	}
-	if l.SettleDelay <= 0 || l.DiscoveryInterval <= 0 {
-		errs = append(errs, fmt.Errorf("link %s: settle_delay (%s) and discovery_interval (%s) must be positive", l.Name, l.SettleDelay, l.DiscoveryInterval))
+	if l.SettleDelay <= 0 || l.DiscoveryInterval <= 0 || l.ProduceTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("link %s: settle_delay (%s), discovery_interval (%s) and produce_timeout (%s) must be positive",
+			l.Name, l.SettleDelay, l.DiscoveryInterval, l.ProduceTimeout))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))

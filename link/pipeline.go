@@ -25,9 +25,12 @@ type PipelineConfig struct {
 	// salts (nil: math/rand).
 	ProducerStateExpiry time.Duration
 	Rand                func() int64
-	// SettleDelay is how long after an unknown outcome the destination is
-	// read to settle it.
-	SettleDelay time.Duration
+	// ProduceTimeout and SettleDelay: an append that got no answer may
+	// be inside a broker until it was sent plus its produce timeout (and
+	// a broker's queueing, which SettleDelay covers): it is settled only
+	// after that. One the broker answered is settled at once.
+	ProduceTimeout time.Duration
+	SettleDelay    time.Duration
 	// ExhaustGrace is how long a reconciling partition's source must show
 	// nothing committed past the walk's position before the rest of the
 	// destination tail is called foreign. Default 3s.
@@ -487,9 +490,10 @@ func (pl *Pipeline) appended(res appender.Result) {
 	case errors.Is(res.Err, appender.ErrUnknownOutcome):
 		pl.stats.Unknown++
 		p.phase = phaseSettling
+		delay := pl.settleDelay(res)
 		pl.log(hclog.Warn, "append outcome unknown; settling it against the destination before anything else is sent",
-			"destination", p.Dst.String(), "source_offset", h.BaseOffset, "after", pl.cfg.SettleDelay, "error", res.Err)
-		pl.emit(DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: pl.cfg.SettleDelay})
+			"destination", p.Dst.String(), "source_offset", h.BaseOffset, "answered", res.Answered, "after", delay, "error", res.Err)
+		pl.emit(DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: delay})
 	case errors.Is(res.Err, appender.ErrCorrupt):
 		if p.refetchedAt == h.BaseOffset {
 			pl.fail(fmt.Errorf("destination %s refused the batch from source %s offset %d as corrupt twice, also after fetching it again: %w",
@@ -508,6 +512,30 @@ func (pl *Pipeline) appended(res appender.Result) {
 	default:
 		pl.fail(fmt.Errorf("append to %s of the batch from source %s offset %d: %w", p.Dst, p.Src, h.BaseOffset, res.Err))
 	}
+}
+
+// settleDelay is how long to wait before an append of unknown outcome is
+// read back: none when a broker answered (the request is out of every
+// broker: what its leader's log holds now decides, the settle reading waits
+// for the high watermark to reach the log end; Kafka's ReplicaManager
+// appends to the leader's log before DelayedProduce waits, and answers
+// NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT only after that wait ended);
+// otherwise until the request's produce timeout, counted from when it was
+// sent, plus SettleDelay, past which DelayedProduce has answered it (or the
+// broker that held it is gone).
+func (pl *Pipeline) settleDelay(res appender.Result) time.Duration {
+	if res.Answered {
+		return 0
+	}
+	timeout := res.ProduceTimeout
+	if timeout <= 0 {
+		timeout = pl.cfg.ProduceTimeout
+	}
+	sent := res.Sent
+	if sent.IsZero() {
+		sent = pl.now
+	}
+	return max(sent.Add(timeout+pl.cfg.SettleDelay).Sub(pl.now), 0)
 }
 
 // acked records that p's head batch is at the destination from base.

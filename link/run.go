@@ -6,7 +6,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
@@ -40,14 +43,16 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 		stopped  bool
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
+	drainTimer := time.NewTimer(time.Hour)
+	drainTimer.Stop()
+	defer drainTimer.Stop()
 	stop := func(ev Event, state State) stepped {
 		if stopped {
 			return stepped{}
 		}
 		stopped, stopping = true, ev
-		t := time.NewTimer(l.cfg.ShutdownTimeout)
-		defer t.Stop()
-		drain = t.C
+		drainTimer.Reset(l.cfg.ShutdownTimeout)
+		drain = drainTimer.C
 		return s.step(InStop{State: state})
 	}
 	done := ctx.Done()
@@ -214,41 +219,125 @@ func (s *session) committer() error {
 	}
 }
 
-// settle looks, after the delay, for the twin of an append of unknown
-// outcome in the destination partition from the offset the append would
-// have got (DESIGN §6).
+// settle finds out whether an append of unknown outcome landed (DESIGN §6):
+// after the delay, it reads the partition's current leader from the offset
+// the append would have got up to the high watermark, looking for the
+// batch's twin. Not finding it is an answer only once the high watermark
+// has reached the leader's log end (OffsetsForLeaderEpoch for the leader's
+// epoch answers the log end offset, not the high watermark: Kafka's
+// Partition.lastOffsetForLeaderEpoch with UnifiedLog.endOffsetForEpoch):
+// a batch in the leader's log above the high watermark is still becoming
+// visible while the in-sync replicas catch up, or the ISR shrinks (at most
+// replica.lag.time.max.ms), and must be waited for. A batch on a former
+// leader that its successor never got is truncated when the former leader
+// follows again (Kafka truncates a follower to the leader's epoch end
+// offset), so the current leader's log decides. It gives up after
+// produce_timeout plus settle_delay of waiting for the high watermark.
 func (s *session) settle(ctx context.Context, a DoSettle) Input {
 	ev := InSettled{Dst: a.Dst.Key(), Tag: a.Tag, Offset: -1}
 	if !sleep(ctx, a.Delay) {
 		return nil
 	}
-	ends, err := s.dstAdm.ListEndOffsets(ctx, a.Dst.Topic)
-	if err == nil {
-		ev.Offset, err = offsetOf(ends, a.Dst, "destination end")
-	}
-	if err != nil {
-		ev.Offset, ev.Err = -1, err
-		return ev
-	}
-	tr := &tailReader{cl: s.dst, leaders: s.dstLeaders, p: a.Dst, pos: a.From, end: ev.Offset}
-	ev.Offset = -1
-	for {
-		batches, err := tr.next(ctx)
-		if err != nil {
+	patience := s.l.cfg.Link.ProduceTimeout + s.l.cfg.Link.SettleDelay
+	give := time.Now().Add(patience)
+	for attempt := 1; ; attempt++ {
+		found, certain, err := s.settleOnce(ctx, a)
+		switch {
+		case err == nil && found >= 0:
+			ev.Offset = found
+			return ev
+		case err == nil && certain:
+			return ev
+		case ctx.Err() != nil:
+			return nil
+		case time.Now().After(give):
+			if err == nil {
+				err = fmt.Errorf("the high watermark of %s did not reach its log end within %v: its in-sync replicas are behind", a.Dst, patience)
+			}
 			ev.Err = err
 			return ev
 		}
+		if err != nil {
+			s.dstLeaders.Invalidate(a.Dst.Key())
+		}
+		if !sleep(ctx, settleRetry.Wait(attempt)) {
+			return nil
+		}
+	}
+}
+
+// settleRetry is the wait between looks at a partition being settled.
+var settleRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
+
+// settleOnce looks once: the twin's offset (or -1), and whether not finding
+// it is certain (the high watermark is at the leader's log end).
+func (s *session) settleOnce(ctx context.Context, a DoSettle) (found int64, certain bool, err error) {
+	ld, err := s.dstLeaders.Lookup(ctx, a.Dst.Key())
+	if err != nil {
+		return -1, false, err
+	}
+	leo, err := logEnd(ctx, s.dst, a.Dst, ld)
+	if err != nil {
+		return -1, false, err
+	}
+	ends, err := s.dstAdm.ListEndOffsets(ctx, a.Dst.Topic)
+	if err != nil {
+		return -1, false, err
+	}
+	hw, err := offsetOf(ends, a.Dst, "destination end")
+	if err != nil {
+		return -1, false, err
+	}
+	tr := &tailReader{cl: s.dst, leaders: s.dstLeaders, p: a.Dst, pos: a.From, end: hw}
+	for {
+		batches, err := tr.next(ctx)
+		if err != nil {
+			return -1, false, err
+		}
 		if len(batches) == 0 {
-			return ev
+			return -1, hw >= leo, nil
 		}
 		for _, b := range batches {
 			if twin(a.Want, b) {
 				h, _ := transform.ParseHeader(b)
-				ev.Offset = h.BaseOffset
-				return ev
+				return h.BaseOffset, true, nil
 			}
 		}
 	}
+}
+
+// logEnd is the log end offset of a partition's leader: OffsetsForLeaderEpoch
+// for the leader's current epoch answers the end offset of that epoch, which
+// for the latest epoch is the log end offset (KIP-320 lets consumers ask it
+// with DESCRIBE on the topic).
+func logEnd(ctx context.Context, cl *kgo.Client, p tp.Partition, ld leaders.Leader) (int64, error) {
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = p.Topic
+	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	rp.Partition = p.Partition
+	rp.CurrentLeaderEpoch = ld.Epoch
+	rp.LeaderEpoch = ld.Epoch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := cl.Broker(int(ld.Broker)).Request(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("log end offset of %s from broker %d: %w", p, ld.Broker, err)
+	}
+	resp := kresp.(*kmsg.OffsetForLeaderEpochResponse)
+	for _, t := range resp.Topics {
+		for _, pp := range t.Partitions {
+			if t.Topic != p.Topic || pp.Partition != p.Partition {
+				continue
+			}
+			if err := kerr.ErrorForCode(pp.ErrorCode); err != nil {
+				return 0, fmt.Errorf("log end offset of %s from broker %d: %w", p, ld.Broker, err)
+			}
+			return pp.EndOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("log end offset of %s from broker %d: the answer does not hold the partition", p, ld.Broker)
 }
 
 // readTail reads the next chunk of a destination tail for reconciliation.

@@ -216,7 +216,7 @@ func (s *script) do(line string) {
 	case "expect":
 		s.expect(line[len("expect "):])
 	case "state":
-		s.state(args[0], kv)
+		s.state(args[0], keyValues(args[1:]))
 	case "stats":
 		s.stats(kv)
 	case "pins":
@@ -232,6 +232,8 @@ func (s *script) configure(kv map[string]string) {
 		switch k {
 		case "settle_delay":
 			s.cfg.SettleDelay = s.dur(v)
+		case "produce_timeout":
+			s.cfg.ProduceTimeout = s.dur(v)
 		case "exhaust_grace":
 			s.cfg.ExhaustGrace = s.dur(v)
 		case "max_reconciling":
@@ -557,7 +559,18 @@ func (s *script) appended(part string, kv map[string]string) {
 	case "":
 		res.BaseOffset = s.int(kv["base"])
 	case "unknown":
+		// answered: a broker answered with an error code that leaves
+		// the append possible; otherwise no answer came, sent=DURATION
+		// ago (default now) with the produce timeout timeout=.
 		res.Err = fmt.Errorf("%w: test", appender.ErrUnknownOutcome)
+		res.Answered = slices.Contains(keysOf(kv), "answered")
+		res.Sent = s.now
+		if v := kv["sent"]; v != "" {
+			res.Sent = s.now.Add(-s.dur(v))
+		}
+		if v := kv["timeout"]; v != "" {
+			res.ProduceTimeout = s.dur(v)
+		}
 	case "corrupt":
 		res.Err = fmt.Errorf("%w: test", appender.ErrCorrupt)
 	case "stopped":
@@ -837,11 +850,18 @@ func fields(line string) []string {
 func keyValues(words []string) map[string]string {
 	kv := map[string]string{}
 	for _, w := range words {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			kv[k] = v
-		}
+		k, v, _ := strings.Cut(w, "=")
+		kv[k] = v
 	}
 	return kv
+}
+
+func keysOf(kv map[string]string) []string {
+	out := make([]string, 0, len(kv))
+	for k := range kv {
+		out = append(out, k)
+	}
+	return out
 }
 
 func splitOn(words []string, sep string) [][]string {

@@ -128,7 +128,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	}
 	s.sess, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
-		statestore.AppendTimeout(l.cfg.Tuning.RequestTimeout))
+		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("begin state session: %w", err)
 	}
@@ -169,7 +169,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	}
 	if s.app, err = appender.New(appender.Config{
 		Link:           l.cfg.Link.Name,
-		RequestTimeout: l.cfg.Tuning.RequestTimeout,
+		RequestTimeout: l.cfg.Link.ProduceTimeout,
 	}, appender.Deps{
 		Client: s.dst, Leaders: s.dstLeaders, Logger: l.deps.Logger, Metrics: l.deps.AppenderMetrics, Now: l.deps.Now,
 		Lease: s.sess.LeaseDeadline,
@@ -182,6 +182,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		Region:              s.region,
 		ProducerStateExpiry: l.cfg.Link.ProducerStateExpiry,
 		Rand:                l.deps.Rand,
+		ProduceTimeout:      l.cfg.Link.ProduceTimeout,
 		SettleDelay:         l.cfg.Link.SettleDelay,
 		ExhaustGrace:        l.cfg.Tuning.ExhaustGrace,
 		MaxReconciling:      l.cfg.Tuning.MaxReconciling,
@@ -222,11 +223,11 @@ func (s *session) keepalive(ctx context.Context) error {
 func (s *session) waitLease(ctx context.Context, view *statestore.View, last *handover) error {
 	cfg := s.l.cfg
 	now := s.l.deps.Now()
-	wait := view.LeaseWait(cfg.Link.Name, now, cfg.Tuning.LeaseSkew, cfg.Tuning.RequestTimeout)
+	wait := view.LeaseWait(cfg.Link.Name, now, cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
 	if lv, ok := view.Links[cfg.Link.Name]; ok && last != nil && lv.SessionEpoch == last.epoch && wait > 0 {
 		own := time.Duration(0)
 		if last.unresolved > 0 {
-			own = max(last.at.Add(cfg.Tuning.RequestTimeout+cfg.Tuning.LeaseSkew).Sub(now), 0)
+			own = max(last.at.Add(cfg.Link.ProduceTimeout+cfg.Link.SettleDelay).Sub(now), 0)
 		}
 		s.log.Info("the previous session was this process's own; waiting only for what it left unresolved",
 			"unresolved_appends", last.unresolved, "wait", own.Round(time.Millisecond), "lease_wait", wait.Round(time.Millisecond))

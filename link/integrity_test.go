@@ -1,0 +1,500 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// The integration tests of issue 10: each case the review found, on kfake,
+// as a test that failed on the code before the pipeline rewrite.
+
+// holdOnce holds the first Produce the destination receives from the
+// appender (a Produce without a transactional ID: the state topic's are
+// transactional) inside the broker until release is called, as a broker
+// holds a request it has read and not yet answered. held is closed once it
+// holds one.
+func holdOnce(t *testing.T, c *cluster) (held <-chan struct{}, release func()) {
+	t.Helper()
+	h := make(chan struct{})
+	r := make(chan struct{})
+	var once, releaseOnce sync.Once
+	var holding atomic.Bool
+	c.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if req.(*kmsg.ProduceRequest).TransactionID != nil || !holding.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		once.Do(func() { close(h) })
+		c.c.SleepControl(func() { <-r })
+		return nil, nil, false
+	})
+	release = func() { releaseOnce.Do(func() { close(r) }) }
+	t.Cleanup(release)
+	return h, release
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not happen", what)
+	}
+}
+
+// linkRecord is the link's record in its state topic.
+func linkRecord(t *testing.T, dst *cluster, stateTopic, name string) statestore.LinkValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	view, err := replayState(ctx, dst, stateTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return view.Links[name]
+}
+
+// Issue 10 case 2: a clean stop while an append is still inside a broker
+// (the drain timed out) must not record a clean STOPPED: the next session
+// would skip the lease wait, reconcile before the held Produce lands, and
+// append the batch again. The stop is recorded with the append unresolved,
+// the next session waits, and the destination ends exact.
+func TestStopWithAppendInBroker(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "before", 50, "t")
+	cfg := linkConfig("stopheld", src, dst, "t")
+	cfg.ShutdownTimeout = time.Second
+	a := startLink(t, cfg, src, dst, "A")
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+
+	held, release := holdOnce(t, dst)
+	load(t, src, p, idempotent, 0, "held", 10, "t")
+	waitClosed(t, held, "a Produce held in the destination")
+	a.stop(t, false)
+	if lv := linkRecord(t, dst, "__mirror_state", "stopheld"); lv.Clean() || lv.UnresolvedAppends != 1 {
+		t.Fatalf("link record after a stop with a Produce inside the broker: %+v (clean %v); want one unresolved append, not clean", lv, lv.Clean())
+	}
+	b := startLink(t, cfg, src, dst, "B")
+	time.Sleep(time.Second) // the previous release reconciled by now
+	release()
+	b.waitState(t, Mirroring, 60*time.Second)
+	waitCaughtUp(t, b, 60, 60*time.Second)
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	exactlyOnce(t, dst, p, "t")
+	if got := b.Status().Counters.ReconciledBatches; got < 1 {
+		t.Errorf("reconciled batches %d: the held batch should have been recognised as the link's own", got)
+	}
+}
+
+// waitCaughtUp waits until every partition of the link has mirrored up to
+// at least offset at the source.
+func waitCaughtUp(t *testing.T, l *testLink, offset int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st := l.Status()
+		done := len(st.Partitions) > 0
+		for _, p := range st.Partitions {
+			done = done && p.SourceNextOffset >= offset
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("link %s did not reach source offset %d: %+v", l.Name(), offset, st.Partitions)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Issue 10 case 3: after a crash, a Produce written just before the lease
+// ended may still be inside a broker. The next session waits the old lease
+// plus the produce timeout (not only the lease), so the held batch lands
+// before the tail is read and is not appended again.
+func TestCrashWithAppendInBroker(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "before", 50, "t")
+	cfg := linkConfig("crashheld", src, dst, "t")
+	a := startLink(t, cfg, src, dst, "A")
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+
+	held, release := holdOnce(t, dst)
+	load(t, src, p, idempotent, 0, "held", 10, "t")
+	waitClosed(t, held, "a Produce held in the destination")
+	a.stop(t, true)
+	lease := time.UnixMilli(linkRecord(t, dst, "__mirror_state", "crashheld").LeaseExpiresMs)
+	b := startLink(t, cfg, src, dst, "B")
+	// The previous release reconciled as soon as the lease had passed;
+	// the held Produce lands a second later, within the produce timeout.
+	time.Sleep(time.Until(lease) + time.Second)
+	release()
+	b.waitState(t, Mirroring, 60*time.Second)
+	waitCaughtUp(t, b, 60, 60*time.Second)
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	exactlyOnce(t, dst, p, "t")
+}
+
+// cannedMetadata answers "list every topic" Metadata requests with a fixed
+// answer that leaves out topic hidden, as stale metadata or an authorizer
+// glitch would; requests that name topics pass through.
+func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	full, err := leaders.Metadata(ctx, c.cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on atomic.Bool
+	on.Store(true)
+	c.c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.c.KeepControl()
+		mr := req.(*kmsg.MetadataRequest)
+		if !on.Load() || mr.Topics != nil {
+			return nil, nil, false
+		}
+		resp := *full
+		resp.Version = mr.Version
+		resp.Topics = nil
+		for _, tt := range full.Topics {
+			if tt.Topic == nil || *tt.Topic != hidden {
+				resp.Topics = append(resp.Topics, tt)
+			}
+		}
+		return &resp, nil, true
+	})
+	return func() { on.Store(false) }
+}
+
+// Issue 10 case 4: a topic listing that leaves a topic out does not stop
+// its partitions: records produced to it while (and after) listings miss
+// it are mirrored.
+func TestListingGapStopsNothing(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	src.createTopic(t, "u", 2, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
+	l := startLink(t, linkConfig("gap", src, dst, "t|u"), src, dst, "gap")
+	topics := map[string]string{"t": "t", "u": "u"}
+	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+
+	stop := cannedMetadata(t, src, "u")
+	// Several discovery intervals (300ms) with u missing from listings.
+	time.Sleep(1500 * time.Millisecond)
+	load(t, src, p, idempotent, 1, "during", 40, "t", "u")
+	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+	stop()
+	load(t, src, p, idempotent, 2, "after", 40, "t", "u")
+	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+	exactlyOnce(t, dst, p, "t", "u")
+	if n := len(l.Status().Partitions); n != 3 {
+		t.Errorf("link mirrors %d partitions, want 3", n)
+	}
+	if got := l.Status().Counters.PartitionsRemoved; got != 0 {
+		t.Errorf("%d partitions removed, want none", got)
+	}
+}
+
+// Issue 10 case 5: a source topic deleted and created again while the link
+// was down is a new partition: mirrored from start_from, not from the old
+// topic's checkpointed offset (which would skip the new topic's first
+// records).
+func TestRecreatedSourceTopic(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "old", 50, "t")
+	cfg := linkConfig("recreate", src, dst, "t")
+	a := startLink(t, cfg, src, dst, "A")
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	a.stop(t, false)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := src.adm.DeleteTopics(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	src.createTopic(t, "t", 1, nil)
+	fresh := newProduced()
+	load(t, src, fresh, plain, 0, "new", 80, "t")
+
+	b := startLink(t, cfg, src, dst, "B")
+	b.waitState(t, Mirroring, 30*time.Second)
+	// The destination keeps the old topic's 50 records and gets every
+	// one of the new topic's 80 after them, each once.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ends, err := dst.adm.ListEndOffsets(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := ends.Lookup("t", 0); o.Offset >= 130 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recs := consumeAll(t, dst, false, "t")
+	if len(recs) != 130 {
+		t.Fatalf("destination holds %d records, want the old topic's 50 and the new topic's 80", len(recs))
+	}
+	for i, r := range recs[50:] {
+		if want := fmt.Sprintf("plain-none-new-%06d", i); string(r.Key) != want {
+			t.Fatalf("destination offset %d: key %s, want %s (the new topic from its start)", 50+i, r.Key, want)
+		}
+	}
+}
+
+// produceRaw appends one raw batch to a source partition, as an upstream
+// mirror writes it (a negative producer ID: no broker-side deduplication).
+func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ld, err := leaders.New(c.cl, 0).Lookup(ctx, tp.Key{Topic: topic, Partition: partition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = topic, ld.ID
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = partition, batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := c.cl.Broker(int(ld.Broker)).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("raw produce to %s[%d]: %v", topic, partition, kerr.ErrorForCode(code))
+	}
+}
+
+// Issue 10 case 1: a chain source holds a forwarded batch twice. The session
+// appended the first, checkpointed, skipped the second as a duplicate and
+// appended the next batch; then it failed before its next checkpoint. The
+// next session reconciles from the checkpoint with the producer state it
+// saved: the duplicate is skipped as before and the next batch recognised,
+// so nothing is appended again and nothing is called foreign.
+func TestReconcileAfterSkippedDuplicate(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "chain", 1, nil)
+	const upstream = int64(-9223371946660462587)
+	x := batchtest.Simple(0, upstream, 0, 0, 5)
+	dup := batchtest.Simple(0, upstream, 0, 0, 5)
+	y := batchtest.Simple(0, upstream, 0, 5, 5)
+	cfg := linkConfig("chaindup", src, dst, "chain")
+	l := startLink(t, cfg, src, dst, "A")
+	produceRaw(t, src, "chain", 0, x)
+
+	// Wait for a checkpoint past x, which saves x's sequence.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		view, err := replayState(ctx, dst, "__mirror_state")
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		done := false
+		for k, ck := range view.Checkpoints {
+			if k.LinkName == "chaindup" && ck.SourceNextOffset >= 5 && len(ck.Producers) == 1 {
+				done = true
+			}
+		}
+		if done {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Hold the session's next commit, and fail it once dup and y are at
+	// the destination: the session ends with no checkpoint after x.
+	appended := make(chan struct{})
+	var holdCommit atomic.Bool
+	holdCommit.Store(true)
+	dst.c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.c.KeepControl()
+		if !holdCommit.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		dst.c.SleepControl(func() { <-appended })
+		resp := kmsg.NewPtrEndTxnResponse()
+		resp.Version = req.GetVersion()
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	produceRaw(t, src, "chain", 0, dup)
+	produceRaw(t, src, "chain", 0, y)
+	for {
+		ends, err := dst.adm.ListEndOffsets(ctx, "chain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := ends.Lookup("chain", 0); o.Offset >= 10 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("y did not reach the destination")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(appended) // the commit fails; the session ends; the next reconciles
+	deadline := time.Now().Add(30 * time.Second)
+	for l.prepared.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.waitState(t, Mirroring, 30*time.Second)
+	time.Sleep(time.Second) // anything appended again would be there now
+
+	var got []transform.Header
+	got = rawHeaders(t, dst, "chain", 0)
+	if len(got) != 2 || got[0].BaseSequence != 0 || got[1].BaseSequence != 5 {
+		var seqs []int32
+		for _, h := range got {
+			seqs = append(seqs, h.BaseSequence)
+		}
+		t.Fatalf("destination holds batches with base sequences %v, want [0 5]: x and y once, the duplicate skipped", seqs)
+	}
+	if c := l.Status().Counters; c.ForeignBatches != 0 || c.ReconciledBatches < 1 || c.DuplicatesSkipped < 1 {
+		t.Errorf("counters %+v: want no foreign batch, y reconciled, the duplicate skipped", c)
+	}
+}
+
+// Issue 10 case 9: a new partition whose destination already holds data is
+// reconciled inside the session; the link never leaves MIRRORING for it (the
+// previous release prepared again and then waited out its own lease).
+func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 20, "t")
+	l := startLink(t, linkConfig("growdata", src, dst, "t|late"), src, dst, "growdata")
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+
+	var left atomic.Bool
+	stopWatch := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if l.Status().State != Mirroring {
+				left.Store(true)
+			}
+		}
+	})
+	// Someone else's record already in the destination topic.
+	dst.createTopic(t, "late", 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	other := kafkatest.Client(t, dst.c, kgo.DefaultProduceTopic("late"))
+	if err := other.ProduceSync(ctx, &kgo.Record{Key: []byte("not-mirrored")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	src.createTopic(t, "late", 1, nil)
+	load(t, src, p, idempotent, 1, "late", 20, "late")
+	deadline := time.Now().Add(30 * time.Second)
+	for l.Status().Counters.ForeignBatches == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		ends, _ := dst.adm.ListEndOffsets(ctx, "late")
+		if o, _ := ends.Lookup("late", 0); o.Offset >= 21 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stopWatch)
+	wg.Wait()
+	if left.Load() || l.prepared.Load() != 1 {
+		t.Errorf("the link left MIRRORING (prepared %d times) to add a partition", l.prepared.Load())
+	}
+	if got := l.Status().Counters.ForeignBatches; got != 1 {
+		t.Errorf("foreign batches %d, want the 1 record someone else wrote", got)
+	}
+	recs := consumeAll(t, dst, false, "late")
+	if len(recs) != 21 || string(recs[0].Key) != "not-mirrored" {
+		t.Fatalf("destination late holds %d records (first %q), want the foreign one and the 20 mirrored", len(recs), recs[0].Key)
+	}
+}
+
+// Issue 10 case 9: a state commit that fails once ends the session, and the
+// next session of the same process takes over at once: it knows its
+// predecessor left no append unresolved, so it does not wait out its own
+// lease.
+func TestCommitFailureHandsOverAtOnce(t *testing.T) {
+	src := newCluster(t, "src", kafkatest.SourceClusterID)
+	dst := newCluster(t, "dst", kafkatest.DestClusterID)
+	src.createTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 20, "t")
+	cfg := linkConfig("handover", src, dst, "t")
+	cfg.Link.SessionTimeout = 30 * time.Second // a wait for this lease would be plain
+	logs := &logtest.Buffer{}
+	tl := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.opts(), DestinationOpts: dst.opts()})
+	tl.waitState(t, Mirroring, 30*time.Second)
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+
+	var once atomic.Bool
+	dst.c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.c.KeepControl()
+		if !once.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := kmsg.NewPtrEndTxnResponse()
+		resp.Version = req.GetVersion()
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for tl.prepared.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	tl.waitState(t, Mirroring, 30*time.Second)
+	load(t, src, p, idempotent, 1, "two", 20, "t")
+	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	exactlyOnce(t, dst, p, "t")
+	out := logs.String()
+	if !strings.Contains(out, "the previous session was this process's own") {
+		t.Errorf("the second session did not recognise its predecessor:\n%s", out)
+	}
+	if strings.Contains(out, "waiting out the previous session's lease") {
+		t.Errorf("the second session waited out its own predecessor's lease:\n%s", out)
+	}
+}
