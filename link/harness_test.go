@@ -88,11 +88,11 @@ func linkConfig(name string, src, dst *cluster, include ...string) Config {
 		Destination:     config.Cluster{Name: dst.name, BootstrapServers: dst.c.ListenAddrs()},
 		ShutdownTimeout: 5 * time.Second,
 		Tuning: Tuning{
-			BackoffBase:    50 * time.Millisecond,
-			BackoffMax:     time.Second,
-			LeaseSkew:      time.Nanosecond, // both sessions run on this machine's clock
-			FetchMaxWait:   100 * time.Millisecond,
-			ExhaustGrace:   500 * time.Millisecond,
+			BackoffBase:  50 * time.Millisecond,
+			BackoffMax:   time.Second,
+			LeaseSkew:    time.Nanosecond, // both sessions run on this machine's clock
+			FetchMaxWait: 100 * time.Millisecond,
+			ExhaustGrace: 500 * time.Millisecond,
 		},
 	}
 }

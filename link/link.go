@@ -51,9 +51,9 @@ type Tuning struct {
 
 // Defaults of Tuning.
 const (
-	DefaultBackoffBase    = time.Second
-	DefaultBackoffMax     = 2 * time.Minute
-	DefaultLeaseSkew      = 5 * time.Second
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = 2 * time.Minute
+	DefaultLeaseSkew   = 5 * time.Second
 )
 
 func (t *Tuning) defaults() {
