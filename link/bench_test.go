@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 )
 
 // BenchmarkMirror measures the whole path, fetch → filter → transform →
@@ -29,20 +30,17 @@ func BenchmarkMirror(b *testing.B) {
 }
 
 func benchMirror(b *testing.B, codec int) {
-	src := &cluster{name: "src", id: kafkatest.SourceClusterID}
-	dst := &cluster{name: "dst", id: kafkatest.DestClusterID}
-	src.c = kafkatest.NewCluster(b, src.id)
-	dst.c = kafkatest.NewCluster(b, dst.id)
-	src.cl, dst.cl = kafkatest.Client(b, src.c), kafkatest.Client(b, dst.c)
-	src.adm, dst.adm = kadm.NewClient(src.cl), kadm.NewClient(dst.cl)
+	e := &env{}
+	src := mirrortest.NewCluster(b, e.b, "src", kafkatest.SourceClusterID, kfake.NumBrokers(1))
+	dst := mirrortest.NewCluster(b, e.b, "dst", kafkatest.DestClusterID, kfake.NumBrokers(1))
 
 	const partitions, records, valueSize = 4, 32 << 10, 1 << 10 // 32 MiB of values
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := src.adm.CreateTopic(ctx, partitions, 1, nil, "bench"); err != nil {
+	if _, err := src.Admin.CreateTopic(ctx, partitions, 1, nil, "bench"); err != nil {
 		b.Fatal(err)
 	}
-	pr, err := kgo.NewClient(kgo.SeedBrokers(src.c.ListenAddrs()...), kgo.ProducerBatchCompression(codecs[codec]),
+	pr, err := kgo.NewClient(kgo.SeedBrokers(src.Addrs()...), kgo.ProducerBatchCompression(codecs[codec]),
 		kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +74,7 @@ func benchMirror(b *testing.B, codec int) {
 		b.Fatal(err)
 	}
 	pr.Close()
-	ends, err := src.adm.ListEndOffsets(ctx, "bench")
+	ends, err := src.Admin.ListEndOffsets(ctx, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,7 +88,7 @@ func benchMirror(b *testing.B, codec int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		cfg := linkConfig(fmt.Sprintf("bench-%d", i), src, dst, "bench")
+		cfg := e.linkConfig(fmt.Sprintf("bench-%d", i), src, dst, "bench")
 		cfg.Link.Rename = fmt.Sprintf("{topic}-%d", i)
 		cfg.Link.StateTopic = fmt.Sprintf("__state_%d", i)
 		cfg.Link.MaxBufferedBytes = 64 << 20
@@ -99,14 +97,14 @@ func benchMirror(b *testing.B, codec int) {
 		// Created here, not by the link, so that this client's metadata
 		// cache knows the topic when it polls its end offsets.
 		b.StopTimer()
-		if _, err := dst.adm.CreateTopic(ctx, partitions, 1, nil, dest); err != nil {
+		if _, err := dst.Admin.CreateTopic(ctx, partitions, 1, nil, dest); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := dst.adm.ListEndOffsets(ctx, dest); err != nil {
+		if _, err := dst.Admin.ListEndOffsets(ctx, dest); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		l, err := New(cfg, Deps{SourceOpts: src.opts(), DestinationOpts: dst.opts()})
+		l, err := New(cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +112,7 @@ func benchMirror(b *testing.B, codec int) {
 		done := make(chan error, 1)
 		go func() { done <- l.Run(lctx) }()
 		for {
-			got, err := dst.adm.ListEndOffsets(ctx, dest)
+			got, err := dst.Admin.ListEndOffsets(ctx, dest)
 			caught := err == nil
 			for p := range int32(partitions) {
 				want, _ := ends.Lookup("bench", p)

@@ -36,12 +36,12 @@ func holdOnce(t *testing.T, c *cluster) (held <-chan struct{}, release func()) {
 	r := make(chan struct{})
 	var once, releaseOnce sync.Once
 	var holding atomic.Bool
-	c.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if req.(*kmsg.ProduceRequest).TransactionID != nil || !holding.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
 		once.Do(func() { close(h) })
-		c.c.SleepControl(func() { <-r })
+		c.Fake.SleepControl(func() { <-r })
 		return nil, nil, false
 	})
 	release = func() { releaseOnce.Do(func() { close(r) }) }
@@ -76,21 +76,22 @@ func linkRecord(t *testing.T, dst *cluster, stateTopic, name string) statestore.
 // append the batch again. The stop is recorded with the append unresolved,
 // the next session waits, and the destination ends exact.
 func TestStopWithAppendInBroker(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "before", 50, "t")
-	cfg := linkConfig("stopheld", src, dst, "t")
+	cfg := e.linkConfig("stopheld", src, dst, "t")
 	cfg.ShutdownTimeout = time.Second
 	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 
 	held, release := holdOnce(t, dst)
 	load(t, src, p, idempotent, 0, "held", 10, "t")
 	waitClosed(t, held, "a Produce held in the destination")
 	a.stop(t, false)
-	if lv := linkRecord(t, dst, "__mirror_state", "stopheld"); lv.Clean() || lv.UnresolvedAppends != 1 {
+	if lv := linkRecord(t, dst, e.stateTopic(), "stopheld"); lv.Clean() || lv.UnresolvedAppends != 1 {
 		t.Fatalf("link record after a stop with a Produce inside the broker: %+v (clean %v); want one unresolved append, not clean", lv, lv.Clean())
 	}
 	b := startLink(t, cfg, src, dst, "B")
@@ -98,31 +99,10 @@ func TestStopWithAppendInBroker(t *testing.T) {
 	release()
 	b.waitState(t, Mirroring, 60*time.Second)
 	waitCaughtUp(t, b, 60, 60*time.Second)
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
 	if got := b.Status().Counters.ReconciledBatches; got < 1 {
 		t.Errorf("reconciled batches %d: the held batch should have been recognised as the link's own", got)
-	}
-}
-
-// waitCaughtUp waits until every partition of the link has mirrored up to
-// at least offset at the source.
-func waitCaughtUp(t *testing.T, l *testLink, offset int64, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st := l.Status()
-		done := len(st.Partitions) > 0
-		for _, p := range st.Partitions {
-			done = done && p.SourceNextOffset >= offset
-		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("link %s did not reach source offset %d: %+v", l.Name(), offset, st.Partitions)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -131,20 +111,21 @@ func waitCaughtUp(t *testing.T, l *testLink, offset int64, within time.Duration)
 // plus the produce timeout (not only the lease), so the held batch lands
 // before the tail is read and is not appended again.
 func TestCrashWithAppendInBroker(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "before", 50, "t")
-	cfg := linkConfig("crashheld", src, dst, "t")
+	cfg := e.linkConfig("crashheld", src, dst, "t")
 	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 
 	held, release := holdOnce(t, dst)
 	load(t, src, p, idempotent, 0, "held", 10, "t")
 	waitClosed(t, held, "a Produce held in the destination")
 	a.stop(t, true)
-	lease := time.UnixMilli(linkRecord(t, dst, "__mirror_state", "crashheld").LeaseExpiresMs)
+	lease := time.UnixMilli(linkRecord(t, dst, e.stateTopic(), "crashheld").LeaseExpiresMs)
 	b := startLink(t, cfg, src, dst, "B")
 	// The previous release reconciled as soon as the lease had passed;
 	// the held Produce lands a second later, within the produce timeout.
@@ -152,7 +133,7 @@ func TestCrashWithAppendInBroker(t *testing.T) {
 	release()
 	b.waitState(t, Mirroring, 60*time.Second)
 	waitCaughtUp(t, b, 60, 60*time.Second)
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
 }
 
@@ -163,14 +144,14 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	full, err := leaders.Metadata(ctx, c.cl)
+	full, err := leaders.Metadata(ctx, c.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var on atomic.Bool
 	on.Store(true)
-	c.c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.c.KeepControl()
+	c.Fake.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake.KeepControl()
 		mr := req.(*kmsg.MetadataRequest)
 		if !on.Load() || mr.Topics != nil {
 			return nil, nil, false
@@ -192,24 +173,25 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 // its partitions: records produced to it while (and after) listings miss
 // it are mirrored.
 func TestListingGapStopsNothing(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
-	src.createTopic(t, "u", 2, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	src.CreateTopic(t, "u", 2, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
-	l := startLink(t, linkConfig("gap", src, dst, "t|u"), src, dst, "gap")
+	l := startLink(t, e.linkConfig("gap", src, dst, "t", "u"), src, dst, "gap")
 	topics := map[string]string{"t": "t", "u": "u"}
-	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 
 	stop := cannedMetadata(t, src, "u")
 	// Several discovery intervals (300ms) with u missing from listings.
 	time.Sleep(1500 * time.Millisecond)
 	load(t, src, p, idempotent, 1, "during", 40, "t", "u")
-	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 	stop()
 	load(t, src, p, idempotent, 2, "after", 40, "t", "u")
-	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 	exactlyOnce(t, dst, p, "t", "u")
 	if n := len(l.Status().Partitions); n != 3 {
 		t.Errorf("link mirrors %d partitions, want 3", n)
@@ -224,22 +206,23 @@ func TestListingGapStopsNothing(t *testing.T) {
 // topic's checkpointed offset (which would skip the new topic's first
 // records).
 func TestRecreatedSourceTopic(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "old", 50, "t")
-	cfg := linkConfig("recreate", src, dst, "t")
+	cfg := e.linkConfig("recreate", src, dst, "t")
 	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	a.stop(t, false)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := src.adm.DeleteTopics(ctx, "t"); err != nil {
+	if _, err := src.Admin.DeleteTopics(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	src.createTopic(t, "t", 1, nil)
+	src.CreateTopic(t, "t", 1, nil)
 	fresh := newProduced()
 	load(t, src, fresh, plain, 0, "new", 80, "t")
 
@@ -249,7 +232,7 @@ func TestRecreatedSourceTopic(t *testing.T) {
 	// one of the new topic's 80 after them, each once.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		ends, err := dst.adm.ListEndOffsets(ctx, "t")
+		ends, err := dst.Admin.ListEndOffsets(ctx, "t")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +258,7 @@ func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch [
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ld, err := leaders.New(c.cl, 0).Lookup(ctx, tp.Key{Topic: topic, Partition: partition})
+	ld, err := leaders.New(c.Client, 0).Lookup(ctx, tp.Key{Topic: topic, Partition: partition})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +271,7 @@ func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch [
 	rp.Partition, rp.Records = partition, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := c.cl.Broker(int(ld.Broker)).Request(ctx, req)
+	resp, err := c.Client.Broker(int(ld.Broker)).Request(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,14 +287,15 @@ func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch [
 // saved: the duplicate is skipped as before and the next batch recognised,
 // so nothing is appended again and nothing is called foreign.
 func TestReconcileAfterSkippedDuplicate(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "chain", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "chain", 1, nil)
 	const upstream = int64(-9223371946660462587)
 	x := batchtest.Simple(0, upstream, 0, 0, 5)
 	dup := batchtest.Simple(0, upstream, 0, 0, 5)
 	y := batchtest.Simple(0, upstream, 0, 5, 5)
-	cfg := linkConfig("chaindup", src, dst, "chain")
+	cfg := e.linkConfig("chaindup", src, dst, "chain")
 	l := startLink(t, cfg, src, dst, "A")
 	produceRaw(t, src, "chain", 0, x)
 
@@ -319,7 +303,7 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		view, err := replayState(ctx, dst, "__mirror_state")
+		view, err := replayState(ctx, dst, e.stateTopic())
 		if err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
@@ -343,12 +327,12 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 	appended := make(chan struct{})
 	var holdCommit atomic.Bool
 	holdCommit.Store(true)
-	dst.c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		dst.c.KeepControl()
+	dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.Fake.KeepControl()
 		if !holdCommit.CompareAndSwap(true, false) {
 			return nil, nil, false
 		}
-		dst.c.SleepControl(func() { <-appended })
+		dst.Fake.SleepControl(func() { <-appended })
 		resp := kmsg.NewPtrEndTxnResponse()
 		resp.Version = req.GetVersion()
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
@@ -357,7 +341,7 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 	produceRaw(t, src, "chain", 0, dup)
 	produceRaw(t, src, "chain", 0, y)
 	for {
-		ends, err := dst.adm.ListEndOffsets(ctx, "chain")
+		ends, err := dst.Admin.ListEndOffsets(ctx, "chain")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,13 +379,14 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 // reconciled inside the session; the link never leaves MIRRORING for it (the
 // previous release prepared again and then waited out its own lease).
 func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "one", 20, "t")
-	l := startLink(t, linkConfig("growdata", src, dst, "t|late"), src, dst, "growdata")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	l := startLink(t, e.linkConfig("growdata", src, dst, "t", "late"), src, dst, "growdata")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 
 	var left atomic.Bool
 	stopWatch := make(chan struct{})
@@ -419,14 +404,14 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 		}
 	})
 	// Someone else's record already in the destination topic.
-	dst.createTopic(t, "late", 1, nil)
+	dst.CreateTopic(t, "late", 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	other := kafkatest.Client(t, dst.c, kgo.DefaultProduceTopic("late"))
+	other := dst.NewClient(t, kgo.DefaultProduceTopic("late"))
 	if err := other.ProduceSync(ctx, &kgo.Record{Key: []byte("not-mirrored")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	src.createTopic(t, "late", 1, nil)
+	src.CreateTopic(t, "late", 1, nil)
 	load(t, src, p, idempotent, 1, "late", 20, "late")
 	deadline := time.Now().Add(30 * time.Second)
 	for l.Status().Counters.ForeignBatches == 0 && time.Now().Before(deadline) {
@@ -434,7 +419,7 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		ends, _ := dst.adm.ListEndOffsets(ctx, "late")
+		ends, _ := dst.Admin.ListEndOffsets(ctx, "late")
 		if o, _ := ends.Lookup("late", 0); o.Offset >= 21 || time.Now().After(deadline) {
 			break
 		}
@@ -459,21 +444,22 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 // predecessor left no append unresolved, so it does not wait out its own
 // lease.
 func TestCommitFailureHandsOverAtOnce(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 1, nil)
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "one", 20, "t")
-	cfg := linkConfig("handover", src, dst, "t")
+	cfg := e.linkConfig("handover", src, dst, "t")
 	cfg.Link.SessionTimeout = 30 * time.Second // a wait for this lease would be plain
 	logs := &logtest.Buffer{}
-	tl := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.opts(), DestinationOpts: dst.opts()})
+	tl := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
 	tl.waitState(t, Mirroring, 30*time.Second)
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 
 	var once atomic.Bool
-	dst.c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		dst.c.KeepControl()
+	dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.Fake.KeepControl()
 		if !once.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
@@ -488,7 +474,7 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 	}
 	tl.waitState(t, Mirroring, 30*time.Second)
 	load(t, src, p, idempotent, 1, "two", 20, "t")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
 	out := logs.String()
 	if !strings.Contains(out, "the previous session was this process's own") {

@@ -15,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -24,140 +26,173 @@ import (
 // fences the older, which stops writing and stands by; the destination stays
 // exact.
 func TestTwoSessionsOfOneLink(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 3, nil)
-	p := newProduced()
-	cfg := linkConfig("twice", src, dst, "t")
+	scenario(t, func(t *testing.T, e *env) {
+		src := e.cluster(t, "src", kafkatest.SourceClusterID)
+		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		src.CreateTopic(t, topic, 3, nil)
+		p := newProduced()
+		cfg := e.linkConfig("twice", src, dst, "t")
 
-	load(t, src, p, idempotent, 3, "a", 300, "t")
-	a := startLink(t, cfg, src, dst, "A")
-	a.waitState(t, Mirroring, 30*time.Second)
+		load(t, src, p, idempotent, 3, e.topic("a"), 300, topic)
+		a := startLink(t, cfg, src, dst, "A")
+		a.waitState(t, Mirroring, 60*time.Second)
 
-	var wg sync.WaitGroup
-	wg.Go(func() { load(t, src, p, transactional, 4, "during", 400, "t") })
-	b := startLink(t, cfg, src, dst, "B")
-	b.waitState(t, Mirroring, 30*time.Second)
-	wg.Wait()
-	load(t, src, p, plain, 1, "after", 200, "t")
+		var wg sync.WaitGroup
+		wg.Go(func() { load(t, src, p, transactional, 4, e.topic("during"), 400, topic) })
+		b := startLink(t, cfg, src, dst, "B")
+		b.waitState(t, Mirroring, 60*time.Second)
+		wg.Wait()
+		load(t, src, p, plain, 1, e.topic("after"), 200, topic)
 
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
+		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+		exactlyOnce(t, dst, p, topic)
 
-	// A was fenced and stands by while B holds the lease.
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Status().State == Mirroring && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if st := a.Status(); st.State == Mirroring || !strings.Contains(st.LastError, "fenced") {
-		t.Errorf("older session: state %s, last error %q; want it fenced and out of MIRRORING", st.State, st.LastError)
-	}
-	if b.Status().State != Mirroring {
-		t.Errorf("newer session: state %s, want MIRRORING", b.Status().State)
-	}
-	if got := testutil.ToFloat64(a.met.fenced); got < 1 {
-		t.Errorf("sessions fenced counted %v, want at least 1", got)
-	}
+		// A was fenced and stands by while B holds the lease.
+		deadline := time.Now().Add(10 * time.Second)
+		for a.Status().State == Mirroring && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st := a.Status(); st.State == Mirroring || !strings.Contains(st.LastError, "fenced") {
+			t.Errorf("older session: state %s, last error %q; want it fenced and out of MIRRORING", st.State, st.LastError)
+		}
+		if b.Status().State != Mirroring {
+			t.Errorf("newer session: state %s, want MIRRORING", b.Status().State)
+		}
+		if got := testutil.ToFloat64(a.met.fenced); got < 1 {
+			t.Errorf("sessions fenced counted %v, want at least 1", got)
+		}
+	})
 }
 
-// A compacted source topic has offset gaps between and inside batches;
-// batches with gaps take the re-encode path and records arrive exact.
-func TestCompactedSource(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "kv", 2, map[string]*string{
-		"cleanup.policy": kadm.StringPtr("compact"),
-		"retention.ms":   kadm.StringPtr("-1"),
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(src.c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.Lz4Compression()),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	// Rounds of one batch per partition; each round overwrites some keys
-	// of the previous ones, so compaction cuts records out of batches.
-	for round := range 12 {
-		var recs []*kgo.Record
-		for i := range 20 {
-			key := fmt.Sprintf("key-%02d", (i*7+round*3)%31)
-			recs = append(recs, &kgo.Record{Topic: "kv", Partition: int32(i % 2), Key: []byte(key), Value: fmt.Appendf(nil, "round %d", round)})
-		}
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src.c.Compact()
+// compactedConfig is a compacted topic whose log the broker's cleaner takes
+// on quickly: segments roll after 100ms, any dirty ratio is enough, and
+// records may be cleaned at once (the active segment never is).
+var compactedConfig = map[string]*string{
+	"cleanup.policy":            kadm.StringPtr("compact"),
+	"retention.ms":              kadm.StringPtr("-1"),
+	"segment.ms":                kadm.StringPtr("100"),
+	"min.cleanable.dirty.ratio": kadm.StringPtr("0.01"),
+	"min.compaction.lag.ms":     kadm.StringPtr("0"),
+	"delete.retention.ms":       kadm.StringPtr("0"),
+}
 
-	gappy := 0
-	for part := int32(0); part < 2; part++ {
-		for _, h := range rawHeaders(t, src, "kv", part) {
-			if !h.Dense() {
-				gappy++
+// A compacted source topic has offset gaps between and inside batches, and,
+// on Kafka, batches emptied by the cleaner (a producer's last batch is kept,
+// empty, for its producer state). Batches with gaps take the re-encode path
+// (counted); empty ones are skipped; records arrive exact. On Kafka the
+// topic is cleaned by the broker's own log cleaner, which keeps a cleaned
+// batch's base offset and offset range (so its record count no longer
+// matches); on kfake by kfake's Compact.
+func TestCompactedSource(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		src := e.cluster(t, "src", kafkatest.SourceClusterID)
+		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+		kv := e.topic("kv")
+		src.CreateTopic(t, kv, 2, compactedConfig)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Rounds of one batch per partition, each by its own producer;
+		// each round overwrites some keys of the previous ones, so the
+		// cleaner cuts records out of batches and empties some.
+		produceRound := func(round int) {
+			cl := src.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			var recs []*kgo.Record
+			for i := range 20 {
+				key := fmt.Sprintf("key-%02d", (i*7+round*3)%31)
+				recs = append(recs, &kgo.Record{Topic: kv, Partition: int32(i % 2), Key: []byte(key), Value: fmt.Appendf(nil, "round %d", round)})
 			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			cl.Close()
+		}
+		for round := range 12 {
+			produceRound(round)
+		}
+		// A producer whose only batch a later producer overwrites whole:
+		// Kafka's cleaner keeps that batch, empty, as the producer's last
+		// (its producer state must survive).
+		for _, who := range []string{"first", "second"} {
+			cl := src.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			var recs []*kgo.Record
+			for i := range 5 {
+				recs = append(recs, &kgo.Record{Topic: kv, Partition: 0, Key: fmt.Appendf(nil, "whole-%d", i), Value: []byte(who)})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			cl.Close()
+		}
+		gappy, empty := compactSource(t, src, kv, 2, func() { time.Sleep(300 * time.Millisecond); produceRound(12) })
+		t.Logf("%s: the cleaner left %d batches with gaps and %d without records", e.b, gappy, empty)
+		if e.b.Real() && empty == 0 {
+			t.Fatal("Kafka's cleaner left no batch without records; the test would not exercise empty batches")
+		}
+
+		l := startLink(t, e.linkConfig("compacted", src, dst, "kv"), src, dst, "compacted")
+		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("kv"), 90*time.Second)
+		if got := testutil.ToFloat64(l.met.reencoded); int(got) != gappy {
+			t.Errorf("batches re-encoded: %v, want %d (the batches compaction left with gaps)", got, gappy)
+		}
+		t.Logf("compacted topic: %d records mirrored, %d gappy batches re-encoded", rep.Records, gappy)
+		for part := int32(0); part < 2; part++ {
+			for _, h := range rawHeaders(t, dst, kv, part) {
+				if !h.Dense() || h.NumRecords == 0 {
+					t.Errorf("destination %s[%d] holds a batch with gaps or without records at offset %d", kv, part, h.BaseOffset)
+				}
+			}
+		}
+	})
+}
+
+// compactSource compacts a topic and counts the batches left with gaps and
+// without records: kfake's Compact at once; on Kafka, roll rolls the
+// active segment (the cleaner never cleans it) and the broker's cleaner is
+// waited for until some batch has a gap.
+func compactSource(t *testing.T, c *cluster, topic string, partitions int32, roll func()) (gappy, empty int) {
+	t.Helper()
+	count := func() (int, int) {
+		g, e := 0, 0
+		for part := int32(0); part < partitions; part++ {
+			for _, h := range rawHeaders(t, c, topic, part) {
+				switch {
+				case h.NumRecords == 0:
+					e++
+				case !h.Dense():
+					g++
+				}
+			}
+		}
+		return g, e
+	}
+	if c.Fake != nil {
+		c.Fake.Compact()
+		gappy, empty = count()
+	} else {
+		roll()
+		// The cleaner may take several passes: wait until it left gaps
+		// and its result stayed the same for three looks a second apart.
+		deadline := time.Now().Add(90 * time.Second)
+		stable := 0
+		for stable < 3 {
+			g, e := count()
+			if g > 0 && g == gappy && e == empty {
+				stable++
+			} else {
+				stable = 0
+			}
+			gappy, empty = g, e
+			if time.Now().After(deadline) {
+				t.Fatalf("Kafka's log cleaner left no stable result with gaps in %s within 90s (%d with gaps, %d empty)", topic, gappy, empty)
+			}
+			time.Sleep(time.Second)
 		}
 	}
 	if gappy == 0 {
 		t.Fatal("compaction left no batch with offset gaps; the test would not exercise the re-encode path")
 	}
-
-	l := startLink(t, linkConfig("compacted", src, dst, "kv"), src, dst, "compacted")
-	rep := waitMirrored(t, src, dst, "__mirror_state", map[string]string{"kv": "kv"}, 60*time.Second)
-	if got := testutil.ToFloat64(l.met.reencoded); int(got) != gappy {
-		t.Errorf("batches re-encoded: %v, want %d (the batches compaction left with gaps)", got, gappy)
-	}
-	t.Logf("compacted topic: %d records mirrored, %d gappy batches re-encoded", rep.Records, gappy)
-	for part := int32(0); part < 2; part++ {
-		for _, h := range rawHeaders(t, dst, "kv", part) {
-			if !h.Dense() {
-				t.Errorf("destination kv[%d] holds a batch with gaps at offset %d", part, h.BaseOffset)
-			}
-		}
-	}
-}
-
-// rawHeaders fetches every batch header of a partition.
-func rawHeaders(t testing.TB, c *cluster, topic string, partition int32) []transform.Header {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := c.adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(topic, partition)
-	starts, err := c.adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, _ := starts.Lookup(topic, partition)
-	md, err := c.adm.Metadata(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := md.Topics[topic]
-	p := topicPartition(topic, td.ID, partition)
-	leaders := newLeaders(c)
-	tr := &tailReader{cl: c.cl, leaders: leaders, p: p, pos: start.Offset, end: end.Offset}
-	var out []transform.Header
-	for {
-		batches, err := tr.next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(batches) == 0 {
-			return out
-		}
-		for _, b := range batches {
-			h, err := transform.ParseHeader(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, h)
-		}
-	}
+	return gappy, empty
 }
 
 // clusterIDWithRegion returns a cluster ID other than id that folds to the
@@ -179,74 +214,82 @@ func clusterIDWithRegion(t *testing.T, id string) string {
 }
 
 // A chain A→B→C where B's cluster ID folds to A's region and a producer local
-// to B has the PID that A's producer has (kfake derives a transactional
-// producer's PID from its transactional ID): at C the forwarded PID keeps its
+// to B writes under the PID that A's producer has (an idempotent producer of
+// B writing raw batches with that PID): at C the forwarded PID keeps its
 // identity, B's local producer is salted, and the B→C state topic holds the
-// salt.
+// salt (spec 000's collision resolution).
 func TestChainCollision(t *testing.T) {
-	a := newCluster(t, "A", kafkatest.SourceClusterID)
-	b := newCluster(t, "B", clusterIDWithRegion(t, kafkatest.SourceClusterID))
-	c := newCluster(t, "C", kafkatest.DestClusterID)
-	a.createTopic(t, "t", 1, nil)
-	p := newProduced()
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "A", kafkatest.SourceClusterID)
+		b := e.cluster(t, "B", clusterIDWithRegion(t, kafkatest.SourceClusterID))
+		c := e.cluster(t, "C", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		a.CreateTopic(t, topic, 1, nil)
+		p := newProduced()
 
-	load(t, a, p, transactional, 0, "shared-txid", 60, "t")
-	ab := startLink(t, linkConfig("a-to-b", a, b, "t"), a, b, "a-to-b")
-	waitMirrored(t, a, b, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
-	ab.stop(t, false)
+		load(t, a, p, transactional, 0, e.topic("shared-txid"), 60, topic)
+		ab := startLink(t, e.linkConfig("a-to-b", a, b, "t"), a, b, "a-to-b")
+		waitMirrored(t, a, b, e.stateTopic(), e.same("t"), 90*time.Second)
+		ab.stop(t, false)
 
-	load(t, b, p, transactional, 0, "shared-txid", 60, "t") // B's local producer, same PID as A's
-	aPID, bPID := producerIDs(t, a, "t"), producerIDs(t, b, "t")
-	if len(aPID) != 1 {
-		t.Fatalf("A's topic has producer IDs %v, want one", aPID)
-	}
-	rA, _ := transform.RegionOf(a.id)
-	var local int64 = -1
-	for pid := range bPID {
-		if pid >= 0 {
+		aPID := producerIDs(t, a, topic)
+		if len(aPID) != 1 {
+			t.Fatalf("A's topic has producer IDs %v, want one", aPID)
+		}
+		var local int64
+		for pid := range aPID {
 			local = pid
 		}
-	}
-	if _, ok := aPID[local]; !ok {
-		t.Fatalf("B's local producer has PID %d, A's has %v: the test needs them equal", local, aPID)
-	}
-	forwarded := transform.MapPID(local, rA)
-	if _, ok := bPID[forwarded]; !ok {
-		t.Fatalf("B holds PIDs %v, want A's mapped PID %d among them", bPID, forwarded)
-	}
-
-	bc := startLink(t, linkConfig("b-to-c", b, c, "t"), b, c, "b-to-c")
-	waitMirrored(t, b, c, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, c, p, "t")
-
-	cPID := producerIDs(t, c, "t")
-	if len(cPID) != 2 {
-		t.Fatalf("C holds PIDs %v, want two distinct ones", cPID)
-	}
-	if _, ok := cPID[forwarded]; !ok {
-		t.Errorf("C lost the forwarded PID %d: %v", forwarded, cPID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	view, err := replayState(ctx, c, "__mirror_state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var salt *statestore.PIDCollisionValue
-	for k, v := range view.Salts {
-		if k.SourceClusterID == b.id && k.OriginalPID == local {
-			salt = &v
+		// B's local producer, with A's producer's PID: idempotent raw
+		// batches at sequence 0, 5, 10 (a broker accepts an unknown
+		// non-transactional PID whose first batch starts at 0).
+		for i := range 3 {
+			batch := batchtest.Simple(0, local, 0, int32(5*i), 5)
+			produceRawTo(t, b, topic, 0, batch)
+			for j := range 5 {
+				p.Add(true, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", j)})
+			}
 		}
-	}
-	if salt == nil {
-		t.Fatalf("the B→C state topic holds no salt for B's PID %d: %v", local, view.Salts)
-	}
-	if salted := transform.MapPIDSalted(local, rA, salt.Salt); cPID[salted] == 0 {
-		t.Errorf("B's local producer is not under its salted PID %d at C: %v", salted, cPID)
-	}
-	if got := testutil.ToFloat64(bc.met.collisions); got != 1 {
-		t.Errorf("collisions resolved: %v, want 1", got)
-	}
+		rA, _ := transform.RegionOf(a.ID)
+		forwarded := transform.MapPID(local, rA)
+		bPID := producerIDs(t, b, topic)
+		if _, ok := bPID[forwarded]; !ok || bPID[local] != 15 {
+			t.Fatalf("B holds PIDs %v, want A's mapped PID %d and 15 records of the local PID %d", bPID, forwarded, local)
+		}
+
+		bc := startLink(t, e.linkConfig("b-to-c", b, c, "t"), b, c, "b-to-c")
+		waitMirrored(t, b, c, e.stateTopic(), e.same("t"), 90*time.Second)
+		exactlyOnce(t, c, p, topic)
+
+		cPID := producerIDs(t, c, topic)
+		if len(cPID) != 2 {
+			t.Fatalf("C holds PIDs %v, want two distinct ones", cPID)
+		}
+		if _, ok := cPID[forwarded]; !ok {
+			t.Errorf("C lost the forwarded PID %d: %v", forwarded, cPID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		view, err := replayState(ctx, c, e.stateTopic())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var salt *statestore.PIDCollisionValue
+		for k, v := range view.Salts {
+			if k.SourceClusterID == b.ID && k.OriginalPID == local {
+				salt = &v
+			}
+		}
+		if salt == nil {
+			t.Fatalf("the B→C state topic holds no salt for B's PID %d: %v", local, view.Salts)
+		}
+		if salted := transform.MapPIDSalted(local, rA, salt.Salt); cPID[salted] != 15 {
+			t.Errorf("B's local producer is not under its salted PID %d at C: %v", salted, cPID)
+		}
+		if got := testutil.ToFloat64(bc.met.collisions); got != 1 {
+			t.Errorf("collisions resolved: %v, want 1", got)
+		}
+	})
 }
 
 // producerIDs counts the records of each producer ID in a topic.
@@ -261,120 +304,221 @@ func producerIDs(t *testing.T, c *cluster, topic string) map[int64]int {
 
 // While MIRRORING, a new matching topic and a grown partition count are
 // picked up, each new partition with its own barrier before its first
-// append.
+// append, without a new PREPARING.
 func TestDiscoveryWhileMirroring(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "grow", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 50, "grow")
-	l := startLink(t, linkConfig("disc", src, dst, "grow|late"), src, dst, "disc")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"grow": "grow"}, 60*time.Second)
+	scenario(t, func(t *testing.T, e *env) {
+		src := e.cluster(t, "src", kafkatest.SourceClusterID)
+		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+		grow, late := e.topic("grow"), e.topic("late")
+		src.CreateTopic(t, grow, 1, nil)
+		p := newProduced()
+		load(t, src, p, idempotent, 0, e.topic("one"), 50, grow)
+		l := startLink(t, e.linkConfig("disc", src, dst, "grow", "late"), src, dst, "disc")
+		waitMirrored(t, src, dst, e.stateTopic(), e.same("grow"), 90*time.Second)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := src.adm.CreatePartitions(ctx, 2, "grow"); err != nil {
-		t.Fatal(err)
-	}
-	src.createTopic(t, "late", 2, nil)
-	load(t, src, p, idempotent, 3, "two", 90, "grow", "late")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := src.Admin.CreatePartitions(ctx, 2, grow); err != nil {
+			t.Fatal(err)
+		}
+		src.WaitTopic(t, grow, 3)
+		src.CreateTopic(t, late, 2, nil)
+		load(t, src, p, idempotent, 3, e.topic("two"), 90, grow, late)
 
-	topics := map[string]string{"grow": "grow", "late": "late"}
-	waitMirrored(t, src, dst, "__mirror_state", topics, 60*time.Second)
-	exactlyOnce(t, dst, p, "grow", "late")
-	if n := len(l.Status().Partitions); n != 5 {
-		t.Errorf("link mirrors %d partitions, want 5", n)
-	}
-	tds, err := dst.adm.ListTopics(ctx, "grow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tds["grow"].Partitions); n != 3 {
-		t.Errorf("destination grow has %d partitions, want 3", n)
-	}
-	barriersPerPartition(t, dst, "__mirror_state", l)
+		waitMirrored(t, src, dst, e.stateTopic(), e.same("grow", "late"), 90*time.Second)
+		exactlyOnce(t, dst, p, grow, late)
+		if n := len(l.Status().Partitions); n != 5 {
+			t.Errorf("link mirrors %d partitions, want 5", n)
+		}
+		if got := l.prepared.Load(); got != 1 {
+			t.Errorf("link prepared %d times, want once: growth needs no new PREPARING", got)
+		}
+		tds, err := dst.Admin.ListTopics(ctx, grow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(tds[grow].Partitions); n != 3 {
+			t.Errorf("destination grow has %d partitions, want 3", n)
+		}
+		barriersPerPartition(t, dst, e.stateTopic(), l)
+	})
 }
 
 // Pause stops mirroring after a final checkpoint; resume prepares again
 // (a new barrier) and catches up.
 func TestPauseResume(t *testing.T) {
-	src := newCluster(t, "src", kafkatest.SourceClusterID)
-	dst := newCluster(t, "dst", kafkatest.DestClusterID)
-	src.createTopic(t, "t", 2, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 1, "one", 100, "t")
-	l := startLink(t, linkConfig("pausable", src, dst, "t"), src, dst, "pausable")
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
+	scenario(t, func(t *testing.T, e *env) {
+		src := e.cluster(t, "src", kafkatest.SourceClusterID)
+		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		src.CreateTopic(t, topic, 2, nil)
+		p := newProduced()
+		load(t, src, p, idempotent, 1, e.topic("one"), 100, topic)
+		l := startLink(t, e.linkConfig("pausable", src, dst, "t"), src, dst, "pausable")
+		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
 
-	l.Pause()
-	l.waitState(t, Paused, 10*time.Second)
-	load(t, src, p, idempotent, 2, "paused", 100, "t")
-	time.Sleep(500 * time.Millisecond)
-	if rep, err := mirrorOf(t, src, dst, "__mirror_state", map[string]string{"t": "t"}); err != nil || rep.First != nil || rep.Behind != 100 {
-		t.Fatalf("while paused: behind %d, first difference %v, error %v; want exactly the 100 new records behind", rep.Behind, rep.First, err)
-	}
-	l.Resume()
-	l.waitState(t, Mirroring, 30*time.Second)
-	waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
-	if got := l.prepared.Load(); got < 2 {
-		t.Errorf("link reached MIRRORING %d times, want at least 2 (start and resume)", got)
-	}
-	barriersPerPartition(t, dst, "__mirror_state", l)
+		l.Pause()
+		l.waitState(t, Paused, 10*time.Second)
+		load(t, src, p, idempotent, 2, e.topic("paused"), 100, topic)
+		time.Sleep(500 * time.Millisecond)
+		if rep, err := mirrorOf(t, src, dst, e.stateTopic(), e.same("t")); err != nil || rep.First != nil || rep.Behind != 100 {
+			t.Fatalf("while paused: behind %d, first difference %v, error %v; want exactly the 100 new records behind", rep.Behind, rep.First, err)
+		}
+		l.Resume()
+		l.waitState(t, Mirroring, 30*time.Second)
+		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+		exactlyOnce(t, dst, p, topic)
+		if got := l.prepared.Load(); got < 2 {
+			t.Errorf("link reached MIRRORING %d times, want at least 2 (start and resume)", got)
+		}
+		barriersPerPartition(t, dst, e.stateTopic(), l)
+	})
 }
 
-// A source offset that retention deleted fails the link with an error that
-// names the partition and says what to do, under the default policy; with
+// A source offset that was deleted fails the link with an error that names
+// the partition and says what to do, under the default policy; with
 // on_offset_out_of_range = earliest the link skips ahead and counts it.
+// Here DeleteRecords deletes them; TestOffsetOutOfRangeAfterRetention has
+// Kafka's retention delete whole segments.
 func TestOffsetOutOfRange(t *testing.T) {
-	for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
-		t.Run(string(policy), func(t *testing.T) {
-			src := newCluster(t, "src", kafkatest.SourceClusterID)
-			dst := newCluster(t, "dst", kafkatest.DestClusterID)
-			src.createTopic(t, "t", 1, nil)
-			p := newProduced()
-			load(t, src, p, idempotent, 0, "one", 50, "t")
-			cfg := linkConfig("oor", src, dst, "t")
-			cfg.Link.OnOffsetOutOfRange = policy
-			l := startLink(t, cfg, src, dst, "oor")
-			waitMirrored(t, src, dst, "__mirror_state", map[string]string{"t": "t"}, 60*time.Second)
-			l.stop(t, false)
+	scenario(t, func(t *testing.T, e *env) {
+		for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
+			t.Run(string(policy), func(t *testing.T) {
+				e := &env{b: e.b, n: mirrortest.NamesFor(t, e.b)}
+				src := e.cluster(t, "src", kafkatest.SourceClusterID)
+				dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+				topic := e.topic("t")
+				src.CreateTopic(t, topic, 1, nil)
+				p := newProduced()
+				load(t, src, p, idempotent, 0, e.topic("one"), 50, topic)
+				cfg := e.linkConfig("oor", src, dst, "t")
+				cfg.Link.OnOffsetOutOfRange = policy
+				l := startLink(t, cfg, src, dst, "oor")
+				waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+				l.stop(t, false)
 
-			load(t, src, p, idempotent, 0, "two", 50, "t")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			offs := kadm.Offsets{}
-			offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 80})
-			if _, err := src.adm.DeleteRecords(ctx, offs); err != nil {
-				t.Fatal(err)
-			}
-			l = startLink(t, cfg, src, dst, "oor")
-			if policy == "fail" {
-				l.waitState(t, Failed, 30*time.Second)
-				msg := l.Status().LastError
-				for _, want := range []string{"t[0]", "50", "on_offset_out_of_range"} {
-					if !strings.Contains(msg, want) {
-						t.Errorf("error %q does not mention %q", msg, want)
+				two := e.topic("two")
+				load(t, src, p, idempotent, 0, two, 50, topic)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				offs := kadm.Offsets{}
+				offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 80})
+				if _, err := src.Admin.DeleteRecords(ctx, offs); err != nil {
+					t.Fatal(err)
+				}
+				checkOutOfRange(t, cfg, src, dst, topic, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, two), 30)
+			})
+		}
+	})
+}
+
+// Kafka's retention deletes whole segments of the source while the link is
+// down: the link finds its position below the log start offset, and fails
+// or skips as on_offset_out_of_range says.
+func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
+			t.Run(string(policy), func(t *testing.T) {
+				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+				src := e.cluster(t, "src", kafkatest.SourceClusterID)
+				dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+				topic := e.topic("t")
+				// Segments roll at the first append 100ms after the last
+				// roll; retention is turned on once the log is in place.
+				src.CreateTopic(t, topic, 1, map[string]*string{"segment.ms": kadm.StringPtr("100")})
+				p := newProduced()
+				load(t, src, p, idempotent, 0, e.topic("one"), 50, topic)
+				cfg := e.linkConfig("oor", src, dst, "t")
+				cfg.Link.OnOffsetOutOfRange = policy
+				l := startLink(t, cfg, src, dst, "oor")
+				waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+				l.stop(t, false)
+
+				// Three segments while the link is down: its 50 records
+				// (offsets 0-49), 30 more (50-79), then 20 (80-99) in the
+				// active segment, stamped half an hour ahead. Retention
+				// of 3s then deletes the first two whenever the broker
+				// checks; time retention deletes an active segment too
+				// once it is old enough (rolling the log first), and the
+				// future timestamps keep the last one young.
+				time.Sleep(300 * time.Millisecond)
+				load(t, src, p, idempotent, 0, e.topic("two"), 30, topic)
+				time.Sleep(300 * time.Millisecond)
+				three := e.topic("three")
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				prod := src.NewClient(t)
+				ahead := time.Now().Add(30 * time.Minute)
+				var recs []*kgo.Record
+				for i := range 20 {
+					recs = append(recs, &kgo.Record{Topic: topic, Timestamp: ahead,
+						Key: fmt.Appendf(nil, "%s-%06d", mirrortest.KeyPrefix(idempotent, 0, three), i), Value: []byte("kept")})
+				}
+				if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				p.Add(true, recs...)
+				time.Sleep(3 * time.Second)
+				if _, err := src.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("3000")}}, topic); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					starts, err := src.Admin.ListStartOffsets(ctx, topic)
+					if err != nil {
+						t.Fatal(err)
 					}
+					if o, _ := starts.Lookup(topic, 0); o.Offset >= 80 {
+						if o.Offset != 80 {
+							t.Fatalf("retention left the log from offset %d, want 80 (the active segment)", o.Offset)
+						}
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatal("retention did not delete the old segments")
+					}
+					time.Sleep(200 * time.Millisecond)
 				}
-				return
+				checkOutOfRange(t, cfg, src, dst, topic, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, three), 0)
+			})
+		}
+	})
+}
+
+// checkOutOfRange restarts the link over a source whose log now starts past
+// its position (the link mirrored offsets below mirrored; the source kept
+// the last kept of 100), and checks the policy: "fail" names the partition
+// and the key to set; "earliest" skips to the log start, mirrors the kept
+// records (keys prefix-firstKey, ...) and counts the skipped ones.
+func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, policy config.OutOfRange, mirrored, kept int, prefix string, firstKey int) {
+	t.Helper()
+	l := startLink(t, cfg, src, dst, "oor")
+	if policy == config.OutOfRangeFail {
+		l.waitState(t, Failed, 60*time.Second)
+		msg := l.Status().LastError
+		for _, want := range []string{topic + "[0]", fmt.Sprint(mirrored), "on_offset_out_of_range"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error %q does not mention %q", msg, want)
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) {
-				if st := l.Status(); len(st.Partitions) == 1 && st.Partitions[0].SourceNextOffset == 100 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			got := consumeAll(t, dst, false, "t")
-			if len(got) != 70 {
-				t.Fatalf("destination holds %d records, want 50 + the 20 that retention left", len(got))
-			}
-			for i, r := range got[50:] {
-				if want := fmt.Sprintf("idempotent-none-two-%06d", 30+i); string(r.Key) != want {
-					t.Fatalf("record %d: key %s, want %s", 50+i, r.Key, want)
-				}
-			}
-		})
+		}
+		return
 	}
+	waitCaughtUp(t, l, 100, 60*time.Second)
+	got := consumeAll(t, dst, false, topic)
+	if len(got) != mirrored+kept {
+		t.Fatalf("destination holds %d records, want %d mirrored + the %d the source kept", len(got), mirrored, kept)
+	}
+	for i, r := range got[mirrored:] {
+		if want := fmt.Sprintf("%s-%06d", prefix, firstKey+i); string(r.Key) != want {
+			t.Fatalf("destination record %d: key %s, want %s", mirrored+i, r.Key, want)
+		}
+	}
+	if got := l.Status().Counters.SourceRecordsSkipped; got != int64(100-mirrored-kept) {
+		t.Errorf("source records skipped %d, want %d", got, 100-mirrored-kept)
+	}
+}
+
+// produceRawTo appends one raw batch to a partition of c.
+func produceRawTo(t *testing.T, c *cluster, topic string, partition int32, batch []byte) {
+	t.Helper()
+	produceRaw(t, c, topic, partition, batch)
 }
