@@ -41,7 +41,9 @@ func TestMirrorProducersAndCodecs(t *testing.T) {
 		// ...and while it runs.
 		var wg sync.WaitGroup
 		for codec := range codecs {
-			wg.Go(func() { load(t, src, p, transactional, codec, e.topic("txn-live-"+codecNames[codec]), 140, orders, events) })
+			wg.Go(func() {
+				load(t, src, p, transactional, codec, e.topic("txn-live-"+codecNames[codec]), 140, orders, events)
+			})
 		}
 		wg.Go(func() { load(t, src, p, idempotent, 4, e.topic("live"), 500, events) })
 		wg.Go(func() { load(t, src, p, plain, 2, e.topic("live"), 200, orders) })
