@@ -20,7 +20,7 @@
 //   - I1 Every committed source record reaches the destination once, in
 //     source order per partition, or the link says which it could not
 //     mirror: records lost at the source below the log start
-//     (source_records_skipped_total, logged with offsets), partitions whose
+//     (fetch_skipped_records_total, logged with offsets), partitions whose
 //     source is gone (partitions_removed_total), and destination offsets
 //     someone else wrote between its appends (destination_gap_offsets_total,
 //     logged with offsets). The pipeline forwards a partition's batches in

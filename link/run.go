@@ -458,7 +458,7 @@ func (s *session) report() {
 	add(m.expired, now.Expired, was.Expired)
 	add(m.saltsExpired, now.SaltsExpired, was.SaltsExpired)
 	add(m.destinationGaps, now.DestinationGaps, was.DestinationGaps)
-	add(m.skipped, now.Skipped, was.Skipped)
+	m.skipped.Add(now.Skipped - was.Skipped)
 	add(m.removed, now.Removed, was.Removed)
 	if now.Discovery != was.Discovery {
 		for range now.Discovery - was.Discovery {
