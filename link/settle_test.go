@@ -1,0 +1,120 @@
+package link
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
+)
+
+// answerFirstProduce makes the destination answer the first Produce of
+// the appender (one without a transactional ID) with code for every
+// partition, as a broker answers NOT_LEADER_OR_FOLLOWER when leadership
+// moved while the request waited for its replicas. The request is handed
+// to the test on the returned channel and held inside the broker until
+// answer is called, so that the test can first append its batch (the
+// broker had appended it) and move the leader.
+func answerFirstProduce(t *testing.T, c *cluster, code int16) (reqs <-chan *kmsg.ProduceRequest, answer func()) {
+	t.Helper()
+	ch := make(chan *kmsg.ProduceRequest, 1)
+	ans := make(chan struct{})
+	var taken atomic.Bool
+	c.Fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		pr := req.(*kmsg.ProduceRequest)
+		if pr.TransactionID != nil || !taken.CompareAndSwap(false, true) {
+			c.Fake.KeepControl()
+			return nil, nil, false
+		}
+		ch <- pr
+		c.Fake.SleepControl(func() { <-ans })
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range pr.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.BaseOffset = rp.Partition, code, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	var once sync.Once
+	answer = func() { once.Do(func() { close(ans) }) }
+	t.Cleanup(answer)
+	return ch, answer
+}
+
+// An append answered with an error that cannot say whether the broker
+// appended it (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, ...) is settled
+// against the destination's current leader at once, before anything else
+// is sent for the partition: a batch that landed counts as appended (not
+// sent again), one that did not is sent again; after a leader move the
+// new leader is asked. Each way the destination ends exact.
+func TestSettleAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		code    int16
+		landed  bool // the broker had appended the batch
+		moveTo  int32
+		settled string
+	}{
+		{name: "found", code: kerr.NotLeaderForPartition.Code, landed: true, moveTo: -1, settled: "the batch had landed"},
+		{name: "found after a leader move", code: kerr.NotLeaderForPartition.Code, landed: true, moveTo: 1, settled: "the batch had landed"},
+		{name: "missing", code: kerr.RequestTimedOut.Code, moveTo: -1, settled: "the batch had not landed; sending it again"},
+		{name: "missing after a leader move", code: kerr.NotLeaderForPartition.Code, moveTo: 2, settled: "the batch had not landed; sending it again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := onKfake(t)
+			src := e.cluster(t, "src", kafkatest.SourceClusterID)
+			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+			src.CreateTopic(t, "t", 1, nil)
+			dst.CreateTopic(t, "t", 1, nil)
+			p := newProduced()
+			load(t, src, p, idempotent, 0, "before", 50, "t")
+			logs := &logtest.Buffer{}
+			cfg := e.linkConfig("settle", src, dst, "t")
+			cfg.Link.ProduceTimeout = time.Minute // an unanswered append would wait this long: none here does
+			l := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+
+			reqs, answer := answerFirstProduce(t, dst, tc.code)
+			load(t, src, p, idempotent, 1, "answered", 20, "t")
+			var req *kmsg.ProduceRequest
+			select {
+			case req = <-reqs:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the appender sent no Produce")
+			}
+			if tc.landed {
+				produceRaw(t, dst, "t", 0, req.Topics[0].Partitions[0].Records)
+			}
+			if tc.moveTo >= 0 {
+				if err := dst.Fake.MoveTopicPartition("t", 0, tc.moveTo); err != nil {
+					t.Fatal(err)
+				}
+			}
+			answer()
+			load(t, src, p, idempotent, 2, "after", 20, "t")
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+			exactlyOnce(t, dst, p, "t")
+			if !strings.Contains(logs.String(), "append settled: "+tc.settled) {
+				t.Errorf("the log does not say %q:\n%s", tc.settled, logs.String())
+			}
+			if c := l.Status().Counters; c.UnknownOutcomes != 1 || c.ForeignBatches != 0 {
+				t.Errorf("counters %+v: want one unknown outcome and no foreign batch", c)
+			}
+			if st := l.Status(); st.State != Mirroring {
+				t.Errorf("state %s (last error %q), want MIRRORING: settling is not a failure", st.State, st.LastError)
+			}
+		})
+	}
+}
