@@ -140,7 +140,7 @@ func TestCrashWithAppendInBroker(t *testing.T) {
 // cannedMetadata answers "list every topic" Metadata requests with a fixed
 // answer that leaves out topic hidden, as stale metadata or an authorizer
 // glitch would; requests that name topics pass through.
-func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
+func cannedMetadata(t *testing.T, c *cluster, hidden string) (served *atomic.Int64, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -150,12 +150,14 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 	}
 	var on atomic.Bool
 	on.Store(true)
+	served = new(atomic.Int64)
 	c.Fake.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.Fake.KeepControl()
 		mr := req.(*kmsg.MetadataRequest)
 		if !on.Load() || mr.Topics != nil {
 			return nil, nil, false
 		}
+		served.Add(1)
 		resp := *full
 		resp.Version = mr.Version
 		resp.Topics = nil
@@ -166,7 +168,7 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 		}
 		return &resp, nil, true
 	})
-	return func() { on.Store(false) }
+	return served, func() { on.Store(false) }
 }
 
 // Issue 10 case 4: a topic listing that leaves a topic out does not stop
@@ -180,13 +182,19 @@ func TestListingGapStopsNothing(t *testing.T) {
 	src.CreateTopic(t, "u", 2, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
-	l := startLink(t, e.linkConfig("gap", src, dst, "t", "u"), src, dst, "gap")
+	// Discovery lists topics through kgo's metadata cache; a short
+	// minimum age makes every listing ask the broker.
+	l := startLinkWith(t, e.linkConfig("gap", src, dst, "t", "u"), Deps{Logger: testLogger(t, "gap"),
+		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
 	topics := map[string]string{"t": "t", "u": "u"}
 	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 
-	stop := cannedMetadata(t, src, "u")
+	served, stop := cannedMetadata(t, src, "u")
 	// Several discovery intervals (300ms) with u missing from listings.
 	time.Sleep(1500 * time.Millisecond)
+	if served.Load() < 2 {
+		t.Fatalf("%d listings left u out: the test did not reach discovery", served.Load())
+	}
 	load(t, src, p, idempotent, 1, "during", 40, "t", "u")
 	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 	stop()
