@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -490,5 +491,79 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 	}
 	if strings.Contains(out, "waiting out the previous session's lease") {
 		t.Errorf("the second session waited out its own predecessor's lease:\n%s", out)
+	}
+}
+
+// A source topic deleted while the link mirrors is removed once the source
+// confirms it gone (counted, said in the log), without stopping the other
+// topics; created again, it is a new topic, mirrored from its start after
+// what the destination kept of the old one.
+func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	src.CreateTopic(t, "u", 2, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("link log:\n%s", logs.String())
+		}
+	})
+	l := startLinkWith(t, e.linkConfig("deleted", src, dst, "t", "u"), Deps{Logger: logtest.Logger(logs),
+		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "u": "u"}, 60*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := src.Admin.DeleteTopics(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	for l.Status().Counters.PartitionsRemoved < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("partitions removed %d after the source topic was deleted, want 2; status %+v", l.Status().Counters.PartitionsRemoved, l.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	load(t, src, p, idempotent, 1, "two", 20, "t")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	if st := l.Status(); st.State != Mirroring || len(st.Partitions) != 1 {
+		t.Fatalf("state %s with %d partitions after u was deleted; want MIRRORING with t[0] only", st.State, len(st.Partitions))
+	}
+
+	src.CreateTopic(t, "u", 2, nil)
+	load(t, src, p, plain, 0, "new", 30, "u")
+	for {
+		ends, err := dst.Admin.ListEndOffsets(ctx, "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(0)
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		if n >= 20+30 { // the old topic's 20 (load spreads over t and u) and the new one's 30
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the recreated topic's records did not arrive (destination u holds %d)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var newKeys []string
+	for _, r := range consumeAll(t, dst, false, "u") {
+		if strings.HasPrefix(string(r.Key), "plain-none-new-") {
+			newKeys = append(newKeys, string(r.Key))
+		}
+	}
+	if len(newKeys) != 30 {
+		t.Fatalf("destination u holds %d records of the recreated topic, want its 30", len(newKeys))
+	}
+	exactlyOnce(t, dst, p, "t", "u") // u: the old topic's records and the new one's, each once
+	if c := l.Status().Counters; c.PartitionsRemoved != 2 || c.ForeignBatches != 0 {
+		t.Errorf("counters %+v: want 2 partitions removed and no foreign batch", c)
+	}
+	if !strings.Contains(logs.String(), "gone") {
+		t.Errorf("the log does not say the partitions are gone:\n%s", logs.String())
 	}
 }
