@@ -1,0 +1,88 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// New refuses a configuration the link cannot run with, naming the link
+// and the key; config.Validate refuses these in a file first, so this is
+// the guard for configurations built in code (tests, the bench).
+func TestNewRefusesBadConfig(t *testing.T) {
+	valid := func() Config {
+		l := *config.Default().Links[0]
+		l.Name, l.Source, l.Destination, l.StateTopic = "l", "a", "b", "__mirror_state"
+		return Config{
+			Link:            l,
+			Source:          config.Cluster{Name: "a", BootstrapServers: []string{"127.0.0.1:1"}},
+			Destination:     config.Cluster{Name: "b", BootstrapServers: []string{"127.0.0.1:2"}},
+			ShutdownTimeout: time.Second,
+		}
+	}
+	if _, err := New(valid(), Deps{}); err != nil {
+		t.Fatalf("the valid configuration is refused: %v", err)
+	}
+	for _, tc := range []struct {
+		edit func(*Config)
+		says string
+	}{
+		{func(c *Config) { c.Link.Name = "" }, "name is empty"},
+		{func(c *Config) { c.Source.BootstrapServers = nil }, `source cluster "a" has no bootstrap servers`},
+		{func(c *Config) { c.Destination.BootstrapServers = nil }, `destination cluster "b" has no bootstrap servers`},
+		{func(c *Config) { c.Link.CheckpointInterval = c.Link.SessionTimeout }, "checkpoint_interval"},
+		{func(c *Config) { c.Link.CheckpointInterval = 0 }, "checkpoint_interval"},
+		{func(c *Config) { c.Link.MaxBufferedBytes = 0 }, "max_buffered_bytes"},
+		{func(c *Config) { c.Link.StateTopic = "" }, "state_topic is empty"},
+		{func(c *Config) { c.Link.SettleDelay = 0 }, "settle_delay"},
+		{func(c *Config) { c.Link.ProduceTimeout = -time.Second }, "produce_timeout"},
+		{func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown timeout"},
+		{func(c *Config) { c.Link.StartFrom = "middle" }, `start_from "middle"`},
+		{func(c *Config) { c.Link.OnOffsetOutOfRange = "ignore" }, `on_offset_out_of_range "ignore"`},
+	} {
+		c := valid()
+		tc.edit(&c)
+		_, err := New(c, Deps{})
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("error %v, want one that says %q", err, tc.says)
+		}
+	}
+	c := valid()
+	c.Link.StateTopic, c.ShutdownTimeout = "", 0
+	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "state_topic") || !strings.Contains(err.Error(), "shutdown timeout") {
+		t.Errorf("error %v, want every problem named at once", err)
+	}
+}
+
+// Every error that fails a link is counted under the kind an operator's
+// alert can tell apart, also when wrapped.
+func TestErrorKind(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		kind string
+	}{
+		{statestore.ErrFenced, "fenced"},
+		{appender.ErrLeaseExpired, "lease_expired"},
+		{fetcher.ErrOffsetOutOfRange, "offset_out_of_range"},
+		{transform.ErrCorrupt, "corrupt"},
+		{fetcher.ErrCorrupt, "corrupt"},
+		{appender.ErrCorrupt, "corrupt"},
+		{appender.ErrTooLarge, "too_large"},
+		{context.DeadlineExceeded, "timeout"},
+		{errors.New("anything else"), "other"},
+	} {
+		wrapped := fmt.Errorf("session: %w", tc.err)
+		if got := errorKind(wrapped); got != tc.kind {
+			t.Errorf("errorKind(%v) = %q, want %q", wrapped, got, tc.kind)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package link
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+)
+
+// failRequests makes cluster c fail requests of key while fail says so (a
+// failed request is one the broker drops the connection on, as a broker
+// that dies mid-request does) and counts the failures.
+func failRequests(c *cluster, key kmsg.Key, fail func(n int32) bool) *atomic.Int32 {
+	var n, failed atomic.Int32
+	c.Fake.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake.KeepControl()
+		if !fail(n.Add(1)) {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		return nil, kerr.UnknownServerError, true
+	})
+	return &failed
+}
+
+// Each step of PREPARING that fails fails the session with an error that
+// names the step; the link goes FAILED, is counted, retries after the
+// backoff, and then mirrors exactly.
+func TestPrepareFailuresRecover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dst  bool // the destination cluster fails, else the source
+		key  kmsg.Key
+		says string
+	}{
+		{"source cluster ID", false, kmsg.Metadata, "cluster src: read cluster ID"},
+		{"destination cluster ID", true, kmsg.Metadata, "cluster dst: read cluster ID"},
+		{"state topic creation", true, kmsg.CreateTopics, `create state topic "__mirror_state"`},
+		{"state session", true, kmsg.InitProducerID, "begin state session"},
+		{"source topic configs", false, kmsg.DescribeConfigs, "describe source topic configs"},
+		{"state topic offsets", true, kmsg.ListOffsets, `start offsets of state topic "__mirror_state"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := onKfake(t)
+			src := e.cluster(t, "src", kafkatest.SourceClusterID)
+			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+			src.CreateTopic(t, "t", 2, nil)
+			p := newProduced()
+			load(t, src, p, idempotent, 0, "one", 40, "t")
+			c := src
+			if tc.dst {
+				c = dst
+			}
+			failed := failRequests(c, tc.key, func(n int32) bool { return n == 1 })
+			l := startLink(t, e.linkConfig("prep", src, dst, "t"), src, dst, "prep")
+			l.waitState(t, Mirroring, 30*time.Second)
+			load(t, src, p, transactional, 1, "two", 40, "t")
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+			exactlyOnce(t, dst, p, "t")
+			st := l.Status()
+			if failed.Load() != 1 || !strings.Contains(st.LastError, tc.says) {
+				t.Errorf("%d requests failed; last error %q, want one failure and an error that says %q", failed.Load(), st.LastError, tc.says)
+			}
+			if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got != 1 {
+				t.Errorf("errors_total{kind=other} = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// A FAILED link obeys the operator: a pause while it waits out its backoff
+// pauses it, and a resume retries at once instead of waiting for the
+// backoff (here a minute).
+func TestFailedLinkPauseAndResume(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 30, "t")
+	var broken atomic.Bool
+	broken.Store(true)
+	failRequests(dst, kmsg.InitProducerID, func(int32) bool { return broken.Load() })
+	cfg := e.linkConfig("failed", src, dst, "t")
+	cfg.Tuning.BackoffBase, cfg.Tuning.BackoffMax = time.Minute, time.Minute
+	l := startLink(t, cfg, src, dst, "failed")
+	l.waitState(t, Failed, 30*time.Second)
+	l.Pause()
+	l.waitState(t, Paused, 10*time.Second)
+	l.Resume() // still broken: prepares, fails again
+	l.waitState(t, Failed, 10*time.Second)
+	if st := l.Status(); !strings.Contains(st.LastError, "begin state session") {
+		t.Errorf("last error %q does not name the failed step", st.LastError)
+	}
+	broken.Store(false)
+	start := time.Now()
+	l.Resume()
+	l.waitState(t, Mirroring, 10*time.Second) // well within the minute of backoff
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t")
+	t.Logf("resumed to MIRRORING %s after the resume", time.Since(start).Round(time.Millisecond))
+}
