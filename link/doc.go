@@ -57,7 +57,9 @@
 //     UNKNOWN_TOPIC_OR_PARTITION or another topic ID removes it.
 //   - I7 Memory stays within max_buffered_bytes plus a stated constant: the
 //     fetcher counts every fetch response whole while any batch of it is
-//     held (fetcher.Pin), the pipeline releases each pin exactly once, and
+//     held (fetcher.Pin), the pipeline releases each pin exactly once (the
+//     pins of batches still queued when a session stops end with the
+//     session's fetcher), and
 //     at most MaxReconciling partitions hold destination tail chunks of up
 //     to 4 MiB each (32 MiB by default).
 //

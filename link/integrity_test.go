@@ -226,7 +226,9 @@ func TestRecreatedSourceTopic(t *testing.T) {
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	a.stop(t, false)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Longer than the wait below, so that a destination that falls short
+	// is reported by the record check, not as a dead context.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if _, err := src.Admin.DeleteTopics(ctx, "t"); err != nil {
 		t.Fatal(err)

@@ -1085,6 +1085,3 @@ func (pl *Pipeline) Partitions() []PartitionStatus {
 
 // Len is the number of partitions in the session.
 func (pl *Pipeline) Len() int { return len(pl.parts) }
-
-// Mirroring reports whether the initial partitions are admitted.
-func (pl *Pipeline) Mirroring() bool { return pl.mirroring }
