@@ -11,6 +11,7 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -83,6 +84,19 @@ func TestErrorKind(t *testing.T) {
 		wrapped := fmt.Errorf("session: %w", tc.err)
 		if got := errorKind(wrapped); got != tc.kind {
 			t.Errorf("errorKind(%v) = %q, want %q", wrapped, got, tc.kind)
+		}
+	}
+}
+
+// Guards the names the log and the scripts show for pairs and decisions.
+func TestNames(t *testing.T) {
+	pr := Pair{Src: tp.Partition{Topic: "orders", Partition: 3}, Dst: tp.Partition{Topic: "dc1.orders", Partition: 3}}
+	if got := pr.String(); got != "orders[3]→dc1.orders[3]" {
+		t.Errorf("pair %q", got)
+	}
+	for v, want := range map[verdict]string{skipEmpty: "skip", skipDuplicate: "duplicate", needSalt: "salt", forward: "forward"} {
+		if got := v.String(); got != want {
+			t.Errorf("verdict %d named %q, want %q", v, got, want)
 		}
 	}
 }

@@ -118,3 +118,59 @@ func TestSettleAnswered(t *testing.T) {
 		})
 	}
 }
+
+// An append of unknown outcome that cannot be settled (the destination's
+// high watermark stays below the leader's log end: its in-sync replicas
+// are behind) fails the session after produce_timeout + settle_delay with
+// an error that says so, instead of guessing; the next session waits out
+// the lease and reconciles, and the destination ends exact.
+func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	dst.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "before", 30, "t")
+	l := startLink(t, e.linkConfig("lagging", src, dst, "t"), src, dst, "lagging")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+
+	// While lagging, the destination reports a high watermark of 0 for t.
+	var lagging atomic.Bool
+	lagging.Store(true)
+	dst.Fake.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.Fake.KeepControl()
+		lr := req.(*kmsg.ListOffsetsRequest)
+		if !lagging.Load() || len(lr.Topics) != 1 || lr.Topics[0].Topic != "t" {
+			return nil, nil, false
+		}
+		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range lr.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.Timestamp, sp.Offset, sp.LeaderEpoch = rp.Partition, -1, 0, rp.CurrentLeaderEpoch
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	reqs, answer := answerFirstProduce(t, dst, kerr.RequestTimedOut.Code)
+	load(t, src, p, idempotent, 1, "lagging", 10, "t")
+	select {
+	case <-reqs:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the appender sent no Produce")
+	}
+	answer()
+	l.waitState(t, Failed, 30*time.Second)
+	if st := l.Status(); !strings.Contains(st.LastError, "high watermark") || !strings.Contains(st.LastError, "t[0]") {
+		t.Errorf("last error %q does not say the high watermark of t[0] stayed behind", st.LastError)
+	}
+	lagging.Store(false)
+	l.waitState(t, Mirroring, 30*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	exactlyOnce(t, dst, p, "t")
+}

@@ -47,6 +47,9 @@ func TestNextExhaustive(t *testing.T) {
 				if !errors.As(err, &te) || got != s || te.From != s || te.Event != e {
 					t.Errorf("Next(%s, %s) = %s, %v; want refusal leaving %s", s, e, got, err, s)
 				}
+				if want := "link: no transition from " + s.String() + " on " + e.String(); err.Error() != want {
+					t.Errorf("refusal says %q, want %q", err, want)
+				}
 			} else if err != nil || got != w {
 				t.Errorf("Next(%s, %s) = %s, %v; want %s", s, e, got, err, w)
 			}
