@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 )
 
 // failRequests makes cluster c fail requests of key while fail says so (a
@@ -105,4 +106,38 @@ func TestFailedLinkPauseAndResume(t *testing.T) {
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
 	exactlyOnce(t, dst, p, "t")
 	t.Logf("resumed to MIRRORING %s after the resume", time.Since(start).Round(time.Millisecond))
+}
+
+// A link that waits out a crashed predecessor's lease obeys a pause at
+// once (it does not sit out the wait first), and after a resume waits the
+// rest, reconciles and mirrors exactly.
+func TestPauseWhileWaitingOutLease(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 30, "t")
+	cfg := e.linkConfig("waiting", src, dst, "t")
+	cfg.Link.SessionTimeout, cfg.Link.CheckpointInterval = 6*time.Second, time.Second
+	a := startLink(t, cfg, src, dst, "A")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	a.stop(t, true)
+
+	logs := &logtest.Buffer{}
+	b := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "waiting out the previous session's lease") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new session did not wait out the crashed one's lease:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Pause()
+	b.waitState(t, Paused, 4*time.Second) // the lease has about 6 s left
+	load(t, src, p, plain, 1, "two", 30, "t")
+	b.Resume()
+	b.waitState(t, Mirroring, 30*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t")
 }
