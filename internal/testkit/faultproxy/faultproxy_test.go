@@ -2,8 +2,14 @@ package faultproxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -716,4 +722,100 @@ func TestAcksZeroHasNoResponse(t *testing.T) {
 	if got := values(t, k, topic, 0); !slices.Equal(got, want) {
 		t.Fatalf("partition holds %q, want %q", got, want)
 	}
+}
+
+// Guards the ownership invariant: Close returns with no goroutine of the
+// proxy left and every client connection closed, whatever the connections
+// were doing: forwarding, held by an Interceptor's Delay, stalled, or
+// failing to dial.
+func TestCloseEndsEveryGoroutine(t *testing.T) {
+	broker := silentBroker(t)
+	p := faultproxy.Start(t, map[int32]string{1: broker, 2: broker, 3: "127.0.0.1:1"})
+	p.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+		if f.CorrelationID == 2 {
+			return faultproxy.Delay(time.Hour)
+		}
+		return faultproxy.Pass
+	})
+	p.Stall(2)
+	var clients []net.Conn
+	for _, c := range []struct {
+		node int32
+		corr int32
+	}{{1, 1}, {1, 2}, {2, 3}, {3, 4}} {
+		conn, err := net.Dial("tcp", p.Addr(c.node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.SetVersion(0)
+		if _, err := conn.Write(kmsg.NewRequestFormatter().AppendRequest(nil, req, c.corr)); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, conn)
+	}
+	waitUntil(t, "every request read", func() bool {
+		return p.Requests(1, 18) == 2 && p.Requests(2, 18) == 1
+	})
+
+	closed := make(chan struct{})
+	go func() {
+		p.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	for i, conn := range clients {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("client %d: read after Close: %v, want the connection closed", i, err)
+		}
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "internal/testkit/faultproxy.") {
+			t.Errorf("a goroutine of the proxy outlived Close:\n%s", g)
+		}
+	}
+}
+
+// silentBroker listens on a loopback port, reads whatever its connections
+// send and never answers, until the test ends.
+func silentBroker(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { io.Copy(io.Discard, c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }
