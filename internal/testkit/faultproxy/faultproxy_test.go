@@ -2,6 +2,7 @@ package faultproxy_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -859,6 +860,12 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 // silentBroker listens on a loopback port, reads whatever its connections
 // send and never answers, until the test ends.
 func silentBroker(t *testing.T) string {
+	return fakeBroker(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+}
+
+// fakeBroker listens on a loopback port and runs handle for each
+// connection until the test ends, when it closes them and waits.
+func fakeBroker(t *testing.T, handle func(net.Conn)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -877,7 +884,7 @@ func silentBroker(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			wg.Go(func() { io.Copy(io.Discard, c) })
+			wg.Go(func() { handle(c) })
 		}
 	})
 	t.Cleanup(func() {
@@ -890,4 +897,93 @@ func silentBroker(t *testing.T) string {
 		wg.Wait()
 	})
 	return ln.Addr().String()
+}
+
+// recorder is a testing.TB that keeps Errorf for the test to inspect.
+type recorder struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errs)
+}
+
+// Guards the proxy's refusal to forward what it does not understand: each
+// kind of traffic it cannot parse fails the test with a reason and closes
+// the client's connection, instead of passing bytes it cannot frame.
+func TestUnparsableTrafficFailsTheTest(t *testing.T) {
+	apiVersions := func(corr int32) []byte {
+		return kmsg.NewRequestFormatter().AppendRequest(nil, kmsg.NewPtrApiVersionsRequest(), corr)
+	}
+	// answer reads one request and answers it with correlation ID corr+d.
+	answer := func(d int32) func(net.Conn) {
+		return func(c net.Conn) {
+			var hdr [12]byte
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				return
+			}
+			corr := int32(binary.BigEndian.Uint32(hdr[8:])) + d
+			c.Write(binary.BigEndian.AppendUint32([]byte{0, 0, 0, 4}, uint32(corr)))
+			io.Copy(io.Discard, c)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		broker func(net.Conn)
+		send   []byte
+		want   string
+	}{
+		{
+			name: "raw SASL",
+			send: func() []byte {
+				r := kmsg.NewPtrSASLHandshakeRequest()
+				r.SetVersion(0)
+				r.Mechanism = "PLAIN"
+				return kmsg.NewRequestFormatter().AppendRequest(nil, r, 1)
+			}(),
+			want: "SaslHandshake v0",
+		},
+		{name: "TLS", send: []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}, want: "TLS"},
+		{
+			name:   "unsolicited response",
+			broker: func(c net.Conn) { c.Write([]byte{0, 0, 0, 4, 0, 0, 0, 77}); io.Copy(io.Discard, c) },
+			want:   "answers no request",
+		},
+		{name: "wrong correlation ID", broker: answer(1), send: apiVersions(5), want: "correlation ID 6 where the next request"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handle := tc.broker
+			if handle == nil {
+				handle = func(c net.Conn) { io.Copy(io.Discard, c) }
+			}
+			rec := &recorder{TB: t}
+			p := faultproxy.Start(rec, map[int32]string{1: fakeBroker(t, handle)})
+			conn, err := net.Dial("tcp", p.Addr(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(waitFor))
+			if _, err := io.Copy(io.Discard, conn); err != nil {
+				t.Fatalf("client connection: %v, want it closed", err)
+			}
+			errs := rec.errors()
+			if len(errs) != 1 || !strings.Contains(errs[0], tc.want) {
+				t.Fatalf("test errors %q, want one that says %q", errs, tc.want)
+			}
+		})
+	}
 }
