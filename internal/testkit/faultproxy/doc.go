@@ -28,12 +28,15 @@
 //
 // Faults, per node, switchable at any time from any goroutine: Stall and
 // Resume (nothing is forwarded in either direction, on existing or new
-// connections, and nothing is lost), Drop (close every connection with a
+// connections — a new one is still accepted and dialed — and nothing is
+// lost), Drop (close every connection with a
 // FIN), Reset (close with an RST), Refuse (accept new connections and close
 // them at once), and Intercept: one function that sees every request before
 // it is forwarded and every response before it is sent back, and answers
 // Pass, DropConnection, ResetConnection, Replace(body) or Delay(d).
-// Requests counts what each node was asked, per API key.
+// Requests counts what each node was asked, per API key, and Connections
+// what each listener accepted. Brokers reads the node map Start takes from a
+// running cluster.
 //
 // # Invariants
 //
@@ -70,6 +73,7 @@
 // v0, after which raw SASL tokens without Kafka headers follow, is refused.
 // Nodes are fixed at Start; brokers added to the cluster later are not
 // proxied. The Interceptor runs on the connection's forwarding goroutine,
-// concurrently for different connections, and must not keep or modify the
-// slices of the Frame it is given.
+// concurrently for different connections; it must not keep or modify the
+// slices of the Frame it is given, and must not call Close (which waits for
+// it). The other faults may be switched from inside it.
 package faultproxy

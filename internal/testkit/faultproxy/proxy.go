@@ -3,7 +3,6 @@ package faultproxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -451,5 +450,3 @@ func sleep(d time.Duration, done <-chan struct{}) bool {
 func hostPort(host string, port int32) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }
-
-func (n *node) String() string { return fmt.Sprintf("node %d (%s -> %s)", n.id, n.addr, n.upstream) }
