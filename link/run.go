@@ -235,7 +235,7 @@ func (s *session) committer() error {
 // produce_timeout plus settle_delay of waiting for the high watermark.
 func (s *session) settle(ctx context.Context, a DoSettle) Input {
 	ev := InSettled{Dst: a.Dst.Key(), Tag: a.Tag, Offset: -1}
-	if !sleep(ctx, a.Delay) {
+	if !s.settleWait(ctx, a) {
 		return nil
 	}
 	patience := s.l.cfg.Link.ProduceTimeout + s.l.cfg.Link.SettleDelay
@@ -265,6 +265,42 @@ func (s *session) settle(ctx context.Context, a DoSettle) Input {
 		}
 	}
 }
+
+// settleWait waits a.Delay before a settle, or less: from a.EarlyAfter on
+// it looks up the partition's leader every leaderPoll and stops waiting
+// once another broker leads under a newer epoch (leaderMoved). It reports
+// false when ctx ended.
+func (s *session) settleWait(ctx context.Context, a DoSettle) bool {
+	if a.Delay <= 0 {
+		return true
+	}
+	start := time.Now()
+	if a.SentTo == nil || a.EarlyAfter >= a.Delay {
+		return sleep(ctx, a.Delay)
+	}
+	if !sleep(ctx, a.EarlyAfter) {
+		return false
+	}
+	for {
+		s.dstLeaders.Invalidate(a.Dst.Key())
+		if ld, err := s.dstLeaders.Lookup(ctx, a.Dst.Key()); err == nil && leaderMoved(a.SentTo, ld) {
+			s.log.Info("settling an unanswered append early: another broker leads the partition now, so the old leader can no longer append it",
+				"destination", a.Dst.String(), "sent_to_broker", a.SentTo.Broker, "sent_leader_epoch", a.SentTo.Epoch,
+				"leader", ld.Broker, "leader_epoch", ld.Epoch, "waited", time.Since(start).Round(time.Millisecond))
+			return true
+		}
+		left := a.Delay - time.Since(start)
+		if left <= 0 {
+			return true
+		}
+		if !sleep(ctx, min(left, leaderPoll)) {
+			return false
+		}
+	}
+}
+
+// leaderPoll is how often settleWait looks for a new leader.
+const leaderPoll = 250 * time.Millisecond
 
 // settleRetry is the wait between looks at a partition being settled.
 var settleRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -8,8 +9,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 )
@@ -173,4 +178,116 @@ func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
 	l.waitState(t, Mirroring, 30*time.Second)
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
+}
+
+// The leader moved away from the broker an unanswered append went to: the
+// request can no longer reach the partition's log.
+func TestLeaderMoved(t *testing.T) {
+	sent := &leaders.Leader{Broker: 1, Epoch: 4}
+	for _, tc := range []struct {
+		sent  *leaders.Leader
+		now   leaders.Leader
+		moved bool
+	}{
+		{sent, leaders.Leader{Broker: 2, Epoch: 5}, true},
+		{sent, leaders.Leader{Broker: 2, Epoch: 9}, true},
+		{sent, leaders.Leader{Broker: 1, Epoch: 5}, false}, // the same broker leads again: it may still hold the request
+		{sent, leaders.Leader{Broker: 2, Epoch: 4}, false}, // no newer epoch: the cache is behind, not the leader
+		{sent, leaders.Leader{Broker: 1, Epoch: 4}, false},
+		{nil, leaders.Leader{Broker: 2, Epoch: 5}, false}, // not known where it went
+	} {
+		if got := leaderMoved(tc.sent, tc.now); got != tc.moved {
+			t.Errorf("leaderMoved(%+v, %+v) = %v, want %v", tc.sent, tc.now, got, tc.moved)
+		}
+	}
+}
+
+// An append that got no answer (the connection closed after the broker
+// appended it, or before the broker saw it) is settled against the
+// destination, found or sent again, and the destination ends exact. While
+// the partition's leader stays, the settle waits out the request's produce
+// timeout (the request could still be inside the broker); once another
+// broker leads under a newer epoch, it settles after settle_delay.
+func TestSettleUnanswered(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		landed bool // the broker appended it before the connection closed
+		move   bool
+	}{
+		{name: "landed", landed: true},
+		{name: "not landed", landed: false},
+		{name: "landed, leader moved", landed: true, move: true},
+		{name: "not landed, leader moved", landed: false, move: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := onKfake(t)
+			src := e.cluster(t, "src", kafkatest.SourceClusterID)
+			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+			src.CreateTopic(t, "t", 1, nil)
+			dst.CreateTopic(t, "t", 1, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			brokers, err := faultproxy.Brokers(ctx, dst.Client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			px := faultproxy.Start(t, brokers)
+			p := newProduced()
+			load(t, src, p, idempotent, 0, "before", 40, "t")
+			logs := &logtest.Buffer{}
+			cfg := e.linkConfig("unanswered", src, dst, "t")
+			cfg.Destination.BootstrapServers = px.Addrs()
+			cfg.Link.ProduceTimeout = 3 * time.Second
+			if tc.move {
+				cfg.Link.ProduceTimeout = 2 * time.Minute // the move must cut the wait short
+			}
+			l := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(),
+				DestinationOpts: []kgo.Opt{kgo.SeedBrokers(px.Addrs()...), kgo.MetadataMinAge(50 * time.Millisecond)}})
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+
+			// Cut the connection of the next Produce to t: after the
+			// broker answered (it appended), or before it saw it.
+			var cut atomic.Bool
+			px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+				if f.APIKey != int16(kmsg.Produce) || !f.Writes("t", 0) || f.IsResponse() != tc.landed || !cut.CompareAndSwap(false, true) {
+					return faultproxy.Pass
+				}
+				return faultproxy.DropConnection
+			})
+			load(t, src, p, idempotent, 1, "cut", 20, "t")
+			deadline := time.Now().Add(30 * time.Second)
+			for !cut.Load() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if !cut.Load() {
+				t.Fatal("no Produce to t went through the proxy")
+			}
+			if tc.move {
+				ld, err := leaders.New(dst.Client, 0).Lookup(ctx, tp.Key{Topic: "t", Partition: 0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := dst.Fake.MoveTopicPartition("t", 0, (ld.Broker+1)%3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			load(t, src, p, plain, 2, "after", 20, "t")
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 90*time.Second)
+			exactlyOnce(t, dst, p, "t")
+			out := logs.String()
+			if c := l.Status().Counters; c.UnknownOutcomes != 1 || c.ForeignBatches != 0 {
+				t.Errorf("counters %+v: want one unknown outcome and no foreign batch", c)
+			}
+			if early := strings.Contains(out, "settling an unanswered append early"); early != tc.move {
+				t.Errorf("settled early: %v, want %v:\n%s", early, tc.move, out)
+			}
+			want := "append settled: the batch had not landed; sending it again"
+			if tc.landed {
+				want = "append settled: the batch had landed"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("the log does not say %q:\n%s", want, out)
+			}
+		})
+	}
 }
