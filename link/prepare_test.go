@@ -14,14 +14,15 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 )
 
-// failRequests makes cluster c fail requests of key while fail says so (a
-// failed request is one the broker drops the connection on, as a broker
-// that dies mid-request does) and counts the failures.
-func failRequests(c *cluster, key kmsg.Key, fail func(n int32) bool) *atomic.Int32 {
+// failRequests makes cluster c fail requests of key while fail says so,
+// given the request and how many of the key came so far (a failed request
+// is one the broker drops the connection on, as a broker that dies
+// mid-request does), and counts the failures.
+func failRequests(c *cluster, key kmsg.Key, fail func(req kmsg.Request, n int32) bool) *atomic.Int32 {
 	var n, failed atomic.Int32
-	c.Fake.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.Fake.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.Fake.KeepControl()
-		if !fail(n.Add(1)) {
+		if !fail(req, n.Add(1)) {
 			return nil, nil, false
 		}
 		failed.Add(1)
@@ -58,7 +59,13 @@ func TestPrepareFailuresRecover(t *testing.T) {
 			if tc.dst {
 				c = dst
 			}
-			failed := failRequests(c, tc.key, func(n int32) bool { return n == 1 })
+			var once atomic.Bool
+			failed := failRequests(c, tc.key, func(req kmsg.Request, _ int32) bool {
+				if lr, ok := req.(*kmsg.ListOffsetsRequest); ok && (len(lr.Topics) == 0 || lr.Topics[0].Topic != "__mirror_state") {
+					return false // only the state topic's offsets
+				}
+				return once.CompareAndSwap(false, true)
+			})
 			l := startLink(t, e.linkConfig("prep", src, dst, "t"), src, dst, "prep")
 			l.waitState(t, Mirroring, 30*time.Second)
 			load(t, src, p, transactional, 1, "two", 40, "t")
@@ -87,7 +94,7 @@ func TestFailedLinkPauseAndResume(t *testing.T) {
 	load(t, src, p, idempotent, 0, "one", 30, "t")
 	var broken atomic.Bool
 	broken.Store(true)
-	failRequests(dst, kmsg.InitProducerID, func(int32) bool { return broken.Load() })
+	failRequests(dst, kmsg.InitProducerID, func(kmsg.Request, int32) bool { return broken.Load() })
 	cfg := e.linkConfig("failed", src, dst, "t")
 	cfg.Tuning.BackoffBase, cfg.Tuning.BackoffMax = time.Minute, time.Minute
 	l := startLink(t, cfg, src, dst, "failed")
