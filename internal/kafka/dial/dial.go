@@ -202,6 +202,33 @@ func TokenSource(c *config.Cluster) (oauth.Source, error) {
 	return nil, fmt.Errorf("cluster %q: sasl OAUTHBEARER needs token_file or token_endpoint", c.Name)
 }
 
+// Principal is how errors name the Kafka principal of cluster c's
+// credentials, as a broker with Kafka's default principal builder and no
+// mapping rules sees it: User:<sasl.username> for PLAIN and SCRAM, the
+// subject of the token for OAUTHBEARER (the sub claim with Kafka's JWT
+// validators), the distinguished name of the client certificate for TLS
+// client authentication, User:ANONYMOUS for a PLAINTEXT or SSL listener
+// without one. A broker with ssl.principal.mapping.rules,
+// sasl.kerberos.principal.to.local.rules or its own principal.builder.class
+// may see another name; ACLs are written for the name it sees. Principal
+// does no I/O.
+func Principal(c *config.Cluster) string {
+	s := c.SASL
+	switch s.Mechanism {
+	case config.MechanismPlain, config.MechanismScramSHA256, config.MechanismScramSHA512:
+		return "User:" + s.Username
+	case config.MechanismOAuthBearer:
+		if s.TokenFile != "" {
+			return "the principal of the token in sasl.token_file (User:<its sub claim>)"
+		}
+		return fmt.Sprintf("the principal of the tokens of client %q (User:<their sub claim>)", s.ClientID)
+	}
+	if c.TLS.Enabled && c.TLS.CertFile != "" {
+		return "the principal of tls.cert_file (User:<its distinguished name>)"
+	}
+	return "User:ANONYMOUS"
+}
+
 // hook remembers what Ping needs to explain a failure: the cluster's
 // settings, and how many SASL exchanges a broker cut off.
 type hook struct {
