@@ -382,6 +382,10 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 		return nil, joinRefusals(refusals)
 	}
 	if len(selected) == 0 {
+		if s.pipe == nil { // the session's first discovery (begin builds the pipeline after it)
+			s.log.Warn("no source topic matches the link's topics among those the source lists: Kafka lists only the topics the principal may describe, so a topic without Describe (or Read, which implies it) is left out without a word (see docs/acls.md)",
+				"cluster", srcAcc.cluster, "principal", srcAcc.principal)
+		}
 		return nil, nil
 	}
 
