@@ -20,11 +20,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -288,6 +290,11 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 	case errors.Is(err, oauth.ErrTokenEndpoint), errors.Is(err, oauth.ErrBadTokenResponse), errors.Is(err, oauth.ErrTokenFile):
 		return fmt.Errorf("cluster %q: %w: no OAUTHBEARER token (%s): %w", h.cluster, ErrAuthentication, check, err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		if h.mechanism == config.MechanismOAuthBearer {
+			if why := oauthRefusal(err); why != "" {
+				return fmt.Errorf("cluster %q: %w: the broker refused %s: %s (%s): %w", h.cluster, ErrAuthentication, who, why, check, err)
+			}
+		}
 		return fmt.Errorf("cluster %q: %w: the broker refused %s (%s): %w", h.cluster, ErrAuthentication, who, check, err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return fmt.Errorf("cluster %q: %w: the broker does not offer SASL %s (set sasl.mechanism to one it offers): %w",
@@ -311,6 +318,39 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 			h.cluster, ErrTLS, err)
 	}
 	return fmt.Errorf("cluster %q: ping: %w", h.cluster, err)
+}
+
+// oauthRefusal says in words what a broker's OAUTHBEARER error status
+// means (RFC 7628 section 3.2.2: the server's JSON, which Kafka passes on
+// as the message of SASL_AUTHENTICATION_FAILED, such as
+// {"status":"insufficient_scope", "scope":"[kafka]"}), or "" when err
+// carries none.
+func oauthRefusal(err error) string {
+	msg := err.Error()
+	i, j := strings.LastIndex(msg, "{"), strings.LastIndex(msg, "}")
+	if i < 0 || j < i {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+		Scope  string `json:"scope"`
+	}
+	if json.Unmarshal([]byte(msg[i:j+1]), &st) != nil {
+		return ""
+	}
+	switch st.Status {
+	case "invalid_token":
+		return "the broker found the token invalid (expired, not yet valid, or not signed or formed as it requires)"
+	case "insufficient_scope":
+		scope := strings.TrimSpace(strings.Trim(st.Scope, "[]"))
+		if scope == "" {
+			return "the token lacks a scope the broker requires"
+		}
+		return fmt.Sprintf("the token lacks the scope %q that the broker requires", scope)
+	case "":
+		return ""
+	}
+	return fmt.Sprintf("the broker answered status %q", st.Status)
 }
 
 // oauthWho describes an OAUTHBEARER login and what to check when the
