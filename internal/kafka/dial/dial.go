@@ -273,6 +273,26 @@ func Ping(ctx context.Context, cl *kgo.Client) error {
 	return h.explain(err, h.saslCutOff.Load() > before)
 }
 
+// Explain wraps err, an error of a client built from Options(c) (a link's
+// request refused because a token expired, say), with what it means for
+// c's configuration as Ping explains it: ErrAuthentication for credentials
+// the broker refused, naming the keys to check, ErrTLS for a failed
+// handshake. Errors that are neither pass unchanged; an error already
+// explained is not explained twice.
+func Explain(c *config.Cluster, err error) error {
+	if err == nil || errors.Is(err, ErrAuthentication) || errors.Is(err, ErrTLS) {
+		return err
+	}
+	described := c.SASL
+	described.Password, described.ClientSecret = "", ""
+	h := &hook{cluster: c.Name, mechanism: c.SASL.Mechanism, user: c.SASL.Username, tls: c.TLS, sasl: described}
+	out := h.explain(err, false)
+	if !errors.Is(out, ErrAuthentication) && !errors.Is(out, ErrTLS) {
+		return err
+	}
+	return out
+}
+
 // explain wraps a connection error with what it means for the config.
 func (h *hook) explain(err error, saslCutOff bool) error {
 	who := fmt.Sprintf("SASL %s for user %q", h.mechanism, h.user)

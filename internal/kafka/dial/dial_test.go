@@ -581,3 +581,26 @@ func TestExplainOAuthStatus(t *testing.T) {
 		}
 	}
 }
+
+// Guards Explain, for errors a running client meets: a refused token is
+// explained with the file to check, other errors pass unchanged, and an
+// explained error is not wrapped twice.
+func TestExplain(t *testing.T) {
+	c := &config.Cluster{Name: "dst", SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: "/run/token"}}
+	refused := fmt.Errorf("commit: %w: SASL Authentication failed.: {\"status\":\"invalid_token\"}", kerr.SaslAuthenticationFailed)
+	err := Explain(c, refused)
+	want := `cluster "dst": authentication failed: the broker refused the SASL OAUTHBEARER token from sasl.token_file /run/token: the broker found the token invalid`
+	if !errors.Is(err, ErrAuthentication) || !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Explain(refused) =\n%v\nwant prefix\n%s", err, want)
+	}
+	if again := Explain(c, err); again != err {
+		t.Errorf("Explain twice: %v", again)
+	}
+	other := fmt.Errorf("produce: %w", kerr.NotLeaderForPartition)
+	if got := Explain(c, other); got != other {
+		t.Errorf("Explain(other) = %v, want it unchanged", got)
+	}
+	if Explain(c, nil) != nil {
+		t.Error("Explain(nil) is not nil")
+	}
+}
