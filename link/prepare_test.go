@@ -59,24 +59,29 @@ func TestPrepareFailuresRecover(t *testing.T) {
 			if tc.dst {
 				c = dst
 			}
-			var once atomic.Bool
+			// Fail until the link has failed: a client may retry a
+			// request whose connection closed, so failing one request
+			// would not always fail the step.
+			var failing atomic.Bool
+			failing.Store(true)
 			failed := failRequests(c, tc.key, func(req kmsg.Request, _ int32) bool {
 				if lr, ok := req.(*kmsg.ListOffsetsRequest); ok && (len(lr.Topics) == 0 || lr.Topics[0].Topic != "__mirror_state") {
 					return false // only the state topic's offsets
 				}
-				return once.CompareAndSwap(false, true)
+				return failing.Load()
 			})
 			l := startLink(t, e.linkConfig("prep", src, dst, "t"), src, dst, "prep")
+			l.waitState(t, Failed, 30*time.Second)
+			failing.Store(false)
+			if st := l.Status(); failed.Load() == 0 || !strings.Contains(st.LastError, tc.says) {
+				t.Errorf("%d requests failed; last error %q, want an error that says %q", failed.Load(), st.LastError, tc.says)
+			}
 			l.waitState(t, Mirroring, 30*time.Second)
 			load(t, src, p, transactional, 1, "two", 40, "t")
 			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
 			exactlyOnce(t, dst, p, "t")
-			st := l.Status()
-			if failed.Load() != 1 || !strings.Contains(st.LastError, tc.says) {
-				t.Errorf("%d requests failed; last error %q, want one failure and an error that says %q", failed.Load(), st.LastError, tc.says)
-			}
-			if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got != 1 {
-				t.Errorf("errors_total{kind=other} = %v, want 1", got)
+			if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got < 1 {
+				t.Errorf("errors_total{kind=other} = %v, want the failure counted", got)
 			}
 		})
 	}
