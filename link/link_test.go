@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
@@ -82,6 +84,8 @@ func TestErrorKind(t *testing.T) {
 		{appender.ErrCorrupt, "corrupt"},
 		{appender.ErrTooLarge, "too_large"},
 		{context.DeadlineExceeded, "timeout"},
+		{kerr.TopicAuthorizationFailed, "authorization"},
+		{kerr.TransactionalIDAuthorizationFailed, "authorization"},
 		{errors.New("anything else"), "other"},
 	} {
 		wrapped := fmt.Errorf("session: %w", tc.err)

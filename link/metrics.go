@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		gaps:         counter("sequence_gaps_total", "Batches whose sequence does not follow the producer's last one (expected on compacted topics)."),
 		lowEpoch:     counter("lower_epoch_batches_total", "Batches appended with an epoch below the producer's current one."),
 		fenced:       counter("sessions_fenced_total", "Link sessions that found themselves fenced by a newer session of the same link."),
-		errors:       counter("errors_total", "Errors that failed the link (fenced, lease_expired, offset_out_of_range, corrupt, too_large, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
+		errors:       counter("errors_total", "Errors that failed the link (fenced, lease_expired, offset_out_of_range, corrupt, too_large, authorization, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
 		foreign:      counter("foreign_batches_total", "Destination batches found during reconciliation that this link did not write (the link expects to own its destination topics)."),
 		reconciled:   counter("reconciled_batches_total", "Destination batches past a checkpoint recognised as this link's own during reconciliation (not appended again)."),
 		unknown:      counter("unknown_outcomes_total", "Appends whose outcome was unknown (a timeout, a lost connection, NOT_LEADER_OR_FOLLOWER after a leader move) and were settled by reading the destination."),

@@ -153,3 +153,51 @@ func TestPauseWhileWaitingOutLease(t *testing.T) {
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
 	exactlyOnce(t, dst, p, "t")
 }
+
+// A missing ACL met while mirroring (here: the destination refuses to
+// create a new topic's mirror) does not stop what the link mirrors, and
+// shows in last_error until it is granted; then the new topic is mirrored.
+func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 20, "t")
+	l := startLink(t, e.linkConfig("refused", src, dst, "t", "late"), src, dst, "refused")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+
+	var refusing atomic.Bool
+	refusing.Store(true)
+	dst.Fake.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.Fake.KeepControl()
+		cr := req.(*kmsg.CreateTopicsRequest)
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		resp := cr.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range cr.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	src.CreateTopic(t, "late", 1, nil)
+	load(t, src, p, idempotent, 1, "late", 20, "late")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(l.Status().LastError, "TOPIC_AUTHORIZATION_FAILED") {
+		if time.Now().After(deadline) {
+			t.Fatalf("last error %q does not show the refusal", l.Status().LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := l.Status(); st.State != Mirroring {
+		t.Fatalf("state %s: a refusal for a new topic must not stop the link", st.State)
+	}
+	load(t, src, p, plain, 2, "two", 20, "t")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	refusing.Store(false)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "late": "late"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t", "late")
+}

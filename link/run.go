@@ -136,6 +136,7 @@ func (o stepped) result(stopping Event, end sessionEnd) (Event, sessionEnd, erro
 // step applies one event and carries out the actions it returns.
 func (s *session) step(ev Input) stepped {
 	var out stepped
+	s.noteRefusal(ev)
 	for _, a := range s.pipe.Step(s.l.deps.Now(), ev) {
 		switch a := a.(type) {
 		case DoAssign:
@@ -184,6 +185,25 @@ func (s *session) step(ev Input) stepped {
 		s.publish() // the partition set changed: show it at once
 	}
 	return out
+}
+
+// noteRefusal shows a missing ACL that discovery or placement met while the
+// link mirrors in the link's last_error: the link keeps mirroring what it
+// has (the pipeline retries at the next discovery), but an operator must
+// grant the permission for the new topic or partitions to be mirrored.
+func (s *session) noteRefusal(ev Input) {
+	var err error
+	switch e := ev.(type) {
+	case InDiscovered:
+		err = e.Err
+	case InPlaced:
+		err = e.Err
+	}
+	if err == nil || !isAuthorization(err) {
+		return
+	}
+	now := s.l.deps.Now()
+	s.l.setStatus(func(st *Status) { st.LastError, st.LastErrorAt = err.Error(), now })
 }
 
 // work runs fn on a worker goroutine of the session and hands its event to
