@@ -463,6 +463,7 @@ func (pl *Pipeline) next(p *partition) {
 // pin, if it carries one, is released.
 func (pl *Pipeline) done(p *partition) {
 	p.srcNext = p.queue[p.head].end
+	p.doneAt = recordTime(p.queue[p.head].hdr)
 	pl.release(p.pop())
 }
 
@@ -1094,20 +1095,25 @@ func (pl *Pipeline) Unresolved() int {
 	return n
 }
 
-// Partitions reports every partition's positions, in the order they joined.
-func (pl *Pipeline) Partitions() []PartitionStatus {
+// Partitions reports every partition's positions at now, in the order they
+// joined.
+func (pl *Pipeline) Partitions(now time.Time) []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(pl.parts))
 	for _, p := range pl.parts {
 		lag := int64(0)
 		if p.hw >= 0 {
 			lag = max(p.hw-p.srcNext, 0)
 		}
-		out = append(out, PartitionStatus{
+		ps := PartitionStatus{
 			SourceTopic: p.Src.Topic, DestinationTopic: p.Dst.Topic, Partition: p.Dst.Partition,
 			Phase:            p.phase.String(),
 			SourceNextOffset: p.srcNext, DestNextOffset: p.dstNext, HighWatermark: p.hw, Lag: lag,
 			CheckpointSource: p.ckSrc, CheckpointDest: p.ckDst,
-		})
+		}
+		if d, ok := p.timeLag(now, lag); ok {
+			ps.LagSeconds = new(d.Seconds())
+		}
+		out = append(out, ps)
 	}
 	return out
 }

@@ -526,19 +526,27 @@ func (s *session) report() {
 
 // publish refreshes the status snapshot and the lag gauges.
 func (s *session) publish() {
-	ps := s.pipe.Partitions()
+	ps := s.pipe.Partitions(s.l.deps.Now())
 	var total int64
+	var lagSeconds *float64
 	for _, p := range ps {
 		total += p.Lag
 		if len(ps) <= MaxPartitionLagSeries {
 			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
 		}
+		if p.LagSeconds != nil && (lagSeconds == nil || *p.LagSeconds > *lagSeconds) {
+			lagSeconds = p.LagSeconds
+		}
 	}
 	s.l.met.lag.Set(float64(total))
+	if lagSeconds != nil {
+		s.l.met.lagSeconds.Set(*lagSeconds)
+	}
 	s.l.met.partitions.Set(float64(len(ps)))
 	s.l.setStatus(func(st *Status) {
 		st.Partitions = ps
 		st.Lag = total
+		st.LagSeconds = lagSeconds
 	})
 	s.published = len(ps)
 }

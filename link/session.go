@@ -413,7 +413,7 @@ func (s *session) close() {
 		s.dst.Close()
 	}
 	if s.pipe != nil {
-		for _, p := range s.pipe.Partitions() {
+		for _, p := range s.pipe.Partitions(s.l.deps.Now()) {
 			s.l.met.dropPartitionLag(p.SourceTopic, p.Partition)
 		}
 	}
