@@ -104,9 +104,9 @@ func newFlagSet(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
 		if c, ok := commands[name]; ok {
 			fmt.Fprintf(stderr, "\n%s\n", c.summary)
 		}
-		var any bool
-		fs.VisitAll(func(*flag.Flag) { any = true })
-		if any {
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
 			fmt.Fprintln(stderr, "\nFlags:")
 			fs.PrintDefaults()
 		}
