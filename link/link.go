@@ -265,12 +265,14 @@ func (l *Link) Name() string { return l.cfg.Link.Name }
 
 // Pause asks the link to stop mirroring after a final checkpoint; it keeps
 // its place until Resume. Pausing a paused link does nothing.
-func (l *Link) Pause() { l.send(ctlPause) }
+func (l *Link) Pause() { l.command(ctlPause) }
 
 // Resume asks a paused link to prepare and mirror again.
-func (l *Link) Resume() { l.send(ctlResume) }
+func (l *Link) Resume() { l.command(ctlResume) }
 
-func (l *Link) send(c control) {
+// command hands an operator command to the link goroutine without
+// blocking.
+func (l *Link) command(c control) {
 	select {
 	case l.ctl <- c:
 	default: // a burst of commands: the latest ones are already queued
