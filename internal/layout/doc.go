@@ -9,12 +9,15 @@
 //     link, internal plumbing imports no component, only tests import the
 //     test kits;
 //   - no declared name shadows a Go builtin (TestNoBuiltinShadowed);
+//   - no package is named like franz-go's (a k-prefix) or as a util/common
+//     grab bag (TestPackageNames);
 //   - every package has a doc comment that says which goroutines it runs
 //     (TestPackageDocs).
 //
 // Each rule is also tested on synthetic import graphs and sources, so a
 // rule that could never fail is noticed (TestRulesCatchViolations,
-// TestShadowCheckCatches). The package has no code outside its tests and
-// runs no goroutines; the tests run `go list` as a child process and wait
-// for it.
+// TestShadowCheckCatches, TestDocCheckCatches, TestNameRuleCatches).
+//
+// The package has no code outside its tests and runs no goroutines; the
+// tests run `go list` and `go env` as child processes and wait for them.
 package layout
