@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -121,17 +122,30 @@ type listPackage struct {
 }
 
 // loadGraph reads the module's import graph (non-test imports only) from
-// `go list -json ./...`, run at the module's root.
+// `go list -json ./...`, run at the module's root once per test binary.
 func loadGraph(t *testing.T) graph {
 	t.Helper()
-	root := moduleRoot(t)
-	cmd := exec.Command("go", "list", "-json", "./...")
+	graphOnce.Do(func() { loaded, loadErr = listGraph(moduleRoot(t)) })
+	if loadErr != nil {
+		t.Fatal(loadErr)
+	}
+	return loaded
+}
+
+var (
+	graphOnce sync.Once
+	loaded    graph
+	loadErr   error
+)
+
+func listGraph(root string) (graph, error) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Error", "./...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -json ./...: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("go list -json ./...: %w\n%s", err, stderr.String())
 	}
 	g := graph{}
 	dec := json.NewDecoder(bytes.NewReader(out))
@@ -140,10 +154,10 @@ func loadGraph(t *testing.T) graph {
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("decode go list output: %v", err)
+			return nil, fmt.Errorf("decode go list output: %w", err)
 		}
 		if p.Error != nil {
-			t.Fatalf("go list %s: %s", p.ImportPath, p.Error.Err)
+			return nil, fmt.Errorf("go list %s: %s", p.ImportPath, p.Error.Err)
 		}
 		from, ok := relative(p.ImportPath)
 		if !ok {
@@ -156,7 +170,7 @@ func loadGraph(t *testing.T) graph {
 			}
 		}
 	}
-	return g
+	return g, nil
 }
 
 // relative returns an import path relative to the module, and whether it
