@@ -6,8 +6,8 @@
 //     read from `go list -json ./...`): transform imports no other mirrord
 //     package, fetcher and appender never import each other, no component
 //     imports config or the product's top layer, statestore never imports
-//     link, internal plumbing imports no component, only tests import the
-//     test kits;
+//     link, internal plumbing imports no component, only tests (and the
+//     bench) import the test kits;
 //   - no declared name shadows a Go builtin (TestNoBuiltinShadowed);
 //   - no package is named like franz-go's (a k-prefix) or as a util/common
 //     grab bag (TestPackageNames);
