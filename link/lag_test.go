@@ -53,7 +53,7 @@ func TestTimeLag(t *testing.T) {
 
 // Guards that finishing a batch, appended or already at the destination,
 // records its record time for the time lag.
-func TestDoneRecordsRecordTime(t *testing.T) {
+func TestFinishHeadRecordsRecordTime(t *testing.T) {
 	pl := &Pipeline{}
 	for _, c := range []struct {
 		hdr  transform.Header
@@ -63,9 +63,9 @@ func TestDoneRecordsRecordTime(t *testing.T) {
 		{transform.Header{Attributes: transform.AttrTimestampLogAppend, FirstTimestamp: 11, MaxTimestamp: 19}, 19},
 	} {
 		p := &partition{queue: []item{{hdr: c.hdr, end: 42}}}
-		pl.done(p)
+		pl.finishHead(p)
 		if p.doneAt != c.want || p.srcNext != 42 {
-			t.Fatalf("after done: doneAt %d, srcNext %d; want %d, 42", p.doneAt, p.srcNext, c.want)
+			t.Fatalf("after finishHead: doneAt %d, srcNext %d; want %d, 42", p.doneAt, p.srcNext, c.want)
 		}
 	}
 }

@@ -424,7 +424,7 @@ func (pl *Pipeline) next(p *partition) {
 		}
 		it := &p.queue[p.head]
 		if it.raw == nil {
-			pl.done(p)
+			pl.finishHead(p)
 			continue
 		}
 		d, err := decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
@@ -434,11 +434,11 @@ func (pl *Pipeline) next(p *partition) {
 		}
 		switch d.verdict {
 		case skipEmpty:
-			pl.done(p)
+			pl.finishHead(p)
 		case skipDuplicate:
 			p.psm.Commit(d.psm, pl.now)
 			pl.stats.Duplicates++
-			pl.done(p)
+			pl.finishHead(p)
 		case needSalt:
 			p.phase = phaseSalting
 			pl.salts = append(pl.salts, saltReq{p, *d.psm.Salt})
@@ -459,9 +459,9 @@ func (pl *Pipeline) next(p *partition) {
 	}
 }
 
-// done finishes p's head item: the source position moves past it and its
-// pin, if it carries one, is released.
-func (pl *Pipeline) done(p *partition) {
+// finishHead finishes p's head item: the source position moves past it and
+// its pin, if it carries one, is released.
+func (pl *Pipeline) finishHead(p *partition) {
 	p.srcNext = p.queue[p.head].end
 	p.doneAt = recordTime(p.queue[p.head].hdr)
 	pl.release(p.pop())
@@ -605,7 +605,7 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	}
 	p.dec = decision{}
 	p.phase = phaseIdle
-	pl.done(p)
+	pl.finishHead(p)
 	pl.next(p)
 }
 
