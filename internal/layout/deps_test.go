@@ -85,11 +85,12 @@ var rules = []rule{
 		}
 		return ""
 	}},
-	// bench is the benchmark tool, not the product: its harness starts
-	// the same clusters the tests start (bench branch: realkafka).
+	// bench (the benchmark tool) and faults (the broker-fault suite and
+	// its soak command) are test harnesses, not the product: they start
+	// the same clusters the tests start (realkafka).
 	{"test kits are for tests", func(from, to string) string {
-		if under(to, "internal/testkit") && !under(from, "internal/testkit") && !under(from, "bench") {
-			return "only tests, other test kits and the bench import internal/testkit"
+		if under(to, "internal/testkit") && !under(from, "internal/testkit") && !under(from, "bench") && !under(from, "faults") {
+			return "only tests, other test kits, the bench and the fault suite import internal/testkit"
 		}
 		return ""
 	}},
@@ -242,6 +243,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		// Imports the layering allows.
 		{"a test kit imports a test kit", "internal/testkit/javaclient", "internal/testkit/realkafka", ""},
 		{"the bench's harness imports a test kit", "bench/harness", "internal/testkit/realkafka", ""},
+		{"the fault suite imports a test kit", "faults", "internal/testkit/realkafka", ""},
 		{"agent imports a test kit", "agent", "internal/testkit/logtest", "test kits are for tests"},
 		{"demo imports a test kit", "demo", "internal/testkit/kafkatest", "test kits are for tests"},
 		{"link imports fetcher", "link", "fetcher", ""},

@@ -12,7 +12,8 @@
 //
 // It needs java (17 or later) and mvn, as the real-Kafka test tier does, and
 // exits 0 when the mirror is exact, 1 when it is not or a fault failed, 2 on
-// bad flags.
+// bad flags. Its goroutines are the fault package's (the load's producers
+// and the watcher), each stopped and waited for by run before it returns.
 package main
 
 import (
