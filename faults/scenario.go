@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/link"
 )
 
 // Fault is one fault a Run made, and the leaders it moved.
@@ -74,6 +75,7 @@ func (r *Run) record(ctx context.Context, name string, s Side, leaderMove bool, 
 	if s == Destination {
 		topics = append(slices.Clone(r.Topics), r.StateTopic)
 	}
+	r.waitQuiet(ctx)
 	before, err := r.Env.Leaders(ctx, s, topics...)
 	if err != nil {
 		return err
@@ -90,17 +92,58 @@ func (r *Run) record(ctx context.Context, name string, s Side, leaderMove bool, 
 	return f.Err
 }
 
+// quietLag is how far behind in time the link may be for a fault to start:
+// the stall a fault causes is only its own if the previous one's is over
+// (an agent restart waits out its lease for most of a minute).
+const quietLag = 3 * time.Second
+
+// waitQuiet waits, for at most 3 minutes, until the link is MIRRORING and
+// no partition is more than quietLag behind (lag_seconds); past that the
+// fault starts anyway, and the log says so.
+func (r *Run) waitQuiet(ctx context.Context) {
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
+	last := "no status"
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := r.Agent.Status(ctx)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case st.State != link.Mirroring:
+			last = "state " + st.State.String()
+		case st.LagSeconds == nil:
+			last = "lag in time not known yet"
+		case *st.LagSeconds > quietLag.Seconds():
+			last = fmt.Sprintf("%.1fs behind", *st.LagSeconds)
+		default:
+			if waited := time.Since(start); waited > time.Second {
+				r.Log("the mirror caught up after %s", waited.Round(100*time.Millisecond))
+			}
+			return
+		}
+		if sleep(ctx, 200*time.Millisecond) != nil {
+			return
+		}
+	}
+	r.Log("the mirror did not catch up within 3m (%s); the next fault starts anyway", last)
+}
+
 // FinishStalls fills in every fault's stalls from the watcher; call it once
-// the last fault is at least settle old, or at the end.
+// the last fault is at least settle old, or at the end. A fault's window
+// ends settle after it, or when the next fault starts.
 func (r *Run) FinishStalls() {
 	for i := range r.Faults {
 		f := &r.Faults[i]
 		f.Stalls = nil
+		to := f.End.Add(settle)
+		if i+1 < len(r.Faults) && r.Faults[i+1].Start.Before(to) {
+			to = r.Faults[i+1].Start
+		}
 		for _, k := range f.Moved {
 			if k.Topic == r.StateTopic {
 				continue
 			}
-			if d, ok := r.Watcher.Stall(k, f.Start, f.End.Add(settle)); ok {
+			if d, ok := r.Watcher.Stall(k, f.Start, to); ok {
 				f.Stalls = append(f.Stalls, d)
 			}
 		}
