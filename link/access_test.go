@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // Guards the refusal an operator reads when a cluster reports that the
@@ -131,5 +132,31 @@ func TestOffsetOf(t *testing.T) {
 	}
 	if _, err := offsetOf(offs, tp.Partition{Topic: "events", Partition: 0}, "start"); err == nil || err.Error() != "start offset of events[0]: not in the answer" {
 		t.Errorf("not listed: %v", err)
+	}
+}
+
+// Guards which checkpoint a partition resumes from: one of the same source
+// topic, partition and (when both know it) topic ID; a version 0
+// checkpoint, which has no ID, goes by name.
+func TestSameSource(t *testing.T) {
+	id := [16]byte{1}
+	src := tp.Partition{Topic: "orders", Partition: 2, ID: id}
+	for _, c := range []struct {
+		name string
+		ck   statestore.CheckpointValue
+		want bool
+	}{
+		{"same topic ID", statestore.CheckpointValue{SourceTopic: "orders", SourcePartition: 2, SourceTopicID: statestore.UUID(id)}, true},
+		{"version 0, by name", statestore.CheckpointValue{SourceTopic: "orders", SourcePartition: 2}, true},
+		{"the topic was recreated", statestore.CheckpointValue{SourceTopic: "orders", SourcePartition: 2, SourceTopicID: statestore.UUID{2}}, false},
+		{"another topic", statestore.CheckpointValue{SourceTopic: "events", SourcePartition: 2, SourceTopicID: statestore.UUID(id)}, false},
+		{"another partition", statestore.CheckpointValue{SourceTopic: "orders", SourcePartition: 3, SourceTopicID: statestore.UUID(id)}, false},
+	} {
+		if got := sameSource(&c.ck, src); got != c.want {
+			t.Errorf("%s: sameSource = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !sameSource(&statestore.CheckpointValue{SourceTopic: "orders", SourcePartition: 2, SourceTopicID: statestore.UUID{2}}, tp.Partition{Topic: "orders", Partition: 2}) {
+		t.Error("a source partition whose ID is not known goes by name")
 	}
 }
