@@ -90,6 +90,11 @@ func newReader(opts []kgo.Opt, topic string, p int32, end int64) (*reader, error
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers occupy offsets (a mirror that writes
+		// transactionally, MirrorMaker 2 with exactly-once, leaves them
+		// in the destination): kept, they move the read position to the
+		// end offset, and fill skips them.
+		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("check: consumer of %s[%d]: %w", topic, p, err)
@@ -115,6 +120,10 @@ func (r *reader) fill(ctx context.Context) error {
 		return ferr
 	}
 	fs.EachRecord(func(rec *kgo.Record) {
+		if rec.Attrs.IsControl() {
+			r.next = max(r.next, rec.Offset+1)
+			return
+		}
 		if rec.Offset < r.end {
 			r.queue = append(r.queue, rec)
 		}

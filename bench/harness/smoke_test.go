@@ -49,8 +49,8 @@ func TestSmoke(t *testing.T) {
 	var out bytes.Buffer
 	rep.Write(&out)
 	for _, codec := range load.Codecs {
-		if !strings.Contains(out.String(), "| "+codec+" | mirrord/peer |") {
-			t.Errorf("report has no mirrord/peer row for %s:\n%s", codec, out.String())
+		if !strings.Contains(out.String(), "| "+codec+" | "+sideName(Peer)+" |") {
+			t.Errorf("report has no mirrord ÷ peer row for %s:\n%s", codec, out.String())
 		}
 	}
 	t.Logf("\n%s", out.String())

@@ -68,8 +68,14 @@ type Config struct {
 	Partitions    int32    // per topic; default 6
 	ValueSize     int      // default 1024
 	BatchMaxBytes int32    // producer batch limit before compression; default 1 MiB
-	Linger        time.Duration
-	Seed          uint64 // of the data; default 1
+	// Linger is the producers' linger: default 10ms; a negative value is
+	// no linger at all (a batch goes out as soon as the connection is
+	// free, so batches stay small).
+	Linger time.Duration
+	// TopicConfig is added to every topic's configuration
+	// (compression.type is always "producer").
+	TopicConfig map[string]*string
+	Seed        uint64 // of the data; default 1
 }
 
 func (c *Config) defaults() {
@@ -85,8 +91,11 @@ func (c *Config) defaults() {
 	if c.BatchMaxBytes == 0 {
 		c.BatchMaxBytes = DefaultBatchMaxBytes
 	}
-	if c.Linger == 0 {
+	switch {
+	case c.Linger == 0:
 		c.Linger = DefaultLinger
+	case c.Linger < 0:
+		c.Linger = 0 // kgo's "no linger"
 	}
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
@@ -144,7 +153,13 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 	topics := make([]Topic, len(cfg.Codecs))
 	for i, codec := range cfg.Codecs {
 		topics[i] = Topic{Name: TopicName(codec), Codec: codec, Partitions: cfg.Partitions}
-		resp, err := adm.CreateTopic(ctx, cfg.Partitions, 1, map[string]*string{"compression.type": kadm.StringPtr("producer")}, topics[i].Name)
+		tc := map[string]*string{"compression.type": kadm.StringPtr("producer")}
+		for k, v := range cfg.TopicConfig {
+			if k != "compression.type" {
+				tc[k] = v
+			}
+		}
+		resp, err := adm.CreateTopic(ctx, cfg.Partitions, 1, tc, topics[i].Name)
 		if err == nil {
 			err = resp.Err
 		}

@@ -34,10 +34,19 @@ func run(args []string) int {
 		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
 		codecs   = fs.String("codecs", "lz4,zstd,none", "codec topics to load and mirror")
 		samples  = fs.Bool("samples", true, "also print every run")
-		sides    = fs.String("sides", "mirrord,peer", "mirrors to run, in this order within each round")
+		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, peer, mm2-eos, mm2 (default: mirrord,peer on kfake; all four on kafka)")
+		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
+		batch    = fs.String("load-batch-bytes", "", "batch size of the producers that load the source (default: the profile's)")
 	)
+	fs.StringVar(&cfg.Backend, "backend", harness.BackendKfake, "clusters: kfake (fakes, each in its own process) or kafka (Apache Kafka brokers, one JVM per cluster; MirrorMaker 2 sides)")
+	fs.StringVar(&cfg.Profile, "profile", harness.ProfileDefault, "source data: default, small-batches (linger 0, 4 KiB batches) or many-partitions (1,000 partitions per topic)")
+	fs.StringVar(&cfg.KafkaVersion, "kafka-version", "", "Kafka version of the kafka backend's brokers (default: realkafka.Kafka4)")
+	fs.StringVar(&cfg.MM2Version, "mm2-version", harness.MM2Version, "MirrorMaker 2 version (org.apache.kafka:connect-mirror)")
+	fs.StringVar(&cfg.MM2Heap, "mm2-heap", harness.DefaultMM2Heap, "MirrorMaker 2's JVM heap (-Xms and -Xmx)")
+	fs.StringVar(&cfg.BrokerHeap, "broker-heap", harness.DefaultBrokerHeap, "each Kafka broker's JVM heap")
+	fs.IntVar(&cfg.MM2Tasks, "mm2-tasks", 0, "MirrorMaker 2's tasks.max (0: the machine's CPUs)")
 	fs.IntVar(&cfg.Runs, "runs", harness.DefaultRuns, "runs per side and codec")
-	partitions := fs.Int("partitions", 6, "partitions per topic")
+	partitions := fs.Int("partitions", 0, "partitions per topic (default: 6; 1,000 with -profile many-partitions)")
 	fs.IntVar(&cfg.Brokers, "brokers", 1, "brokers per kfake cluster (one process each way)")
 	fs.IntVar(&cfg.PeerTasks, "peer-tasks", 0, "the peer's consumer-producer pairs (0: GOMAXPROCS)")
 	fs.BoolVar(&cfg.Verify, "verify", false, "compare every destination topic with its source record by record (not timed)")
@@ -58,8 +67,19 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "bench: -max-buffered-bytes: %v\n", err)
 		return 2
 	}
+	if *batch != "" {
+		n, err := parseSize(*batch)
+		if err != nil || n > 1<<30 {
+			fmt.Fprintf(os.Stderr, "bench: -load-batch-bytes: %v\n", err)
+			return 2
+		}
+		cfg.LoadBatchBytes = int32(n)
+	}
+	cfg.LoadLinger = *linger
 	cfg.Codecs = strings.Split(*codecs, ",")
-	cfg.Sides = strings.Split(*sides, ",")
+	if *sides != "" {
+		cfg.Sides = strings.Split(*sides, ",")
+	}
 	cfg.Partitions = int32(*partitions)
 	cfg.Progress = os.Stderr
 
