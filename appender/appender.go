@@ -753,6 +753,7 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	a.m.requests.Inc()
+	a.m.batches.Observe(float64(len(bs)))
 	sent := a.deps.Now()
 	stamp := func(o outcome) outcome { o.sent, o.timeout = sent, timeout; return o }
 	kresp, err := a.deps.Client.Broker(int(node)).Request(ctx, req)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -881,5 +883,33 @@ func init() {
 	// Every test batch must look like what the pump submits.
 	if mappedPID >= 0 {
 		panic(fmt.Sprintf("mapped producer ID %d is not negative", mappedPID))
+	}
+}
+
+// TestRequestBatchesMetric guards the fullness histogram: batches waiting
+// together for one broker go in one request, and the histogram counts one
+// observation of that many batches per request sent.
+func TestRequestBatchesMetric(t *testing.T) {
+	h := newHarness(t, harnessOpts{noRun: true})
+	ps := h.createTopic("full", 6, nil)
+	for i, p := range ps {
+		h.submit(p, makeBatch(t, false, 1000, recsFor(p, 0, 2)), uint64(i))
+	}
+	h.run()
+	for range ps {
+		if r := h.result(); r.Err != nil {
+			t.Fatalf("append %s: %v", r.Partition, r.Err)
+		}
+	}
+	var d dto.Metric
+	if err := h.a.deps.Metrics.batches.WithLabelValues(h.a.cfg.Link).(prometheus.Histogram).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	hist := d.GetHistogram()
+	if got, want := float64(hist.GetSampleCount()), h.counter("produce_requests_total"); got != want {
+		t.Errorf("histogram counted %v requests, produce_requests_total says %v", got, want)
+	}
+	if hist.GetSampleSum() != float64(len(ps)) || hist.GetSampleCount() != 1 {
+		t.Errorf("histogram: %v batches in %d requests; want the %d batches submitted before Run in one request", hist.GetSampleSum(), hist.GetSampleCount(), len(ps))
 	}
 }

@@ -87,6 +87,11 @@ type Config struct {
 	Profile        string
 	LoadBatchBytes int32
 	LoadLinger     time.Duration
+	// LatencyRate (records per second), LatencyDuration and LatencyWarmup
+	// shape ProfileLatency's runs (defaults DefaultLatencyRate,
+	// DefaultLatencyDuration, DefaultLatencyWarmup).
+	LatencyRate                    int
+	LatencyDuration, LatencyWarmup time.Duration
 
 	MaxBufferedBytes int64 // mirrord's max_buffered_bytes and the peer's producer buffer; default 64 MiB
 	PeerTasks        int   // the peer's consumer-producer pairs; 0: its GOMAXPROCS
@@ -134,6 +139,19 @@ func (c *Config) defaults() {
 	case ProfileManyPartitions:
 		if c.Partitions == 0 {
 			c.Partitions = ManyPartitionsCount
+		}
+	case ProfileLatency:
+		if c.Codecs == nil {
+			c.Codecs = []string{load.None}
+		}
+		if c.LatencyRate == 0 {
+			c.LatencyRate = DefaultLatencyRate
+		}
+		if c.LatencyDuration == 0 {
+			c.LatencyDuration = DefaultLatencyDuration
+		}
+		if c.LatencyWarmup == 0 {
+			c.LatencyWarmup = DefaultLatencyWarmup
 		}
 	}
 	if c.Size == 0 {
@@ -206,8 +224,12 @@ func (c *Config) validate() error {
 	}
 	switch c.Profile {
 	case ProfileDefault, ProfileSmallBatches, ProfileManyPartitions:
+	case ProfileLatency:
+		if c.LatencyRate < 1 || c.LatencyDuration <= 0 || c.LatencyWarmup < 0 {
+			errs = append(errs, fmt.Errorf("latency profile: rate %d/s, duration %s, warm-up %s: want a positive rate and duration", c.LatencyRate, c.LatencyDuration, c.LatencyWarmup))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("profile %q: want %s, %s or %s", c.Profile, ProfileDefault, ProfileSmallBatches, ProfileManyPartitions))
+		errs = append(errs, fmt.Errorf("profile %q: want %s, %s, %s or %s", c.Profile, ProfileDefault, ProfileSmallBatches, ProfileManyPartitions, ProfileLatency))
 	}
 	if c.Backend == BackendKafka && c.Brokers > 1 {
 		errs = append(errs, fmt.Errorf("brokers is %d: the kafka backend runs one broker per cluster", c.Brokers))
@@ -307,6 +329,7 @@ type Report struct {
 	LoadTime  time.Duration
 	Topics    []SourceTopic
 	Samples   []Sample
+	Latency   []LatencySample // ProfileLatency's runs
 	Transform []TransformRatio
 	Host      Host
 	// LoadBefore and LoadAfter are the machine's load averages (1, 5,
@@ -390,11 +413,30 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	defer b.dstCl.Close()
 
-	if err = b.load(ctx); err != nil {
-		return nil, err
-	}
 	id := 0
-	for run := 1; run <= cfg.Runs; run++ {
+	if cfg.Profile == ProfileLatency {
+		for run := 1; run <= cfg.Runs; run++ {
+			for _, codec := range cfg.Codecs {
+				for _, side := range cfg.Sides {
+					id++
+					var ls LatencySample
+					if ls, err = b.latencyRun(ctx, side, codec, run, id); err != nil {
+						return nil, err
+					}
+					rep.Latency = append(rep.Latency, ls)
+					say("%-7s %-4s latency run %d: %d records, p50 %s, p99 %s, max %s (source append p50 %s, p99 %s)",
+						side, codec, run, ls.Records, ls.P50, ls.P99, ls.Max, ls.SourceP50, ls.SourceP99)
+				}
+			}
+		}
+		cfg.TransformBenchtime = ""
+	}
+	if cfg.Profile != ProfileLatency {
+		if err = b.load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for run := 1; run <= cfg.Runs && cfg.Profile != ProfileLatency; run++ {
 		for _, top := range rep.Topics {
 			for _, side := range cfg.Sides {
 				id++
@@ -555,20 +597,23 @@ func LoadSourceWith(ctx context.Context, src *Cluster, cfg load.Config) ([]Sourc
 	return out, nil
 }
 
-// run mirrors one topic with one side into fresh destination topics named
-// after id, and measures it.
-func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id int) (Sample, error) {
+// mirrorCmd is how one run starts its mirror and what it leaves behind.
+type mirrorCmd struct {
+	bin      string
+	args     []string
+	dstTopic string
+	mm2      MM2Link          // MirrorMaker sides only
+	cleanOK  func(error) bool // accepts the exit of a clean stop; nil: exit 0 only
+	del      []string         // destination topics to delete after the run
+	delSrc   []string         // source topics to delete after the run
+}
+
+// command prepares side's run number id over top: its configuration files
+// in the work directory and its command line.
+func (b *bench) command(side string, top SourceTopic, id int) (mirrorCmd, error) {
 	dstTopic := fmt.Sprintf("%s.r%d", top.Name, id)
 	stateTopic := fmt.Sprintf("__mirror_state.r%d", id)
-	logPath := filepath.Join(b.cfg.WorkDir, "logs", fmt.Sprintf("r%d-%s-%s.log", id, side, top.Codec))
-	var (
-		bin     string
-		args    []string
-		mm2     MM2Link
-		cleanOK func(error) bool // accepts the exit of a clean stop
-		del     = []string{dstTopic}
-		delSrc  []string
-	)
+	m := mirrorCmd{dstTopic: dstTopic, del: []string{dstTopic}}
 	switch side {
 	case Mirrord:
 		hcl := MirrordConfig(MirrordLink{
@@ -583,12 +628,12 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		})
 		path := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-mirrord.hcl", id))
 		if err := os.WriteFile(path, []byte(hcl), 0o644); err != nil {
-			return Sample{}, fmt.Errorf("bench: write %s: %w", path, err)
+			return m, fmt.Errorf("bench: write %s: %w", path, err)
 		}
-		bin, args = b.bins.Mirrord, []string{"run", "--config", path}
-		del = append(del, stateTopic)
+		m.bin, m.args = b.bins.Mirrord, []string{"run", "--config", path}
+		m.del = append(m.del, stateTopic)
 	case Peer:
-		bin, args = b.bins.PeerMirror, []string{
+		m.bin, m.args = b.bins.PeerMirror, []string{
 			"-source", strings.Join(b.src.Addrs, ","),
 			"-destination", strings.Join(b.dst.Addrs, ","),
 			"-route", top.Name + "=" + dstTopic + "=" + top.Codec,
@@ -599,13 +644,13 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	case MM2, MM2EOS:
 		port, err := freePort()
 		if err != nil {
-			return Sample{}, err
+			return m, err
 		}
 		// IdentityReplicationPolicy: the destination topic has the
 		// source topic's name; the run deletes it, and waits until it is
 		// gone, before the next run.
-		dstTopic = top.Name
-		mm2 = MM2Link{
+		m.dstTopic = top.Name
+		m.mm2 = MM2Link{
 			SourceAlias: fmt.Sprintf("s%d", id), TargetAlias: fmt.Sprintf("d%d", id),
 			Source: b.src.Addrs, Target: b.dst.Addrs,
 			Topic: top.Name, Codec: top.Codec, Tasks: b.cfg.MM2Tasks,
@@ -613,19 +658,49 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		}
 		props := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s.properties", id, side))
 		log4j := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s-log4j2.xml", id, side))
-		if err := os.WriteFile(props, []byte(MM2Config(mm2)), 0o644); err != nil {
-			return Sample{}, fmt.Errorf("bench: %w", err)
+		if err := os.WriteFile(props, []byte(MM2Config(m.mm2)), 0o644); err != nil {
+			return m, fmt.Errorf("bench: %w", err)
 		}
 		if err := os.WriteFile(log4j, []byte(mm2Log4j(b.cfg.LogLevel)), 0o644); err != nil {
-			return Sample{}, fmt.Errorf("bench: %w", err)
+			return m, fmt.Errorf("bench: %w", err)
 		}
-		bin, args = b.java, MM2Args(b.mm2Jars, b.cfg.MM2Heap, log4j, props)
-		cleanOK = jvmStopped
-		tgt, srcTopics := mm2.InternalTopics()
-		del = append([]string{dstTopic}, tgt...)
-		delSrc = srcTopics
+		m.bin, m.args = b.java, MM2Args(b.mm2Jars, b.cfg.MM2Heap, log4j, props)
+		m.cleanOK = jvmStopped
+		tgt, srcTopics := m.mm2.InternalTopics()
+		m.del = append([]string{m.dstTopic}, tgt...)
+		m.delSrc = srcTopics
 	}
+	return m, nil
+}
 
+// cleanUp deletes what a run created, to free the clusters' disk and
+// memory for the next runs.
+func (b *bench) cleanUp(ctx context.Context, m mirrorCmd) error {
+	if err := deleteTopics(ctx, b.dstCl, m.del); err != nil {
+		return fmt.Errorf("bench: delete destination topics: %w", err)
+	}
+	if len(m.delSrc) > 0 {
+		srcCl, err := b.src.PollClient()
+		if err != nil {
+			return err
+		}
+		defer srcCl.Close()
+		if err := deleteTopics(ctx, srcCl, m.delSrc); err != nil {
+			return fmt.Errorf("bench: delete source topics: %w", err)
+		}
+	}
+	return nil
+}
+
+// run mirrors one topic with one side into fresh destination topics named
+// after id, and measures it.
+func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id int) (Sample, error) {
+	logPath := filepath.Join(b.cfg.WorkDir, "logs", fmt.Sprintf("r%d-%s-%s.log", id, side, top.Codec))
+	m, err := b.command(side, top, id)
+	if err != nil {
+		return Sample{}, err
+	}
+	dstTopic, mm2 := m.dstTopic, m.mm2
 	var offs *connectOffsets
 	if side == MM2EOS {
 		var err error
@@ -639,7 +714,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	defer cancel()
 	t0 := time.Now()
 	srcCPU, dstCPU, allCPU := b.src.CPU(), b.dst.CPU(), machineCPU()
-	p, err := start(side, bin, args, logPath, nil, true)
+	p, err := start(side, m.bin, m.args, logPath, nil, true)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -649,7 +724,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	}
 	wall := time.Since(t0)
 	srcCPU, dstCPU, allCPU = b.src.CPU()-srcCPU, b.dst.CPU()-dstCPU, machineCPU()-allCPU
-	ps, serr := p.stopAccepting(b.cfg.StopTimeout, cleanOK)
+	ps, serr := p.stopAccepting(b.cfg.StopTimeout, m.cleanOK)
 	if werr != nil {
 		return Sample{}, fmt.Errorf("bench: %s run %d of %s into %s: %w; log %s:\n%s", side, run, top.Name, dstTopic, werr, logPath, tail(logPath))
 	}
@@ -677,19 +752,8 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		}
 		b.say("%s run %d: %s holds the %d records of %s", side, run, dstTopic, n, top.Name)
 	}
-	// Free the clusters' disk and memory for the next runs.
-	if err := deleteTopics(ctx, b.dstCl, del); err != nil {
-		return s, fmt.Errorf("bench: delete destination topics: %w", err)
-	}
-	if len(delSrc) > 0 {
-		srcCl, err := b.src.PollClient()
-		if err != nil {
-			return s, err
-		}
-		defer srcCl.Close()
-		if err := deleteTopics(ctx, srcCl, delSrc); err != nil {
-			return s, fmt.Errorf("bench: delete source topics: %w", err)
-		}
+	if err := b.cleanUp(ctx, m); err != nil {
+		return s, err
 	}
 	return s, nil
 }

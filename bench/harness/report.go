@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 )
 
 // Targets of mirrord against the kgo peer on the kfake backend (issue 6),
@@ -210,6 +211,10 @@ func (r *Report) Write(w io.Writer) {
 	h := r.Host
 	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s; load average %s before the runs, %s after.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch, r.LoadBefore, r.LoadAfter)
 
+	if c.Profile == ProfileLatency {
+		fmt.Fprintf(w, "Latency: per run a fresh source topic of %d partitions that the mirror follows from its start; a kgo producer (linger 0, acks=all) writes %d records/s (1 KiB values) for %s of warm-up, then %s measured; a read_committed kgo consumer at the destination notes each record's visibility.  \n",
+			c.Partitions, c.LatencyRate, c.LatencyWarmup, c.LatencyDuration)
+	}
 	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range r.Topics {
@@ -249,6 +254,9 @@ func (r *Report) Write(w io.Writer) {
 		}
 	}
 
+	if len(r.Latency) > 0 {
+		r.writeLatency(w)
+	}
 	if len(r.Transform) > 0 {
 		fmt.Fprintf(w, "\nTransform (`go test -run='^$' -bench='^Benchmark(Rewrite|Memmove)$' -benchtime=%s ./transform`): rewriting a batch's PID and CRC in place against copying it once.\n\n", c.TransformBenchtime)
 		fmt.Fprintln(w, "| batch | Rewrite ns/op | Memmove ns/op | Rewrite ÷ Memmove |")
@@ -275,4 +283,30 @@ func (r *Report) WriteSamples(w io.Writer) {
 			s.Codec, s.Side, s.Run, s.Wall.Seconds(), s.MBps(), s.Steady.Seconds(), s.SteadyMBps(), s.User.Seconds(), s.Sys.Seconds(), s.CPUPerGB(), s.SteadyCPUPerGB(), s.MaxRSS>>20,
 			s.SourceBrokerCPU.Seconds(), s.DestBrokerCPU.Seconds(), s.MachineCPU.Seconds())
 	}
+}
+
+// writeLatency prints the latency runs: per side and codec the median over
+// the runs of each quantile.
+func (r *Report) writeLatency(w io.Writer) {
+	fmt.Fprintln(w, "\n| codec | side | runs | records measured (med) | p50 ms (med) | p99 ms (med / max) | max ms (max) | source append p50 / p99 ms (med) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	for _, codec := range r.Config.Codecs {
+		for _, side := range r.Config.Sides {
+			var n, p50, p99, mx, s50, s99 []float64
+			for _, l := range r.Latency {
+				if l.Side == side && l.Codec == codec {
+					n = append(n, float64(l.Records))
+					p50, p99, mx = append(p50, ms(l.P50)), append(p99, ms(l.P99)), append(mx, ms(l.Max))
+					s50, s99 = append(s50, ms(l.SourceP50)), append(s99, ms(l.SourceP99))
+				}
+			}
+			if len(n) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.1f | %.1f / %.1f | %.1f | %.1f / %.1f |\n", codec, side, len(n), stats(n).med,
+				stats(p50).med, stats(p99).med, stats(p99).max, stats(mx).max, stats(s50).med, stats(s99).med)
+		}
+	}
+	fmt.Fprintln(w, "\nLatency is from a record's timestamp, taken just before the source producer sent it, to the poll at the destination that returned it; it includes the source append (its own column) and the destination consumer's fetch. Records are compared record by record afterwards with -verify.")
 }

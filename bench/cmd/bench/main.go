@@ -32,14 +32,17 @@ func run(args []string) int {
 		cfg      harness.Config
 		size     = fs.String("size", "1GiB", "source data over all codec topics: bytes, or a number with KiB, MiB, GiB")
 		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
-		codecs   = fs.String("codecs", "lz4,zstd,none", "codec topics to load and mirror")
+		codecs   = fs.String("codecs", "", "codec topics to load and mirror (default lz4,zstd,none; none for -profile latency)")
 		samples  = fs.Bool("samples", true, "also print every run")
 		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, peer, mm2-eos, mm2 (default: mirrord,peer on kfake; all four on kafka)")
 		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
 		batch    = fs.String("load-batch-bytes", "", "batch size of the producers that load the source (default: the profile's)")
 	)
 	fs.StringVar(&cfg.Backend, "backend", harness.BackendKfake, "clusters: kfake (fakes, each in its own process) or kafka (Apache Kafka brokers, one JVM per cluster; MirrorMaker 2 sides)")
-	fs.StringVar(&cfg.Profile, "profile", harness.ProfileDefault, "source data: default, small-batches (linger 0, 4 KiB batches) or many-partitions (1,000 partitions per topic)")
+	fs.StringVar(&cfg.Profile, "profile", harness.ProfileDefault, "default, small-batches (source batches of linger 0, 4 KiB), many-partitions (1,000 partitions per topic) or latency (p50/p99 end to end at a steady rate)")
+	fs.IntVar(&cfg.LatencyRate, "latency-rate", harness.DefaultLatencyRate, "latency profile: records per second")
+	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", harness.DefaultLatencyDuration, "latency profile: measured production per run")
+	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", harness.DefaultLatencyWarmup, "latency profile: production before the measured part (covers the mirror's start)")
 	fs.StringVar(&cfg.KafkaVersion, "kafka-version", "", "Kafka version of the kafka backend's brokers (default: realkafka.Kafka4)")
 	fs.StringVar(&cfg.MM2Version, "mm2-version", harness.MM2Version, "MirrorMaker 2 version (org.apache.kafka:connect-mirror)")
 	fs.StringVar(&cfg.MM2Heap, "mm2-heap", harness.DefaultMM2Heap, "MirrorMaker 2's JVM heap (-Xms and -Xmx)")
@@ -76,7 +79,9 @@ func run(args []string) int {
 		cfg.LoadBatchBytes = int32(n)
 	}
 	cfg.LoadLinger = *linger
-	cfg.Codecs = strings.Split(*codecs, ",")
+	if *codecs != "" {
+		cfg.Codecs = strings.Split(*codecs, ",")
+	}
 	if *sides != "" {
 		cfg.Sides = strings.Split(*sides, ",")
 	}
