@@ -524,21 +524,29 @@ func TestRetriedInternally(t *testing.T) {
 }
 
 // TestLeaderMove guards routing: after a leader move the next batch goes
-// to the new leader, at once when the leader cache has been refreshed, and
-// after one NOT_LEADER_OR_FOLLOWER (an unknown outcome, here refused by
-// kfake before the append) when the cache was stale.
+// to the new leader, at once when the leader cache has been refreshed (and
+// the appender asks it: no leader reused from a recent lookup), and after
+// one NOT_LEADER_OR_FOLLOWER (an unknown outcome, here refused by kfake
+// before the append) when the cache was stale or the appender reused the
+// leader its last lookup found.
 func TestLeaderMove(t *testing.T) {
 	cases := []struct {
 		name      string
 		leaderAge time.Duration
+		reuse     bool
 		stale     bool
 	}{
-		{"stale cache", 0, true},
-		{"fresh cache", time.Nanosecond, false},
+		{"stale cache", 0, false, true},
+		{"fresh cache", time.Nanosecond, false, false},
+		{"fresh cache, leader reused", time.Nanosecond, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, harnessOpts{brokers: 3, leaderAge: c.leaderAge})
+			h := newHarness(t, harnessOpts{brokers: 3, leaderAge: c.leaderAge, noRun: true})
+			if !c.reuse {
+				h.a.leaderReuse = 0
+			}
+			h.run()
 			p := h.createTopic("moving", 1, nil)[0]
 			old := h.c.LeaderFor(p.Topic, p.Partition)
 			if r := h.append1(p, makeBatch(t, false, 1, recsFor(p, 0, 2))); r.Err != nil {
@@ -912,4 +920,46 @@ func TestRequestBatchesMetric(t *testing.T) {
 	if hist.GetSampleSum() != float64(len(ps)) || hist.GetSampleCount() != 1 {
 		t.Errorf("histogram: %v batches in %d requests; want the %d batches submitted before Run in one request", hist.GetSampleSum(), hist.GetSampleCount(), len(ps))
 	}
+}
+
+// TestLeaderReused guards the shortcut past the resolver: a partition's
+// next batch, submitted right after its previous one was answered, goes to
+// the leader the last lookup found without another Metadata request, in
+// order and still one batch per partition in the appender; an answer that
+// says the leader moved ends the shortcut, so the batch after it is looked
+// up again.
+func TestLeaderReused(t *testing.T) {
+	h := newHarness(t, harnessOpts{brokers: 3, leaderAge: time.Nanosecond})
+	p := h.createTopic("reused", 1, nil)[0]
+	var metadata atomic.Int64
+	h.c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.c.KeepControl()
+		metadata.Add(1)
+		return nil, nil, false
+	})
+	var want []wire
+	for j := range 5 {
+		recs := recsFor(p, j, 2)
+		if r := h.append1(p, makeBatch(t, false, int64(j), recs)); r.Err != nil || r.BaseOffset != int64(2*j) {
+			t.Fatalf("batch %d: offset %d, %v", j, r.BaseOffset, r.Err)
+		}
+		want = append(want, wire{recs, int64(2 * j)})
+	}
+	if n := metadata.Load(); n != 1 {
+		t.Errorf("%d Metadata requests for 5 batches submitted one after another; want the first lookup only", n)
+	}
+	h.checkLog(p, want)
+
+	old := h.c.LeaderFor(p.Topic, p.Partition)
+	if err := h.c.MoveTopicPartition(p.Topic, p.Partition, (old+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	batch := makeBatch(t, false, 9, recsFor(p, 5, 2))
+	if r := h.append1(p, batch); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+		t.Fatalf("batch to the reused, moved leader: %v; want NOT_LEADER_OR_FOLLOWER", r.Err)
+	}
+	if r := h.append1(p, batch); r.Err != nil || r.BaseOffset != 10 {
+		t.Fatalf("batch after the answer that the leader moved: offset %d, %v; want it looked up and appended at 10", r.BaseOffset, r.Err)
+	}
+	h.checkLog(p, append(want, wire{recsFor(p, 5, 2), 10}))
 }
