@@ -71,6 +71,9 @@ type Config struct {
 	// MM2Tasks is MirrorMaker's tasks.max (0: the machine's CPUs, like the
 	// peer's tasks).
 	MM2Tasks int
+	// MM2Props are more MirrorMaker properties (MM2Link.Extra), for a
+	// tuned MirrorMaker: producer.batch.size, producer.linger.ms, ...
+	MM2Props map[string]string
 
 	Size       int64    // source bytes of values over all codec topics; default 1 GiB
 	Runs       int      // per side and codec; default 3
@@ -654,7 +657,7 @@ func (b *bench) command(side string, top SourceTopic, id int) (mirrorCmd, error)
 			SourceAlias: fmt.Sprintf("s%d", id), TargetAlias: fmt.Sprintf("d%d", id),
 			Source: b.src.Addrs, Target: b.dst.Addrs,
 			Topic: top.Name, Codec: top.Codec, Tasks: b.cfg.MM2Tasks,
-			ExactlyOnce: side == MM2EOS, RESTPort: port,
+			ExactlyOnce: side == MM2EOS, RESTPort: port, Extra: b.cfg.MM2Props,
 		}
 		props := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s.properties", id, side))
 		log4j := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s-log4j2.xml", id, side))

@@ -55,6 +55,11 @@ type MM2Link struct {
 	// listening on RESTPort.
 	ExactlyOnce bool
 	RESTPort    int
+	// Extra are more properties, written last (they override the above):
+	// "d1.producer.batch.size", say, or with the alias left out,
+	// "producer.batch.size", which MM2Config prefixes with the target alias
+	// for producer.* and the source alias for consumer.*.
+	Extra map[string]string
 }
 
 // OffsetsTopic is the Connect offsets topic of the run's worker, on the
@@ -104,6 +109,15 @@ func MM2Config(l MM2Link) string {
 		p[l.TargetAlias+".exactly.once.source.support"] = "enabled"
 		p["dedicated.mode.enable.internal.rest"] = "true"
 		p["listeners"] = fmt.Sprintf("http://127.0.0.1:%d", l.RESTPort)
+	}
+	for k, v := range l.Extra {
+		switch {
+		case strings.HasPrefix(k, "producer."):
+			k = l.TargetAlias + "." + k
+		case strings.HasPrefix(k, "consumer."):
+			k = l.SourceAlias + "." + k
+		}
+		p[k] = v
 	}
 	keys := make([]string, 0, len(p))
 	for k := range p {

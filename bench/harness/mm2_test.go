@@ -32,6 +32,14 @@ func TestMM2Config(t *testing.T) {
 	if strings.Contains(plain, "exactly.once") || strings.Contains(plain, "internal.rest") {
 		t.Errorf("config without exactly-once mentions it:\n%s", plain)
 	}
+	l.Extra = map[string]string{"producer.batch.size": "1048576", "consumer.fetch.max.bytes": "1", "tasks.max": "6"}
+	tuned := MM2Config(l)
+	for _, want := range []string{"d3.producer.batch.size = 1048576\n", "s3.consumer.fetch.max.bytes = 1\n", "tasks.max = 6\n"} {
+		if !strings.Contains(tuned, want) {
+			t.Errorf("tuned config lacks %q:\n%s", want, tuned)
+		}
+	}
+	l.Extra = nil
 	l.ExactlyOnce = true
 	eos := MM2Config(l)
 	for _, want := range []string{"d3.exactly.once.source.support = enabled\n", "dedicated.mode.enable.internal.rest = true\n", "listeners = http://127.0.0.1:8083\n"} {

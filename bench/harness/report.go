@@ -207,6 +207,18 @@ func (r *Report) Write(w io.Writer) {
 	if slices.Contains(c.Sides, MM2) || slices.Contains(c.Sides, MM2EOS) {
 		fmt.Fprintf(w, "MirrorMaker 2 %s in dedicated mode (`%s`), its own JVM with heap %s, tasks.max %d, IdentityReplicationPolicy, source consumer read_committed, producer compression.type = the source topic's codec, heartbeats and checkpoints off, every other setting at its default; mm2-eos adds exactly.once.source.support = enabled and dedicated.mode.enable.internal.rest = true.  \n",
 			c.MM2Version, MM2MainClass, c.MM2Heap, c.MM2Tasks)
+		if len(c.MM2Props) > 0 {
+			keys := make([]string, 0, len(c.MM2Props))
+			for k := range c.MM2Props {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			fmt.Fprintf(w, "MirrorMaker 2 tuned with:")
+			for _, k := range keys {
+				fmt.Fprintf(w, " `%s = %s`", k, c.MM2Props[k])
+			}
+			fmt.Fprintf(w, ".  \n")
+		}
 	}
 	h := r.Host
 	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s; load average %s before the runs, %s after.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch, r.LoadBefore, r.LoadAfter)

@@ -37,6 +37,7 @@ func run(args []string) int {
 		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, peer, mm2-eos, mm2 (default: mirrord,peer on kfake; all four on kafka)")
 		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
 		batch    = fs.String("load-batch-bytes", "", "batch size of the producers that load the source (default: the profile's)")
+		mm2Props = fs.String("mm2-props", "", "more MirrorMaker 2 properties, KEY=VALUE,... (producer.* and consumer.* get the target's and source's alias)")
 	)
 	fs.StringVar(&cfg.Backend, "backend", harness.BackendKfake, "clusters: kfake (fakes, each in its own process) or kafka (Apache Kafka brokers, one JVM per cluster; MirrorMaker 2 sides)")
 	fs.StringVar(&cfg.Profile, "profile", harness.ProfileDefault, "default, small-batches (source batches of linger 0, 4 KiB), many-partitions (1,000 partitions per topic) or latency (p50/p99 end to end at a steady rate)")
@@ -79,6 +80,17 @@ func run(args []string) int {
 		cfg.LoadBatchBytes = int32(n)
 	}
 	cfg.LoadLinger = *linger
+	if *mm2Props != "" {
+		cfg.MM2Props = map[string]string{}
+		for _, kv := range strings.Split(*mm2Props, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				fmt.Fprintf(os.Stderr, "bench: -mm2-props: %q is not KEY=VALUE\n", kv)
+				return 2
+			}
+			cfg.MM2Props[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
 	if *codecs != "" {
 		cfg.Codecs = strings.Split(*codecs, ",")
 	}
