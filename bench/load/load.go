@@ -167,6 +167,9 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 			return nil, fmt.Errorf("load: create topic %s: %w", topics[i].Name, err)
 		}
 	}
+	if err := waitLeaders(ctx, adm, topics); err != nil {
+		return nil, err
+	}
 	records := cfg.BytesPerTopic / int64(cfg.ValueSize)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range topics {
@@ -181,6 +184,42 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 		return nil, err
 	}
 	return topics, nil
+}
+
+// waitLeaders waits until every partition of the topics has a leader: a
+// real broker creates a topic of a thousand partitions over a while, and a
+// producer that starts before gives up on the partitions not there yet.
+func waitLeaders(ctx context.Context, adm *kadm.Client, topics []Topic) error {
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		details, err := adm.ListTopics(wctx, names...)
+		ready := err == nil
+		for _, t := range topics {
+			d, ok := details[t.Name]
+			if !ready || !ok || d.Err != nil || len(d.Partitions) != int(t.Partitions) {
+				ready = false
+				break
+			}
+			for _, p := range d.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					ready = false
+				}
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("load: partitions of %v without a leader: %w (last error: %v)", names, wctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // fill produces records records to t with an idempotent producer.
