@@ -147,6 +147,12 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 		}
 		_ = prod.Flush(rctx)
 	}()
+	// The producer goroutine ends before the run returns, also on an
+	// early return (cancel ends its loop and its flush).
+	defer func() {
+		cancel()
+		<-produced
+	}()
 
 	var lat []time.Duration
 	seen := int64(0)
