@@ -732,3 +732,68 @@ hold:
 	con.until(ctx, ends)
 	compare(t, con.s, want)
 }
+
+// Guards the share of the buffer with many partitions: every partition is
+// asked for at most its share (MaxBufferedBytes over the partitions, at
+// least MinPartitionShare), so that all of them fit in one request; a
+// partition whose batch is above its share starves once and doubles; the
+// buffer bound holds, and everything arrives exactly, in order.
+func TestPartitionShare(t *testing.T) {
+	ctx := deadline(t)
+	const parts = 40
+	c := source(t, parts, "t")
+	produceBulk(ctx, t, c, "t", parts, 6, 3, 1000)
+	big := producer(t, c, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
+	produce(ctx, t, big, "t", 7, strings.Repeat("b", 150<<10)) // one batch above the share
+	produce(ctx, t, big, "t", 7, "after the big one")
+	endAll(ctx, t, c, "t", parts)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	var mu sync.Mutex
+	var limits []map[int32]int32 // per Fetch request: partition -> PartitionMaxBytes
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		m := map[int32]int32{}
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				m[rp.Partition] = rp.PartitionMaxBytes
+			}
+		}
+		mu.Lock()
+		limits = append(limits, m)
+		mu.Unlock()
+		return nil, nil, false
+	})
+
+	const budget = parts * int64(MinPartitionShare)
+	f, _ := newFetcher(t, c, Config{MaxBufferedBytes: budget}) // PartitionMaxBytes: 1 MiB
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	run(t, f)
+	con.until(ctx, ends)
+	compare(t, con.s, want)
+
+	mu.Lock()
+	defer mu.Unlock()
+	first := map[int32]bool{} // the first request to each of the three brokers
+	for i, m := range limits {
+		for p, l := range m {
+			if i < 3 {
+				first[p] = true
+			}
+			// kfake returns a batch above the limit whole (as brokers do
+			// for the first partition, KIP-74), so partition 7 may never
+			// starve; if it does, its limit doubles.
+			if l != MinPartitionShare && (p != 7 || (l != 2*MinPartitionShare && l != 4*MinPartitionShare)) {
+				t.Fatalf("partition %d asked for %d bytes, want its share %d (or, for the partition with a 150 KiB batch, the share doubled)", p, l, MinPartitionShare)
+			}
+		}
+	}
+	if len(first) != parts {
+		t.Errorf("the first request to each broker held %d partitions in all; want all %d at once within the buffer", len(first), parts)
+	}
+	if con.maxOut > budget+int64(con.s[tp.Key{Topic: "t", Partition: 7}].maxRaw) {
+		t.Errorf("held %d bytes, above the budget %d plus one batch", con.maxOut, budget)
+	}
+}
