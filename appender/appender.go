@@ -25,6 +25,7 @@ import (
 const (
 	DefaultRequestTimeout       = 30 * time.Second
 	DefaultMaxRequestBytes      = 16 << 20
+	DefaultMaxRequestBatches    = 256
 	DefaultMaxInflightPerBroker = 4
 	DefaultRetryBackoff         = 100 * time.Millisecond
 
@@ -92,6 +93,13 @@ type Config struct {
 	// so a batch larger than this goes alone. Default 16 MiB; at most the
 	// client's BrokerMaxWriteBytes.
 	MaxRequestBytes int32
+	// MaxRequestBatches bounds the batches (partitions) of a Produce
+	// request. A broker appends a request's batches one after another and
+	// serves one request per connection at a time, and its time per batch
+	// hardly depends on the batch's size: 16 MiB of 1 KiB batches took a
+	// broker here longer than kgo waits for an answer (the requests behind
+	// it on the connection timed out, their outcomes unknown). Default 256.
+	MaxRequestBatches int
 	// MaxInflightPerBroker bounds the Produce requests in flight to one
 	// broker. A partition is in at most one request regardless. Default 4.
 	MaxInflightPerBroker int
@@ -110,6 +118,9 @@ func (c *Config) validate() error {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if c.MaxRequestBatches == 0 {
+		c.MaxRequestBatches = DefaultMaxRequestBatches
+	}
 	if c.MaxInflightPerBroker == 0 {
 		c.MaxInflightPerBroker = DefaultMaxInflightPerBroker
 	}
@@ -122,6 +133,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRequestBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("MaxRequestBytes: %d is too small; use at least 1024", c.MaxRequestBytes))
+	}
+	if c.MaxRequestBatches < 1 {
+		errs = append(errs, fmt.Errorf("MaxRequestBatches: %d; use 1 or more", c.MaxRequestBatches))
 	}
 	if c.MaxInflightPerBroker < 1 {
 		errs = append(errs, fmt.Errorf("MaxInflightPerBroker: %d; use 1 or more", c.MaxInflightPerBroker))
@@ -538,13 +552,13 @@ const (
 )
 
 // cut takes the batches of the next request off q: in queue order, as many
-// as fit in MaxRequestBytes, at least one. A queue never holds two batches
-// of one partition, so neither does the request.
+// as fit in MaxRequestBytes and MaxRequestBatches, at least one. A queue
+// never holds two batches of one partition, so neither does the request.
 func (r *runner) cut(q *brokerQueue) []*batch {
 	size := requestOverhead
 	topics := make(map[string]bool)
 	n := 0
-	for ; n < len(q.ready); n++ {
+	for ; n < len(q.ready) && n < r.a.cfg.MaxRequestBatches; n++ {
 		b := q.ready[n]
 		add := partitionOverhead + len(b.req.Batch)
 		if !topics[b.key.Topic] {

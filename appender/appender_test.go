@@ -49,10 +49,11 @@ func TestNew(t *testing.T) {
 		{"bad config, all at once", Config{
 			RequestTimeout:       -time.Second,
 			MaxRequestBytes:      10,
+			MaxRequestBatches:    -2,
 			MaxInflightPerBroker: -1,
 			RetryBackoff:         time.Minute,
 		}, Deps{Client: good, Leaders: leaders, Lease: yes},
-			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s"}},
+			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxRequestBatches: -2", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s"}},
 		{"request larger than the client may write", Config{MaxRequestBytes: 200 << 20}, Deps{Client: good, Leaders: leaders, Lease: yes},
 			[]string{"BrokerMaxWriteBytes"}},
 	}
@@ -962,4 +963,45 @@ func TestLeaderReused(t *testing.T) {
 		t.Fatalf("batch after the answer that the leader moved: offset %d, %v; want it looked up and appended at 10", r.BaseOffset, r.Err)
 	}
 	h.checkLog(p, append(want, wire{recsFor(p, 5, 2), 10}))
+}
+
+// TestMaxRequestBatches guards the batch count bound: the batches waiting
+// for one broker are cut into requests of at most MaxRequestBatches
+// partitions, each partition still in one request only, and every batch
+// appended.
+func TestMaxRequestBatches(t *testing.T) {
+	const per = 3
+	h := newHarness(t, harnessOpts{cfg: Config{MaxRequestBatches: per}, noRun: true})
+	ps := h.createTopic("counted", 10, nil)
+	for i, p := range ps {
+		h.submit(p, makeBatch(t, false, 1, recsFor(p, 0, 2)), uint64(i))
+	}
+	h.run()
+	for range ps {
+		if r := h.result(); r.Err != nil {
+			t.Fatalf("%s: %v", r.Partition, r.Err)
+		}
+	}
+	seen := map[int32]int{}
+	full := 0
+	for _, r := range h.obs.seen() {
+		if len(r.parts) > per {
+			t.Fatalf("a request carried %d partitions, more than MaxRequestBatches %d", len(r.parts), per)
+		}
+		if len(r.parts) == per {
+			full++
+		}
+		for _, sp := range r.parts {
+			seen[sp.part]++
+		}
+	}
+	for _, p := range ps {
+		if seen[p.Partition] != 1 {
+			t.Errorf("partition %d was in %d requests, want 1", p.Partition, seen[p.Partition])
+		}
+		h.checkLog(p, []wire{{recsFor(p, 0, 2), 0}})
+	}
+	if full == 0 {
+		t.Errorf("no request was cut at %d batches: the test did not exercise the bound", per)
+	}
 }

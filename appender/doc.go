@@ -12,8 +12,9 @@
 //     of a partition's batches is the order the caller submits them in.
 //   - A Produce request holds at most one batch per partition (a broker rule
 //     for Produce v3+) and as many partitions led by the same broker as fit
-//     in MaxRequestBytes; it always holds at least one batch. At most
-//     MaxInflightPerBroker requests are in flight to one broker.
+//     in MaxRequestBytes and MaxRequestBatches; it always holds at least one
+//     batch. At most MaxInflightPerBroker requests are in flight to one
+//     broker.
 //   - A batch is sent again only after an answer that proves the broker did
 //     not append it (classify.go explains each case, with the Apache Kafka
 //     code it relies on). Destination batches carry a negative producer ID,

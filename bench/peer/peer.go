@@ -276,6 +276,9 @@ func (m *Mirror) task(gctx, ctx context.Context, id int, as []assignment, ntasks
 			kgo.MaxBufferedBytes(int(m.cfg.MaxBufferedBytes/int64(ntasks))),
 			kgo.MaxBufferedRecords(1<<30), // bytes bound the buffer, not records
 			kgo.RequiredAcks(kgo.AllISRAcks()),
+			// A real broker creates a topic of many partitions over a
+			// while; the destination topic exists (setup created it).
+			kgo.UnknownTopicRetries(-1),
 		)...)
 		if err != nil {
 			return fmt.Errorf("peer: task %d producer for %s: %w", id, r.Destination, err)
