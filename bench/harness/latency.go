@@ -26,7 +26,7 @@ const ProfileLatency = "latency"
 const (
 	DefaultLatencyRate     = 2000 // records per second: about 2 MB/s of the benchmark's records
 	DefaultLatencyDuration = 20 * time.Second
-	DefaultLatencyWarmup   = 5 * time.Second
+	DefaultLatencyWarmup   = 5 * time.Second // after the first record shows at the destination
 )
 
 // LatencySample is one latency run of one mirror.
@@ -100,8 +100,11 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 	defer prod.Close()
 
 	rate, dur, warm := b.cfg.LatencyRate, b.cfg.LatencyDuration, b.cfg.LatencyWarmup
-	// The warm-up covers the mirror's start: records produced before
-	// measureFrom are mirrored and checked but not measured.
+	// The warm-up follows the mirror's start: measureFrom is set when the
+	// first record shows at the destination (the mirror runs, and works
+	// off what was produced while it started), plus the warm-up; records
+	// produced before it are mirrored and checked but not measured, and
+	// production goes on for the measured duration after it.
 	var (
 		mu          sync.Mutex
 		measureFrom time.Time
@@ -115,13 +118,16 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 		defer close(produced)
 		gen := load.NewGenerator(uint64(id), load.DefaultValueSize)
 		t0 := time.Now()
-		mu.Lock()
-		measureFrom = t0.Add(warm)
-		mu.Unlock()
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		var n int64
-		for time.Since(t0) < warm+dur {
+		for {
+			mu.Lock()
+			from := measureFrom
+			mu.Unlock()
+			if !from.IsZero() && time.Now().After(from.Add(dur)) {
+				break
+			}
 			select {
 			case <-rctx.Done():
 				return
@@ -167,6 +173,9 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 			return ls, fmt.Errorf("bench: %s latency run %d: %w: %v; log %s:\n%s", side, run, errExited, p.err, logPath, tail(logPath))
 		}
 		mu.Lock()
+		if measureFrom.IsZero() && fs.NumRecords() > 0 {
+			measureFrom = now.Add(warm)
+		}
 		from := measureFrom
 		mu.Unlock()
 		fs.EachRecord(func(r *kgo.Record) {

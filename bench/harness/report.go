@@ -224,7 +224,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s; load average %s before the runs, %s after.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch, r.LoadBefore, r.LoadAfter)
 
 	if c.Profile == ProfileLatency {
-		fmt.Fprintf(w, "Latency: per run a fresh source topic of %d partitions that the mirror follows from its start; a kgo producer (linger 0, acks=all) writes %d records/s (1 KiB values) for %s of warm-up, then %s measured; a read_committed kgo consumer at the destination notes each record's visibility.  \n",
+		fmt.Fprintf(w, "Latency: per run a fresh source topic of %d partitions that the mirror follows from its start; a kgo producer (linger 0, acks=all) writes %d records/s (1 KiB values) from the mirror's start; measured are the records produced from %s after the first record showed at the destination, for %s; a read_committed kgo consumer at the destination notes each record's visibility.  \n",
 			c.Partitions, c.LatencyRate, c.LatencyWarmup, c.LatencyDuration)
 	}
 	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")

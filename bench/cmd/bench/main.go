@@ -43,7 +43,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Profile, "profile", harness.ProfileDefault, "default, small-batches (source batches of linger 0, 4 KiB), many-partitions (1,000 partitions per topic) or latency (p50/p99 end to end at a steady rate)")
 	fs.IntVar(&cfg.LatencyRate, "latency-rate", harness.DefaultLatencyRate, "latency profile: records per second")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", harness.DefaultLatencyDuration, "latency profile: measured production per run")
-	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", harness.DefaultLatencyWarmup, "latency profile: production before the measured part (covers the mirror's start)")
+	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", harness.DefaultLatencyWarmup, "latency profile: time after the first record shows at the destination before the measured part")
 	fs.StringVar(&cfg.KafkaVersion, "kafka-version", "", "Kafka version of the kafka backend's brokers (default: realkafka.Kafka4)")
 	fs.StringVar(&cfg.MM2Version, "mm2-version", harness.MM2Version, "MirrorMaker 2 version (org.apache.kafka:connect-mirror)")
 	fs.StringVar(&cfg.MM2Heap, "mm2-heap", harness.DefaultMM2Heap, "MirrorMaker 2's JVM heap (-Xms and -Xmx)")
