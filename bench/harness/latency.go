@@ -64,6 +64,9 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 		return ls, fmt.Errorf("bench: create %s: %w", srcTopic, err)
 	}
 	empty := SourceTopic{Topic: load.Topic{Name: srcTopic, Codec: codec, Partitions: b.cfg.Partitions}, Ends: make([]int64, b.cfg.Partitions)}
+	if err := load.WaitLeaders(ctx, kadm.NewClient(srcCl), []load.Topic{empty.Topic}); err != nil {
+		return ls, err
+	}
 	m, err := b.command(side, empty, id)
 	if err != nil {
 		return ls, err
@@ -164,7 +167,10 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 	seen := int64(0)
 	var top SourceTopic
 	for {
-		fs := cons.PollFetches(rctx)
+		// A bounded poll, so that a mirror that exited is noticed.
+		pctx, pcancel := context.WithTimeout(rctx, time.Second)
+		fs := cons.PollFetches(pctx)
+		pcancel()
 		now := time.Now()
 		if rctx.Err() != nil {
 			return ls, fmt.Errorf("bench: %s latency run %d: %w; log %s:\n%s", side, run, rctx.Err(), logPath, tail(logPath))

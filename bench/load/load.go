@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 			return nil, fmt.Errorf("load: create topic %s: %w", topics[i].Name, err)
 		}
 	}
-	if err := waitLeaders(ctx, adm, topics); err != nil {
+	if err := WaitLeaders(ctx, adm, topics); err != nil {
 		return nil, err
 	}
 	records := cfg.BytesPerTopic / int64(cfg.ValueSize)
@@ -186,10 +186,10 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 	return topics, nil
 }
 
-// waitLeaders waits until every partition of the topics has a leader: a
+// WaitLeaders waits until every partition of the topics has a leader: a
 // real broker creates a topic of a thousand partitions over a while, and a
 // producer that starts before gives up on the partitions not there yet.
-func waitLeaders(ctx context.Context, adm *kadm.Client, topics []Topic) error {
+func WaitLeaders(ctx context.Context, adm *kadm.Client, topics []Topic) error {
 	names := make([]string, len(topics))
 	for i, t := range topics {
 		names[i] = t.Name
