@@ -227,21 +227,23 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "Latency: per run a fresh source topic of %d partitions that the mirror follows from its start; a kgo producer (linger 0, acks=all) writes %d records/s (1 KiB values) from the mirror's start; measured are the records produced from %s after the first record showed at the destination, for %s; a read_committed kgo consumer at the destination notes each record's visibility.  \n",
 			c.Partitions, c.LatencyRate, c.LatencyWarmup, c.LatencyDuration)
 	}
-	fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, t := range r.Topics {
-		for _, side := range c.Sides {
-			s, ok := r.sideStats(side, t.Codec)
-			if !ok {
-				continue
+	if len(r.Samples) > 0 {
+		fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, t := range r.Topics {
+			for _, side := range c.Sides {
+				s, ok := r.sideStats(side, t.Codec)
+				if !ok {
+					continue
+				}
+				fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f | %.1f / %.1f | %.2f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f / %.2f |\n",
+					t.Codec, side, s.wall.min, s.wall.med, s.mbps.med, s.steadyMBps.max, s.steadyMBps.med, s.cpu.med, s.steadyCPU.min, s.steadyCPU.med,
+					s.rss.min, s.rss.med, s.rss.max, s.srcCPU.med, s.dstCPU.med, s.busy.med, s.machine.med)
 			}
-			fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f | %.1f / %.1f | %.2f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f / %.2f |\n",
-				t.Codec, side, s.wall.min, s.wall.med, s.mbps.med, s.steadyMBps.max, s.steadyMBps.med, s.cpu.med, s.steadyCPU.min, s.steadyCPU.med,
-				s.rss.min, s.rss.med, s.rss.max, s.srcCPU.med, s.dstCPU.med, s.busy.med, s.machine.med)
 		}
+		fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). A whole run goes from the mirror's start until the destination holds every record (its end offsets reach the source's; for mm2-eos, whose destination also holds transaction markers, until the offsets MirrorMaker committed with its transactions cover every record); its CPU time (user + system) is the mirror process's own from its rusage after a clean SIGTERM stop, so it includes the start and the stop. The steady part goes from the first poll (every %s) that found mirrored data at the destination to the end of the run, its bytes are the source bytes not yet mirrored at its start, and its CPU time is the process's from /proc/PID/stat: it leaves out the start (JVM class loading and JIT, Connect's group join and internal topics; mirrord's PREPARING). Peak RSS is the process's VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two cluster processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, and that of every process on the machine (/proc/stat), out of %d: where the machine's figure is higher, other load competed with the run. Ratios are of medians.\n",
+			DefaultPollInterval, h.NumCPU)
 	}
-	fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). A whole run goes from the mirror's start until the destination holds every record (its end offsets reach the source's; for mm2-eos, whose destination also holds transaction markers, until the offsets MirrorMaker committed with its transactions cover every record); its CPU time (user + system) is the mirror process's own from its rusage after a clean SIGTERM stop, so it includes the start and the stop. The steady part goes from the first poll (every %s) that found mirrored data at the destination to the end of the run, its bytes are the source bytes not yet mirrored at its start, and its CPU time is the process's from /proc/PID/stat: it leaves out the start (JVM class loading and JIT, Connect's group join and internal topics; mirrord's PREPARING). Peak RSS is the process's VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two cluster processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, and that of every process on the machine (/proc/stat), out of %d: where the machine's figure is higher, other load competed with the run. Ratios are of medians.\n",
-		DefaultPollInterval, h.NumCPU)
 
 	ratios := r.Ratios()
 	if len(ratios) > 0 {
@@ -286,8 +288,12 @@ func verdict(met bool) string {
 	return "MISSED"
 }
 
-// WriteSamples prints every run, for the record.
+// WriteSamples prints every run, for the record (nothing without runs of
+// the throughput profiles).
 func (r *Report) WriteSamples(w io.Writer) {
+	if len(r.Samples) == 0 {
+		return
+	}
 	fmt.Fprintln(w, "| codec | side | run | wall s | MB/s | steady s | steady MB/s | user s | sys s | CPU s per GB | steady CPU s per GB | peak RSS MiB | src broker CPU s | dst broker CPU s | machine CPU s |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Samples {
