@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -434,6 +435,25 @@ func TestAgentEndToEnd(t *testing.T) {
 		if mfs[name] == nil {
 			t.Errorf("no %s in /metrics", name)
 		}
+	}
+	// Every mirrord metric served is in the README's metrics table
+	// (mirrord_kafka_* are franz-go's, documented as a group).
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := 0
+	for name := range mfs {
+		if !strings.HasPrefix(name, "mirrord_") || strings.HasPrefix(name, "mirrord_kafka_") {
+			continue
+		}
+		if !strings.Contains(string(readme), "| `"+name+"` |") {
+			t.Errorf("metric %s is served but not in the README's metrics table", name)
+		}
+		documented++
+	}
+	if documented < 30 {
+		t.Errorf("only %d mirrord metrics served", documented)
 	}
 
 	// The API's refusals.

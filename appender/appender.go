@@ -210,6 +210,12 @@ type Result struct {
 	Answered       bool
 	Sent           time.Time
 	ProduceTimeout time.Duration
+	// Leader is the leader the request was sent to (broker and leader
+	// epoch, as the leader cache had them), for ErrUnknownOutcome: once
+	// another broker leads the partition under a newer epoch, a request
+	// the old leader may still hold can no longer reach the partition's
+	// log (see link's settle).
+	Leader leaders.Leader
 }
 
 // Appender appends batches to destination partition leaders. Build it with
@@ -670,7 +676,7 @@ func (r *runner) handleSent(s sendResult) {
 			}
 			r.retryLater(b, o.err)
 		default:
-			r.deliver(b, Result{Err: o.err, Answered: o.answered, Sent: o.sent, ProduceTimeout: o.timeout}, o.kind)
+			r.deliver(b, Result{Err: o.err, Answered: o.answered, Sent: o.sent, ProduceTimeout: o.timeout, Leader: b.leader}, o.kind)
 		}
 	}
 }

@@ -731,9 +731,11 @@ func TestLeaseExpired(t *testing.T) {
 
 // TestLeaseTravelsWithTheRequest guards I4 (issue 10, case 7): the lease is
 // not only checked before a request is handed to kgo; a request that kgo
-// holds up (here a dial that takes a second) past the end of the lease is
-// never written. Before the fix the Produce reached the broker a second
-// after the lease had ended.
+// holds up (here the dial of its produce connection, which takes a second)
+// past the end of the lease is never written. The partition's leader is
+// looked up first, so that the appender finds lease left and hands the
+// request to kgo: the slow dial is the produce connection's. Before the
+// fix the Produce reached the broker 0.7 s after the lease had ended.
 func TestLeaseTravelsWithTheRequest(t *testing.T) {
 	var slow atomic.Bool
 	dialer := func(ctx context.Context, network, host string) (net.Conn, error) {
@@ -745,6 +747,16 @@ func TestLeaseTravelsWithTheRequest(t *testing.T) {
 	}
 	h := newHarness(t, harnessOpts{clientOpts: []kgo.Opt{kgo.Dialer(dialer)}})
 	ps := h.createTopic("lease-deadline", 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	for {
+		if _, err := h.leaders.Lookup(ctx, ps[0].Key()); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	before := len(h.obs.seen())
 	slow.Store(true) // the first Produce opens kgo's produce connection
 	h.until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
@@ -752,6 +764,9 @@ func TestLeaseTravelsWithTheRequest(t *testing.T) {
 	r := h.result()
 	if r.Err == nil {
 		t.Fatalf("append succeeded after the lease ended: %+v", r)
+	}
+	if errors.Is(r.Err, ErrLeaseExpired) {
+		t.Fatalf("the appender refused before sending (%v): the test must reach kgo with lease left", r.Err)
 	}
 	time.Sleep(1500 * time.Millisecond) // long enough for a delayed write to arrive
 	if n := len(h.obs.seen()) - before; n != 0 {

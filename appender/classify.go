@@ -144,9 +144,18 @@ func classifyCode(p tp.Partition, node int32, code int16, msg *string, size int)
 			err: fmt.Errorf("%s: %w: the broker refused a batch of %d bytes (%w%s); raise max.message.bytes of destination topic %q (and the brokers' message.max.bytes if the topic has no override) to at least %d, e.g. to the source topic's value",
 				where, ErrTooLarge, size, cause, detail, p.Topic, size)}
 
+	case kerr.TopicAuthorizationFailed.Code:
+		// Refused before the append (1 above): the principal may not write
+		// the topic. The one ACL a raw Produce needs (KafkaApis checks Write
+		// on the topic; with the transactional bit cleared, no Write on a
+		// transactional ID, and no IdempotentWrite for a negative producer
+		// ID).
+		return outcome{verdict: verdictFinal, kind: KindFatal,
+			err: fmt.Errorf("%s: %w: the destination cluster does not allow the link's principal Write on Topic:%s (mirrord appends the mirrored batches; see docs/acls.md): %w%s",
+				where, ErrFatal, p.Topic, cause, detail)}
+
 	case kerr.InvalidRecord.Code,
 		kerr.InvalidTimestamp.Code,
-		kerr.TopicAuthorizationFailed.Code,
 		kerr.ClusterAuthorizationFailed.Code,
 		kerr.TransactionalIDAuthorizationFailed.Code,
 		kerr.InvalidRequiredAcks.Code,

@@ -274,7 +274,8 @@ func TestLeaderMovesAndFaults(t *testing.T) {
 }
 
 // Guards the other ways a partition fails: a topic ID that the source
-// contradicts (recreated topic) and a non-retriable broker error; each
+// contradicts (recreated topic), a non-retriable broker error and a leader
+// lookup refused for authorization; each
 // result names the partition and offset and wraps its sentinel.
 func TestPartitionFailures(t *testing.T) {
 	for _, tc := range []struct {
@@ -293,7 +294,16 @@ func TestPartitionFailures(t *testing.T) {
 			setup: func(c *kfake.Cluster, _ *tp.Partition) {
 				c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Err: kerr.TopicAuthorizationFailed, Count: -1})
 			},
-			want: ErrRefused, says: "t[0] at offset 3, broker",
+			want: ErrRefused, says: ": the source cluster does not allow the link's principal Read on Topic:t (mirrord fetches the topic's batches; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED",
+		},
+		{
+			// A lookup refused for authorization used to be retried
+			// forever, counted as a metadata error.
+			name: "leader lookup refused for authorization",
+			setup: func(c *kfake.Cluster, _ *tp.Partition) {
+				c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: "t", Err: kerr.TopicAuthorizationFailed, Count: -1})
+			},
+			want: ErrRefused, says: "t[0] at offset 3: leader lookup: the source cluster does not allow the link's principal Describe on Topic:t (the partition's leader is looked up with a Metadata request; Read implies Describe; see docs/acls.md): metadata for topic t: TOPIC_AUTHORIZATION_FAILED",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -488,6 +488,10 @@ func (c *coord) applyResolved(rs []resolved) {
 			continue
 		}
 		if r.err != nil {
+			if ref := lookupRefused(pt, r.err); ref != nil {
+				c.fail(pt, KindRefused, ref)
+				continue
+			}
 			pt.state = stNeedLeader // retry below sets backoff
 			c.retry(pt, KindMetadata, r.err, false)
 			continue
@@ -548,12 +552,37 @@ func (c *coord) applyOutcome(o *outcome) {
 				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), true)
 			case kerr.IsRetriable(err):
 				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), false)
+			case isAuthorization(err):
+				c.fail(pt, KindRefused, fmt.Errorf("%w: %s at offset %d, broker %d: the source cluster does not allow the link's principal Read on Topic:%s (mirrord fetches the topic's batches; see docs/acls.md): %w",
+					ErrRefused, pt.p, pt.offset, o.broker, pt.p.Topic, err))
 			default:
-				c.fail(pt, KindRefused, fmt.Errorf("%w: %s at offset %d, broker %d: %w; fix the cause (e.g. grant the link's principal READ on the topic), then reassign the partition",
+				c.fail(pt, KindRefused, fmt.Errorf("%w: %s at offset %d, broker %d: %w; fix the cause, then reassign the partition",
 					ErrRefused, pt.p, pt.offset, o.broker, err))
 			}
 		}
 	}
+}
+
+// lookupRefused is the partition's failure for a leader lookup error that
+// waiting cannot cure: an authorization refusal (the topic's metadata needs
+// Describe) or another error Kafka calls non-retriable. It is nil for
+// errors worth retrying: no leader yet, an unknown partition, a failed
+// request.
+func lookupRefused(pt *part, err error) error {
+	var ke *kerr.Error
+	switch {
+	case isAuthorization(err):
+		return fmt.Errorf("%w: %s at offset %d: leader lookup: the source cluster does not allow the link's principal Describe on Topic:%s (the partition's leader is looked up with a Metadata request; Read implies Describe; see docs/acls.md): %w",
+			ErrRefused, pt.p, pt.offset, pt.p.Topic, err)
+	case errors.As(err, &ke) && !ke.Retriable:
+		return fmt.Errorf("%w: %s at offset %d: leader lookup: %w", ErrRefused, pt.p, pt.offset, err)
+	}
+	return nil
+}
+
+// isAuthorization reports whether err is a Kafka authorization refusal.
+func isAuthorization(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed)
 }
 
 // classify names the metric kind of a partition error and whether it means
@@ -672,6 +701,11 @@ func (c *coord) starve(pt *part, it *itemOutcome) {
 // applyOutOfRange applies the out-of-range policy with the log start and end
 // offsets looked up after the error.
 func (c *coord) applyOutOfRange(pt *part, it *itemOutcome) {
+	if it.rangeErr != nil && isAuthorization(it.rangeErr) {
+		c.fail(pt, KindRefused, fmt.Errorf("%w: %s offset %d is out of range; looking up the valid range: the source cluster does not allow the link's principal Describe on Topic:%s (ListOffsets needs it; Read implies it; see docs/acls.md): %w",
+			ErrRefused, pt.p, pt.offset, pt.p.Topic, it.rangeErr))
+		return
+	}
 	if it.rangeErr != nil {
 		c.retry(pt, KindMetadata, fmt.Errorf("%s offset %d is out of range; looking up the valid range: %w", pt.p, pt.offset, it.rangeErr), false)
 		return

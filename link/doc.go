@@ -20,7 +20,7 @@
 //   - I1 Every committed source record reaches the destination once, in
 //     source order per partition, or the link says which it could not
 //     mirror: records lost at the source below the log start
-//     (source_records_skipped_total, logged with offsets), partitions whose
+//     (fetch_skipped_records_total, logged with offsets), partitions whose
 //     source is gone (partitions_removed_total), and destination offsets
 //     someone else wrote between its appends (destination_gap_offsets_total,
 //     logged with offsets). The pipeline forwards a partition's batches in
@@ -57,7 +57,9 @@
 //     UNKNOWN_TOPIC_OR_PARTITION or another topic ID removes it.
 //   - I7 Memory stays within max_buffered_bytes plus a stated constant: the
 //     fetcher counts every fetch response whole while any batch of it is
-//     held (fetcher.Pin), the pipeline releases each pin exactly once, and
+//     held (fetcher.Pin), the pipeline releases each pin exactly once (the
+//     pins of batches still queued when a session stops end with the
+//     session's fetcher), and
 //     at most MaxReconciling partitions hold destination tail chunks of up
 //     to 4 MiB each (32 MiB by default).
 //

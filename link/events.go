@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -184,6 +185,11 @@ type DoSettle struct {
 	Want  []byte
 	Tag   uint64
 	Delay time.Duration
+	// SentTo is the leader the append went to. After EarlyAfter (at most
+	// Delay), the settle need not wait out the rest of Delay once another
+	// broker leads the partition under a newer epoch (leaderMoved).
+	SentTo     *leaders.Leader // nil: not known
+	EarlyAfter time.Duration
 }
 
 // DoReadTail reads the next chunk of a destination partition's tail from

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -140,7 +141,7 @@ func TestCrashWithAppendInBroker(t *testing.T) {
 // cannedMetadata answers "list every topic" Metadata requests with a fixed
 // answer that leaves out topic hidden, as stale metadata or an authorizer
 // glitch would; requests that name topics pass through.
-func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
+func cannedMetadata(t *testing.T, c *cluster, hidden string) (served *atomic.Int64, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -150,12 +151,14 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 	}
 	var on atomic.Bool
 	on.Store(true)
+	served = new(atomic.Int64)
 	c.Fake.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.Fake.KeepControl()
 		mr := req.(*kmsg.MetadataRequest)
 		if !on.Load() || mr.Topics != nil {
 			return nil, nil, false
 		}
+		served.Add(1)
 		resp := *full
 		resp.Version = mr.Version
 		resp.Topics = nil
@@ -166,7 +169,7 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (stop func()) {
 		}
 		return &resp, nil, true
 	})
-	return func() { on.Store(false) }
+	return served, func() { on.Store(false) }
 }
 
 // Issue 10 case 4: a topic listing that leaves a topic out does not stop
@@ -180,13 +183,19 @@ func TestListingGapStopsNothing(t *testing.T) {
 	src.CreateTopic(t, "u", 2, nil)
 	p := newProduced()
 	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
-	l := startLink(t, e.linkConfig("gap", src, dst, "t", "u"), src, dst, "gap")
+	// Discovery lists topics through kgo's metadata cache; a short
+	// minimum age makes every listing ask the broker.
+	l := startLinkWith(t, e.linkConfig("gap", src, dst, "t", "u"), Deps{Logger: testLogger(t, "gap"),
+		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
 	topics := map[string]string{"t": "t", "u": "u"}
 	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 
-	stop := cannedMetadata(t, src, "u")
+	served, stop := cannedMetadata(t, src, "u")
 	// Several discovery intervals (300ms) with u missing from listings.
 	time.Sleep(1500 * time.Millisecond)
+	if served.Load() < 2 {
+		t.Fatalf("%d listings left u out: the test did not reach discovery", served.Load())
+	}
 	load(t, src, p, idempotent, 1, "during", 40, "t", "u")
 	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
 	stop()
@@ -217,7 +226,9 @@ func TestRecreatedSourceTopic(t *testing.T) {
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	a.stop(t, false)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Longer than the wait below, so that a destination that falls short
+	// is reported by the record check, not as a dead context.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if _, err := src.Admin.DeleteTopics(ctx, "t"); err != nil {
 		t.Fatal(err)
@@ -482,5 +493,79 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 	}
 	if strings.Contains(out, "waiting out the previous session's lease") {
 		t.Errorf("the second session waited out its own predecessor's lease:\n%s", out)
+	}
+}
+
+// A source topic deleted while the link mirrors is removed once the source
+// confirms it gone (counted, said in the log), without stopping the other
+// topics; created again, it is a new topic, mirrored from its start after
+// what the destination kept of the old one.
+func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	src.CreateTopic(t, "u", 2, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("link log:\n%s", logs.String())
+		}
+	})
+	l := startLinkWith(t, e.linkConfig("deleted", src, dst, "t", "u"), Deps{Logger: logtest.Logger(logs),
+		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "u": "u"}, 60*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := src.Admin.DeleteTopics(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	for l.Status().Counters.PartitionsRemoved < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("partitions removed %d after the source topic was deleted, want 2; status %+v", l.Status().Counters.PartitionsRemoved, l.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	load(t, src, p, idempotent, 1, "two", 20, "t")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	if st := l.Status(); st.State != Mirroring || len(st.Partitions) != 1 {
+		t.Fatalf("state %s with %d partitions after u was deleted; want MIRRORING with t[0] only", st.State, len(st.Partitions))
+	}
+
+	src.CreateTopic(t, "u", 2, nil)
+	load(t, src, p, plain, 0, "new", 30, "u")
+	for {
+		ends, err := dst.Admin.ListEndOffsets(ctx, "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(0)
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		if n >= 20+30 { // the old topic's 20 (load spreads over t and u) and the new one's 30
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the recreated topic's records did not arrive (destination u holds %d)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var newKeys []string
+	for _, r := range consumeAll(t, dst, false, "u") {
+		if strings.HasPrefix(string(r.Key), "plain-none-new-") {
+			newKeys = append(newKeys, string(r.Key))
+		}
+	}
+	if len(newKeys) != 30 {
+		t.Fatalf("destination u holds %d records of the recreated topic, want its 30", len(newKeys))
+	}
+	exactlyOnce(t, dst, p, "t", "u") // u: the old topic's records and the new one's, each once
+	if c := l.Status().Counters; c.PartitionsRemoved != 2 || c.ForeignBatches != 0 {
+		t.Errorf("counters %+v: want 2 partitions removed and no foreign batch", c)
+	}
+	if !strings.Contains(logs.String(), "gone") {
+		t.Errorf("the log does not say the partitions are gone:\n%s", logs.String())
 	}
 }

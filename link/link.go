@@ -397,6 +397,8 @@ func errorKind(err error) string {
 		return "corrupt"
 	case errors.Is(err, appender.ErrTooLarge):
 		return "too_large"
+	case isAuthorization(err):
+		return "authorization"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	}

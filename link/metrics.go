@@ -2,6 +2,7 @@ package link
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -49,17 +50,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		gaps:         counter("sequence_gaps_total", "Batches whose sequence does not follow the producer's last one (expected on compacted topics)."),
 		lowEpoch:     counter("lower_epoch_batches_total", "Batches appended with an epoch below the producer's current one."),
 		fenced:       counter("sessions_fenced_total", "Link sessions that found themselves fenced by a newer session of the same link."),
-		errors:       counter("errors_total", "Errors that failed the link (fenced, lease_expired, offset_out_of_range, corrupt, too_large, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
+		errors:       counter("errors_total", "Errors that failed the link (fenced, lease_expired, offset_out_of_range, corrupt, too_large, authorization, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
 		foreign:      counter("foreign_batches_total", "Destination batches found during reconciliation that this link did not write (the link expects to own its destination topics)."),
 		reconciled:   counter("reconciled_batches_total", "Destination batches past a checkpoint recognised as this link's own during reconciliation (not appended again)."),
-		unknown:      counter("unknown_outcomes_total", "Appends whose outcome was unknown (timeout, lost connection) and were settled by reconciliation."),
+		unknown:      counter("unknown_outcomes_total", "Appends whose outcome was unknown (a timeout, a lost connection, NOT_LEADER_OR_FOLLOWER after a leader move) and were settled by reading the destination."),
 		refetches:    counter("corrupt_refetches_total", "Batches the destination refused as corrupt and that were fetched again from the source."),
 		checkpoints:  counter("checkpoints_total", "State transactions committed with checkpoints (each also renews the session's lease)."),
 		expired:      counter("producers_expired_total", "Producer entries dropped after producer_state_expiry without an append."),
 		saltsExpired: counter("salts_expired_total", "Collision salts tombstoned after producer_state_expiry without use."),
 		destinationGaps: counter("destination_gap_offsets_total",
 			"Destination offsets written by someone else between two of the link's appends (another producer on the destination topic, or an append of an earlier session that landed late); each occurrence is logged at ERROR with the offsets."),
-		skipped:      counter("source_records_skipped_total", "Source records lost before they were mirrored (below the log start offset, skipped under on_offset_out_of_range = \"earliest\"); each skip is logged with its offsets."),
 		removed:      counter("partitions_removed_total", "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."),
 		lag:          gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
-			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.destinationGaps, m.skipped, m.removed,
+			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.destinationGaps, m.removed,
 			m.lag, m.partitions, m.partitionLag,
 		} {
 			reg.MustRegister(c)
@@ -89,8 +89,12 @@ type linkMetrics struct {
 	fenced, foreign, reconciled          prometheus.Counter
 	unknown, refetches, checkpoints      prometheus.Counter
 	expired, saltsExpired                prometheus.Counter
-	destinationGaps, skipped, removed    prometheus.Counter
+	destinationGaps, removed             prometheus.Counter
 	lag, partitions                      prometheus.Gauge
+	// skipped counts the source records the link's sessions skipped, for
+	// Status; the metric is the fetcher's fetch_skipped_records_total,
+	// which counts the same skips.
+	skipped atomic.Int64
 }
 
 func (m *Metrics) forLink(name string) *linkMetrics {
@@ -103,7 +107,7 @@ func (m *Metrics) forLink(name string) *linkMetrics {
 		fenced: c(m.fenced), foreign: c(m.foreign), reconciled: c(m.reconciled),
 		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints),
 		expired: c(m.expired), saltsExpired: c(m.saltsExpired),
-		destinationGaps: c(m.destinationGaps), skipped: c(m.skipped), removed: c(m.removed),
+		destinationGaps: c(m.destinationGaps), removed: c(m.removed),
 		lag: m.lag.WithLabelValues(name), partitions: m.partitions.WithLabelValues(name),
 	}
 	lm.setState(Stopped)
@@ -146,6 +150,6 @@ func (lm *linkMetrics) counters() Counters {
 		Barriers: v(lm.barriers), Checkpoints: v(lm.checkpoints),
 		ForeignBatches: v(lm.foreign), ReconciledBatches: v(lm.reconciled),
 		UnknownOutcomes: v(lm.unknown), CorruptRefetches: v(lm.refetches), SessionsFenced: v(lm.fenced),
-		DestinationGapOffsets: v(lm.destinationGaps), SourceRecordsSkipped: v(lm.skipped), PartitionsRemoved: v(lm.removed),
+		DestinationGapOffsets: v(lm.destinationGaps), SourceRecordsSkipped: lm.skipped.Load(), PartitionsRemoved: v(lm.removed),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -490,10 +491,15 @@ func (pl *Pipeline) appended(res appender.Result) {
 	case errors.Is(res.Err, appender.ErrUnknownOutcome):
 		pl.stats.Unknown++
 		p.phase = phaseSettling
-		delay := pl.settleDelay(res)
+		delay, early := pl.settleDelay(res)
 		pl.log(hclog.Warn, "append outcome unknown; settling it against the destination before anything else is sent",
 			"destination", p.Dst.String(), "source_offset", h.BaseOffset, "answered", res.Answered, "after", delay, "error", res.Err)
-		pl.emit(DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: delay})
+		a := DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: delay, EarlyAfter: early}
+		if !res.Sent.IsZero() {
+			ld := res.Leader
+			a.SentTo = &ld
+		}
+		pl.emit(a)
 	case errors.Is(res.Err, appender.ErrCorrupt):
 		if p.refetchedAt == h.BaseOffset {
 			pl.fail(fmt.Errorf("destination %s refused the batch from source %s offset %d as corrupt twice, also after fetching it again: %w",
@@ -523,9 +529,23 @@ func (pl *Pipeline) appended(res appender.Result) {
 // otherwise until the request's produce timeout, counted from when it was
 // sent, plus SettleDelay, past which DelayedProduce has answered it (or the
 // broker that held it is gone).
-func (pl *Pipeline) settleDelay(res appender.Result) time.Duration {
+//
+// early is when an unanswered append may be settled sooner, if by then
+// another broker leads the partition under a newer leader epoch
+// (leaderMoved): SettleDelay after it was sent, the margin for a request
+// that waited in the old leader's queue. Past that, the old leader can no
+// longer put the batch into the partition's log: Partition.
+// appendRecordsToLeader appends only while its broker leads (leaderLogIfLocal),
+// a broker that lost leadership answers NOT_LEADER_OR_FOLLOWER, and as a
+// follower it truncates what it appended and did not replicate to the new
+// leader's end offset for that epoch (AbstractFetcherThread.
+// getOffsetTruncationState, KIP-101); the new leader's log grows only by
+// its own appends. A dead leader (SIGKILL) is the common case: its
+// partitions move once the controller fences it, and the settle needs no
+// produce timeout.
+func (pl *Pipeline) settleDelay(res appender.Result) (delay, early time.Duration) {
 	if res.Answered {
-		return 0
+		return 0, 0
 	}
 	timeout := res.ProduceTimeout
 	if timeout <= 0 {
@@ -535,7 +555,16 @@ func (pl *Pipeline) settleDelay(res appender.Result) time.Duration {
 	if sent.IsZero() {
 		sent = pl.now
 	}
-	return max(sent.Add(timeout+pl.cfg.SettleDelay).Sub(pl.now), 0)
+	delay = max(sent.Add(timeout+pl.cfg.SettleDelay).Sub(pl.now), 0)
+	early = min(max(sent.Add(pl.cfg.SettleDelay).Sub(pl.now), 0), delay)
+	return delay, early
+}
+
+// leaderMoved reports whether a request sent to leader sent can no longer
+// reach the partition's log now that now leads it: another broker, under
+// a newer leader epoch (see settleDelay).
+func leaderMoved(sent *leaders.Leader, now leaders.Leader) bool {
+	return sent != nil && now.Broker != sent.Broker && now.Epoch > sent.Epoch
 }
 
 // acked records that p's head batch is at the destination from base.
@@ -1085,6 +1114,3 @@ func (pl *Pipeline) Partitions() []PartitionStatus {
 
 // Len is the number of partitions in the session.
 func (pl *Pipeline) Len() int { return len(pl.parts) }
-
-// Mirroring reports whether the initial partitions are admitted.
-func (pl *Pipeline) Mirroring() bool { return pl.mirroring }

@@ -136,6 +136,7 @@ func (o stepped) result(stopping Event, end sessionEnd) (Event, sessionEnd, erro
 // step applies one event and carries out the actions it returns.
 func (s *session) step(ev Input) stepped {
 	var out stepped
+	s.noteRefusal(ev)
 	for _, a := range s.pipe.Step(s.l.deps.Now(), ev) {
 		switch a := a.(type) {
 		case DoAssign:
@@ -184,6 +185,25 @@ func (s *session) step(ev Input) stepped {
 		s.publish() // the partition set changed: show it at once
 	}
 	return out
+}
+
+// noteRefusal shows a missing ACL that discovery or placement met while the
+// link mirrors in the link's last_error: the link keeps mirroring what it
+// has (the pipeline retries at the next discovery), but an operator must
+// grant the permission for the new topic or partitions to be mirrored.
+func (s *session) noteRefusal(ev Input) {
+	var err error
+	switch e := ev.(type) {
+	case InDiscovered:
+		err = e.Err
+	case InPlaced:
+		err = e.Err
+	}
+	if err == nil || !isAuthorization(err) {
+		return
+	}
+	now := s.l.deps.Now()
+	s.l.setStatus(func(st *Status) { st.LastError, st.LastErrorAt = err.Error(), now })
 }
 
 // work runs fn on a worker goroutine of the session and hands its event to
@@ -235,7 +255,7 @@ func (s *session) committer() error {
 // produce_timeout plus settle_delay of waiting for the high watermark.
 func (s *session) settle(ctx context.Context, a DoSettle) Input {
 	ev := InSettled{Dst: a.Dst.Key(), Tag: a.Tag, Offset: -1}
-	if !sleep(ctx, a.Delay) {
+	if !s.settleWait(ctx, a) {
 		return nil
 	}
 	patience := s.l.cfg.Link.ProduceTimeout + s.l.cfg.Link.SettleDelay
@@ -265,6 +285,42 @@ func (s *session) settle(ctx context.Context, a DoSettle) Input {
 		}
 	}
 }
+
+// settleWait waits a.Delay before a settle, or less: from a.EarlyAfter on
+// it looks up the partition's leader every leaderPoll and stops waiting
+// once another broker leads under a newer epoch (leaderMoved). It reports
+// false when ctx ended.
+func (s *session) settleWait(ctx context.Context, a DoSettle) bool {
+	if a.Delay <= 0 {
+		return true
+	}
+	start := time.Now()
+	if a.SentTo == nil || a.EarlyAfter >= a.Delay {
+		return sleep(ctx, a.Delay)
+	}
+	if !sleep(ctx, a.EarlyAfter) {
+		return false
+	}
+	for {
+		s.dstLeaders.Invalidate(a.Dst.Key())
+		if ld, err := s.dstLeaders.Lookup(ctx, a.Dst.Key()); err == nil && leaderMoved(a.SentTo, ld) {
+			s.log.Info("settling an unanswered append early: another broker leads the partition now, so the old leader can no longer append it",
+				"destination", a.Dst.String(), "sent_to_broker", a.SentTo.Broker, "sent_leader_epoch", a.SentTo.Epoch,
+				"leader", ld.Broker, "leader_epoch", ld.Epoch, "waited", time.Since(start).Round(time.Millisecond))
+			return true
+		}
+		left := a.Delay - time.Since(start)
+		if left <= 0 {
+			return true
+		}
+		if !sleep(ctx, min(left, leaderPoll)) {
+			return false
+		}
+	}
+}
+
+// leaderPoll is how often settleWait looks for a new leader.
+const leaderPoll = 250 * time.Millisecond
 
 // settleRetry is the wait between looks at a partition being settled.
 var settleRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
@@ -458,7 +514,7 @@ func (s *session) report() {
 	add(m.expired, now.Expired, was.Expired)
 	add(m.saltsExpired, now.SaltsExpired, was.SaltsExpired)
 	add(m.destinationGaps, now.DestinationGaps, was.DestinationGaps)
-	add(m.skipped, now.Skipped, was.Skipped)
+	m.skipped.Add(now.Skipped - was.Skipped)
 	add(m.removed, now.Removed, was.Removed)
 	if now.Discovery != was.Discovery {
 		for range now.Discovery - was.Discovery {

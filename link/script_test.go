@@ -680,7 +680,7 @@ func (s *script) format(a Action) string {
 		}
 		return fmt.Sprintf("submit %s tag=%d n=%d lod=%d seq=%d %s %s", name(a.Request.Partition), a.Request.Tag, h.NumRecords, h.LastOffsetDelta, h.BaseSequence, pid, dense)
 	case DoSettle:
-		return fmt.Sprintf("settle %s from=%d tag=%d delay=%s", name(a.Dst), a.From, a.Tag, a.Delay)
+		return fmt.Sprintf("settle %s from=%d tag=%d delay=%s early=%s", name(a.Dst), a.From, a.Tag, a.Delay, a.EarlyAfter)
 	case DoReadTail:
 		return fmt.Sprintf("readtail %s from=%d end=%d", name(a.Dst), a.From, a.End)
 	case DoLookupSourceEnd:

@@ -15,6 +15,7 @@ import (
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/mailbox"
@@ -114,6 +115,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		Topic:             l.cfg.Link.StateTopic,
 		Partitions:        l.cfg.Link.StateTopicPartitions,
 		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
+		Principal:         dial.Principal(&l.cfg.Destination),
 	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
 	if err != nil {
 		return nil, err
@@ -130,7 +132,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
 		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("begin state session: %w", err)
+		return nil, err // it says "begin state session of link ..."
 	}
 	l.setStatus(func(st *Status) { st.SessionEpoch = s.sess.Epoch() })
 	view, err := s.store.Replay(ctx)

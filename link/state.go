@@ -2,7 +2,6 @@ package link
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/seed83556561/mirrord/statestore"
 )
@@ -27,17 +26,16 @@ var States = statestore.LinkStates
 type Event uint8
 
 const (
-	EvStart     Event = iota // the agent starts the link
-	EvPrepared               // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
-	EvPause                  // an operator paused the link
-	EvResume                 // an operator resumed it
-	EvFail                   // an error the link cannot continue through (including being fenced)
-	EvRetry                  // the FAILED backoff elapsed
-	EvStop                   // shutdown
-	EvReprepare              // MIRRORING found new partitions whose destination needs reconciling: prepare again
+	EvStart    Event = iota // the agent starts the link
+	EvPrepared              // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
+	EvPause                 // an operator paused the link
+	EvResume                // an operator resumed it
+	EvFail                  // an error the link cannot continue through (including being fenced)
+	EvRetry                 // the FAILED backoff elapsed
+	EvStop                  // shutdown
 )
 
-var eventNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop", "reprepare"}
+var eventNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop"}
 
 func (e Event) String() string {
 	if int(e) < len(eventNames) {
@@ -47,7 +45,7 @@ func (e Event) String() string {
 }
 
 // Events lists every event, for tests.
-var Events = []Event{EvStart, EvPrepared, EvPause, EvResume, EvFail, EvRetry, EvStop, EvReprepare}
+var Events = []Event{EvStart, EvPrepared, EvPause, EvResume, EvFail, EvRetry, EvStop}
 
 // ErrTransition is returned by Next for an event that makes no sense in the
 // current state; the driver treats it as a bug.
@@ -64,7 +62,6 @@ func (e *ErrTransition) Error() string {
 //
 //	STOPPED ──start──▶ PREPARING ──prepared──▶ MIRRORING ⇄ PAUSED (pause/resume)
 //	any running state ──fail──▶ FAILED ──retry (after backoff)──▶ PREPARING
-//	MIRRORING ──reprepare──▶ PREPARING (new partitions need reconciling)
 //	any state ──stop──▶ STOPPED
 //
 // Resuming goes through PREPARING, so that every PREPARING → MIRRORING emits
@@ -103,24 +100,6 @@ func Next(s State, e Event) (State, error) {
 		if s == Failed {
 			return Preparing, nil
 		}
-	case EvReprepare:
-		if s == Mirroring {
-			return Preparing, nil
-		}
 	}
 	return s, &ErrTransition{From: s, Event: e}
-}
-
-// Backoff is the wait in FAILED before retry number attempt (1-based):
-// doubling from base, capped at max. Deterministic; the driver adds no
-// jitter because one agent runs each link.
-func Backoff(attempt int, base, max time.Duration) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	d := base
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
 }

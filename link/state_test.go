@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 )
 
 // Guards the whole transition table of DESIGN §8: every (state, event) pair
@@ -15,23 +14,23 @@ func TestNextExhaustive(t *testing.T) {
 	want := map[State]map[Event]State{
 		Stopped: {
 			EvStart: Preparing, EvPrepared: bad, EvPause: bad, EvResume: bad,
-			EvFail: bad, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
+			EvFail: bad, EvRetry: bad, EvStop: Stopped,
 		},
 		Preparing: {
 			EvStart: bad, EvPrepared: Mirroring, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
 		},
 		Mirroring: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Mirroring,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: Preparing,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
 		},
 		Paused: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped, EvReprepare: bad,
+			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
 		},
 		Failed: {
 			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: bad,
-			EvFail: bad, EvRetry: Preparing, EvStop: Stopped, EvReprepare: bad,
+			EvFail: bad, EvRetry: Preparing, EvStop: Stopped,
 		},
 	}
 	if len(want) != len(States) {
@@ -48,6 +47,9 @@ func TestNextExhaustive(t *testing.T) {
 				if !errors.As(err, &te) || got != s || te.From != s || te.Event != e {
 					t.Errorf("Next(%s, %s) = %s, %v; want refusal leaving %s", s, e, got, err, s)
 				}
+				if want := "link: no transition from " + s.String() + " on " + e.String(); err.Error() != want {
+					t.Errorf("refusal says %q, want %q", err, want)
+				}
 			} else if err != nil || got != w {
 				t.Errorf("Next(%s, %s) = %s, %v; want %s", s, e, got, err, w)
 			}
@@ -63,20 +65,6 @@ func TestEveryReturnToMirroringPrepares(t *testing.T) {
 			if got, err := Next(s, e); err == nil && got == Mirroring && s != Mirroring && s != Preparing {
 				t.Errorf("%s --%s--> MIRRORING skips PREPARING", s, e)
 			}
-		}
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	for _, tc := range []struct {
-		attempt int
-		want    time.Duration
-	}{
-		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second},
-		{6, 32 * time.Second}, {7, time.Minute}, {100, time.Minute},
-	} {
-		if got := Backoff(tc.attempt, time.Second, time.Minute); got != tc.want {
-			t.Errorf("Backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
 		}
 	}
 }

@@ -4,13 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"regexp/syntax"
+	"slices"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
@@ -38,27 +47,345 @@ func createConfigs(source map[string]*string) map[string]*string {
 	return out
 }
 
-// discover lists the source topics the link selects, creates or grows
-// their destination topics, and returns every partition pair in topic and
-// partition order.
+// What the link needs on its topics (docs/acls.md has the whole list, with
+// the state topic and the transactional ID that package statestore
+// checks). Kafka answers a Metadata request with the operations the
+// principal may perform on each topic it may describe (KIP-430), so
+// discover checks them before anything runs: a permission the link needs
+// only now and then (Read on a destination topic, for reconciliation and
+// settling; Alter, for growing it) would otherwise fail the link days
+// later, or only log a warning.
+var (
+	needSourceRead = topicNeed{op: kmsg.ACLOperationRead, why: "mirrord fetches the topic's batches"}
+	// needSourceDescribeConfigs is checked only for a destination topic
+	// the link creates.
+	needSourceDescribeConfigs = topicNeed{op: kmsg.ACLOperationDescribeConfigs,
+		why: "mirrord reads cleanup.policy, retention.ms, retention.bytes and max.message.bytes to create the destination topic with them; or create the destination topic beforehand"}
+	needDestWrite = topicNeed{op: kmsg.ACLOperationWrite, why: "mirrord appends the mirrored batches"}
+	needDestRead  = topicNeed{op: kmsg.ACLOperationRead, why: "mirrord reads the destination partitions to reconcile after a restart and to settle appends of unknown outcome"}
+	// needDestAlter is checked only for a destination topic that has
+	// fewer partitions than its source.
+	needDestAlter = topicNeed{op: kmsg.ACLOperationAlter, why: "mirrord adds partitions to a destination topic when its source topic has more"}
+)
+
+// topicNeed is an operation the link needs on a topic, and why.
+type topicNeed struct {
+	op  kmsg.ACLOperation
+	why string
+}
+
+// clusterAccess is one of the link's clusters as its ACL errors name it.
+type clusterAccess struct {
+	role      string // "source" or "destination"
+	cluster   string // the cluster block's name
+	principal string // dial.Principal of its credentials
+}
+
+func (s *session) sourceAccess() clusterAccess {
+	return clusterAccess{role: "source", cluster: s.l.cfg.Source.Name, principal: dial.Principal(&s.l.cfg.Source)}
+}
+
+func (s *session) destAccess() clusterAccess {
+	return clusterAccess{role: "destination", cluster: s.l.cfg.Destination.Name, principal: dial.Principal(&s.l.cfg.Destination)}
+}
+
+// refused is the error for an operation the cluster does not allow the
+// link's principal on a topic. It names the cluster, the principal, the
+// operation and the topic, says what the operation is for, and wraps cause
+// (TOPIC_AUTHORIZATION_FAILED, as the cluster answers or would answer).
+func (a clusterAccess) refused(op kmsg.ACLOperation, topic, why string, cause error) error {
+	return fmt.Errorf("%s cluster %q does not allow %s %s on Topic:%s (%s; see docs/acls.md): %w",
+		a.role, a.cluster, a.principal, opName(op), topic, why, cause)
+}
+
+// check returns the refusals of needs on td, whose AuthorizedOperations the
+// cluster reported; a cluster that did not report them (before Kafka 2.3)
+// is not checked here, and its refusals come from the requests themselves.
+func (a clusterAccess) check(td kadm.TopicDetail, needs ...topicNeed) []error {
+	if len(td.AuthorizedOperations) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, n := range needs {
+		if !slices.Contains(td.AuthorizedOperations, n.op) {
+			errs = append(errs, a.refused(n.op, td.Topic, fmt.Sprintf("%s; it may %s", n.why, opList(td.AuthorizedOperations)), kerr.TopicAuthorizationFailed))
+		}
+	}
+	return errs
+}
+
+// opName spells an operation as kafka-acls.sh --operation does.
+func opName(op kmsg.ACLOperation) string {
+	switch op {
+	case kmsg.ACLOperationRead:
+		return "Read"
+	case kmsg.ACLOperationWrite:
+		return "Write"
+	case kmsg.ACLOperationCreate:
+		return "Create"
+	case kmsg.ACLOperationDelete:
+		return "Delete"
+	case kmsg.ACLOperationAlter:
+		return "Alter"
+	case kmsg.ACLOperationDescribe:
+		return "Describe"
+	case kmsg.ACLOperationClusterAction:
+		return "ClusterAction"
+	case kmsg.ACLOperationDescribeConfigs:
+		return "DescribeConfigs"
+	case kmsg.ACLOperationAlterConfigs:
+		return "AlterConfigs"
+	case kmsg.ACLOperationIdempotentWrite:
+		return "IdempotentWrite"
+	}
+	return op.String()
+}
+
+func opList(ops []kmsg.ACLOperation) string {
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = opName(op)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// maxRefusals is how many refusals one error lists.
+const maxRefusals = 10
+
+// joinRefusals joins refusals into one error, at most maxRefusals of them.
+func joinRefusals(errs []error) error {
+	if len(errs) > maxRefusals {
+		errs = append(errs[:maxRefusals:maxRefusals], fmt.Errorf("and %d more refusals of the same kind", len(errs)-maxRefusals))
+	}
+	return errors.Join(errs...)
+}
+
+// isAuthorization reports whether err is a Kafka authorization refusal,
+// which no retry cures.
+func isAuthorization(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
+		errors.Is(err, kerr.GroupAuthorizationFailed)
+}
+
+// describeTopics asks the cluster of cl for the metadata of topics (of
+// every topic the principal may describe when none are named), with the
+// operations the principal may perform on each (KIP-430). Kafka leaves a
+// topic that the principal may not describe out of a listing of every
+// topic, without a word; a named one comes back with
+// TOPIC_AUTHORIZATION_FAILED, whether it exists or not. Internal topics
+// are left out of a listing.
+func describeTopics(ctx context.Context, cl *kgo.Client, topics ...string) (kadm.TopicDetails, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	req.IncludeTopicAuthorizedOperations = true
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make(kadm.TopicDetails, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic == nil || len(topics) == 0 && t.IsInternal {
+			continue
+		}
+		td := kadm.TopicDetail{
+			Topic:                *t.Topic,
+			ID:                   t.TopicID,
+			IsInternal:           t.IsInternal,
+			Partitions:           make(kadm.PartitionDetails, len(t.Partitions)),
+			AuthorizedOperations: kadm.DecodeACLOperations(t.AuthorizedOperations),
+			Err:                  kerr.ErrorForCode(t.ErrorCode),
+		}
+		for _, p := range t.Partitions {
+			td.Partitions[p.Partition] = kadm.PartitionDetail{
+				Topic: td.Topic, Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
+				Replicas: p.Replicas, ISR: p.ISR, OfflineReplicas: p.OfflineReplicas, Err: kerr.ErrorForCode(p.ErrorCode),
+			}
+		}
+		out[td.Topic] = td
+	}
+	return out, nil
+}
+
+// maxNamed bounds the topic names read out of one include pattern.
+const maxNamed = 256
+
+// namedTopics returns the topic names that the link's include patterns
+// spell out: a pattern such as orders|payments or orders\.(eu|us) names a
+// finite set of topics, which discover asks the source about directly, so
+// that a named topic the principal may not describe is an error rather
+// than a topic silently not mirrored. A pattern that matches without
+// bound (orders\..*) names none: Kafka lists only the topics the principal
+// may describe, and there is no way to ask about the others.
+func namedTopics(l *config.Link) []string {
+	var out []string
+	for _, re := range l.Include {
+		names, ok := finiteNames(re)
+		if !ok {
+			continue
+		}
+		for _, n := range names {
+			if l.Selects(n) {
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// finiteNames returns every string re matches, if they are at most
+// maxNamed and each a legal topic name.
+func finiteNames(re *regexp.Regexp) ([]string, bool) {
+	parsed, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return nil, false
+	}
+	names, ok := expand(parsed.Simplify())
+	if !ok {
+		return nil, false
+	}
+	for _, n := range names {
+		if n == "" || len(n) > 249 || strings.ContainsFunc(n, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+		}) {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+// expand enumerates the strings re matches, or reports false when they are
+// unbounded or more than maxNamed.
+func expand(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginText, syntax.OpEndText, syntax.OpBeginLine, syntax.OpEndLine:
+		return []string{""}, true
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return nil, false
+		}
+		return []string{string(re.Rune)}, true
+	case syntax.OpCharClass:
+		var out []string
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			for r := re.Rune[i]; r <= re.Rune[i+1]; r++ {
+				if len(out) == maxNamed || !utf8.ValidRune(r) {
+					return nil, false
+				}
+				out = append(out, string(r))
+			}
+		}
+		return out, true
+	case syntax.OpCapture:
+		return expand(re.Sub[0])
+	case syntax.OpQuest:
+		sub, ok := expand(re.Sub[0])
+		return append([]string{""}, sub...), ok && len(sub) < maxNamed
+	case syntax.OpConcat:
+		out := []string{""}
+		for _, sub := range re.Sub {
+			parts, ok := expand(sub)
+			if !ok || len(out)*len(parts) > maxNamed {
+				return nil, false
+			}
+			next := make([]string, 0, len(out)*len(parts))
+			for _, a := range out {
+				for _, b := range parts {
+					next = append(next, a+b)
+				}
+			}
+			out = next
+		}
+		return out, true
+	case syntax.OpAlternate:
+		var out []string
+		for _, sub := range re.Sub {
+			parts, ok := expand(sub)
+			if !ok || len(out)+len(parts) > maxNamed {
+				return nil, false
+			}
+			out = append(out, parts...)
+		}
+		return out, true
+	}
+	return nil, false // repetitions, any character, word boundaries
+}
+
+// discover lists the source topics the link selects, checks that the
+// link's principal may do on them and on their destination topics what
+// mirroring needs, creates or grows their destination topics, and returns
+// every partition pair in topic and partition order. A missing permission
+// is an error that names it (every one found, at most maxRefusals), not a
+// topic left out.
 func (s *session) discover(ctx context.Context) ([]Pair, error) {
-	src, err := s.srcAdm.ListTopics(ctx)
+	srcAcc, dstAcc := s.sourceAccess(), s.destAccess()
+	src, err := describeTopics(ctx, s.src)
 	if err != nil {
 		return nil, fmt.Errorf("list source topics: %w", err)
+	}
+	var refusals []error
+	if named := namedTopics(&s.l.cfg.Link); len(named) > 0 {
+		var ask []string
+		for _, n := range named {
+			if _, ok := src[n]; !ok {
+				ask = append(ask, n)
+			}
+		}
+		if len(ask) > 0 {
+			more, err := describeTopics(ctx, s.src, ask...)
+			if err != nil {
+				return nil, fmt.Errorf("describe source topics %v: %w", ask, err)
+			}
+			for _, name := range more.Names() {
+				td := more[name]
+				switch {
+				case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
+					refusals = append(refusals, srcAcc.refused(kmsg.ACLOperationDescribe, name,
+						"the link's topics name it, and Kafka lists only the topics the principal may describe; Read implies Describe", td.Err))
+				case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+					// Not there (yet): mirrored once it is.
+				default:
+					src[name] = td
+				}
+			}
+		}
 	}
 	var selected []kadm.TopicDetail
 	for _, name := range src.Names() {
 		td := src[name]
-		if td.Err != nil || !s.l.cfg.Link.Selects(name) {
+		if !s.l.cfg.Link.Selects(name) {
 			continue
+		}
+		if isAuthorization(td.Err) {
+			refusals = append(refusals, srcAcc.refused(kmsg.ACLOperationDescribe, name, "Read implies Describe", td.Err))
+			continue
+		}
+		if td.Err != nil {
+			continue // being created or deleted: the next discovery sees it
 		}
 		if s.sameCluster && s.destName(name) == name {
 			return nil, fmt.Errorf("source and destination are the same cluster (%s) and rename %q maps topic %s onto itself: set rename to a template that changes names, such as \"{source}.{topic}\"",
 				s.srcID, s.l.cfg.Link.Rename, name)
 		}
+		refusals = append(refusals, srcAcc.check(td, needSourceRead)...)
 		selected = append(selected, td)
 	}
+	if len(refusals) > 0 {
+		return nil, joinRefusals(refusals)
+	}
 	if len(selected) == 0 {
+		if s.pipe == nil { // the session's first discovery (begin builds the pipeline after it)
+			s.log.Warn("no source topic matches the link's topics among those the source lists: Kafka lists only the topics the principal may describe, so a topic without Describe (or Read, which implies it) is left out without a word (see docs/acls.md)",
+				"cluster", srcAcc.cluster, "principal", srcAcc.principal)
+		}
 		return nil, nil
 	}
 
@@ -66,41 +393,89 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 	for _, td := range selected {
 		dstNames = append(dstNames, s.destName(td.Topic))
 	}
-	dst, err := s.dstAdm.ListTopics(ctx, dstNames...)
+	dst, err := describeTopics(ctx, s.dst, dstNames...)
 	if err != nil {
 		return nil, fmt.Errorf("list destination topics: %w", err)
 	}
-	var toCreate []kadm.TopicDetail
+	var (
+		toCreate []kadm.TopicDetail
+		toGrow   []kadm.TopicDetail // the source topics
+	)
 	for _, td := range selected {
 		name := s.destName(td.Topic)
 		d, ok := dst[name]
 		switch {
 		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			refusals = append(refusals, srcAcc.check(td, needSourceDescribeConfigs)...)
 			toCreate = append(toCreate, td)
+		case isAuthorization(d.Err):
+			refusals = append(refusals, dstAcc.refused(kmsg.ACLOperationDescribe, name,
+				"mirrord needs Write and Read on it, which imply Describe, and Create unless the topic exists", d.Err))
 		case d.Err != nil:
 			return nil, fmt.Errorf("destination topic %s: %w", name, d.Err)
-		case len(d.Partitions) < len(td.Partitions):
-			add := len(td.Partitions) - len(d.Partitions)
-			resp, err := s.dstAdm.CreatePartitions(ctx, add, name)
-			if err != nil {
-				return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, err)
+		default:
+			refusals = append(refusals, dstAcc.check(d, needDestWrite, needDestRead)...)
+			if len(d.Partitions) < len(td.Partitions) {
+				refusals = append(refusals, dstAcc.check(d, needDestAlter)...)
+				toGrow = append(toGrow, td)
 			}
-			if pr, ok := resp[name]; ok && pr.Err != nil && !errors.Is(pr.Err, kerr.InvalidPartitions) {
-				return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, pr.Err)
-			}
-			s.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
 		}
+	}
+	if len(refusals) > 0 {
+		return nil, joinRefusals(refusals)
+	}
+	for _, td := range toGrow {
+		name := s.destName(td.Topic)
+		add := len(td.Partitions) - len(dst[name].Partitions)
+		resp, err := s.dstAdm.CreatePartitions(ctx, add, name)
+		if err == nil {
+			if pr, ok := resp[name]; ok && pr.Err != nil && !errors.Is(pr.Err, kerr.InvalidPartitions) {
+				err = pr.Err
+			}
+		}
+		if isAuthorization(err) {
+			return nil, dstAcc.refused(kmsg.ACLOperationAlter, name, needDestAlter.why, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, err)
+		}
+		s.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
 	}
 	if err := s.createTopics(ctx, toCreate); err != nil {
 		return nil, err
 	}
+	if len(toCreate) > 0 {
+		// What the link created must also let it append and read.
+		var created []string
+		for _, td := range toCreate {
+			created = append(created, s.destName(td.Topic))
+		}
+		if err := retry(ctx, 20, metadataRetry, func() error {
+			got, err := describeTopics(ctx, s.dst, created...)
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range created {
+				d := got[name]
+				switch {
+				case isAuthorization(d.Err):
+					errs = append(errs, dstAcc.refused(kmsg.ACLOperationDescribe, name,
+						"mirrord created the topic and needs Write and Read on it, which imply Describe", d.Err))
+				case d.Err != nil:
+					return fmt.Errorf("destination topic %s after its creation: %w", name, d.Err)
+				default:
+					errs = append(errs, dstAcc.check(d, needDestWrite, needDestRead)...)
+				}
+			}
+			return joinRefusals(errs)
+		}); err != nil {
+			return nil, err
+		}
+	}
 
 	// Fresh metadata for IDs and partition counts: what was just created
 	// may not be in any cache yet.
-	topics := append(dstNames[:0:0], dstNames...)
-	for _, td := range selected {
-		topics = append(topics, td.Topic)
-	}
 	var pairs []Pair
 	err = retry(ctx, 20, metadataRetry, func() error {
 		pairs = pairs[:0]
@@ -150,27 +525,44 @@ func (s *session) destName(source string) string {
 }
 
 // createTopics creates the destination topics of the given source topics
-// with the source's partition count and retention settings.
+// with the source's partition count and retention settings. A source topic
+// whose settings cannot be read is an error: a topic created without them
+// could delete at the destination what the source keeps (a compacted
+// source mirrored into a topic that retention deletes, say).
 func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) error {
 	if len(sources) == 0 {
 		return nil
 	}
+	srcAcc, dstAcc := s.sourceAccess(), s.destAccess()
 	names := topicsOf(sources)
 	rcs, err := s.srcAdm.DescribeTopicConfigs(ctx, names...)
-	if err != nil {
+	if err != nil && !isAuthorization(err) {
 		return fmt.Errorf("describe source topic configs: %w", err)
 	}
 	for _, td := range sources {
+		rc, onErr := rcs.On(td.Topic, nil)
+		switch {
+		case onErr == nil && isAuthorization(rc.Err):
+			return srcAcc.refused(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.why, rc.Err)
+		case onErr == nil && rc.Err != nil:
+			return fmt.Errorf("describe the configs of source topic %s: %w", td.Topic, rc.Err)
+		case isAuthorization(err):
+			return srcAcc.refused(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.why, err)
+		case onErr != nil:
+			return fmt.Errorf("describe the configs of source topic %s: the answer does not hold the topic: %w", td.Topic, onErr)
+		}
 		srcCfg := map[string]*string{}
-		if rc, err := rcs.On(td.Topic, nil); err == nil {
-			for _, c := range rc.Configs {
-				srcCfg[c.Key] = c.Value
-			}
+		for _, c := range rc.Configs {
+			srcCfg[c.Key] = c.Value
 		}
 		name := s.destName(td.Topic)
 		rf := s.l.cfg.Link.DestinationReplicationFactor
 		_, err := s.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), rf, createConfigs(srcCfg), name)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		switch {
+		case isAuthorization(err):
+			return dstAcc.refused(kmsg.ACLOperationCreate, name,
+				"mirrord creates a destination topic that does not exist; grant Create on the topic or on the cluster, or create the topic beforehand", err)
+		case err != nil && !errors.Is(err, kerr.TopicAlreadyExists):
 			return fmt.Errorf("create destination topic %s (%d partitions, replication factor %d): %w",
 				name, len(td.Partitions), rf, err)
 		}
@@ -184,12 +576,13 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 }
 
 // retry runs fn until it succeeds, ctx ends or attempts run out, waiting
-// after each failure as policy says.
+// after each failure as policy says. An authorization refusal ends it at
+// once: waiting does not grant a permission.
 func retry(ctx context.Context, attempts int, policy backoff.Policy, fn func() error) error {
 	var err error
 	for i := 1; i <= attempts; i++ {
-		if err = fn(); err == nil {
-			return nil
+		if err = fn(); err == nil || isAuthorization(err) {
+			return err
 		}
 		if !sleep(ctx, policy.Wait(i)) {
 			return ctx.Err()

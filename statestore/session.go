@@ -174,7 +174,7 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 	id, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("begin state session of link %q: init producer id for transactional.id %s: %w", link, TransactionalID(link), err)
+		return nil, fmt.Errorf("begin state session of link %q: init producer id for transactional.id %s: %w", link, TransactionalID(link), s.explain(link, err))
 	}
 	now := s.deps.Now()
 	sess := &Session{
@@ -352,8 +352,27 @@ func (s *Session) fail(op string, err error) error {
 		s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w: %w", s.link, s.epoch, op, ErrFenced, err)
 		return s.err
 	}
-	s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w", s.link, s.epoch, op, err)
+	s.err = fmt.Errorf("state session of link %q (epoch %d): %s: %w", s.link, s.epoch, op, s.store.explain(s.link, err))
 	return s.err
+}
+
+// explain names the permission behind an authorization refusal of a
+// session's transactional requests; other errors pass unchanged. The
+// transactional producer's FindCoordinator needs Describe on the
+// transactional ID, InitProducerId, AddPartitionsToTxn, Produce and EndTxn
+// need Write on it (Write implies Describe), and its Produce needs Write on
+// the state topic.
+func (s *Store) explain(link string, err error) error {
+	switch {
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return fmt.Errorf("the destination cluster does not allow %s Write on TransactionalId:%s (each session of link %q takes it with InitProducerId, which fences the previous session, and commits every state transaction with it; Write implies the Describe that finding its coordinator needs; see docs/acls.md): %w",
+			s.principal(), TransactionalID(link), link, err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		return s.refused(needWrite, err)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fmt.Errorf("the destination cluster refused %s a cluster operation for the state session of link %q (see docs/acls.md): %w", s.principal(), link, err)
+	}
+	return err
 }
 
 // Err is the failure that ended the session, or nil.

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -57,6 +58,10 @@ type Config struct {
 	// ReplicationFactor is the replication factor Ensure creates the topic
 	// with. Default -1: the broker's default.replication.factor.
 	ReplicationFactor int16
+	// Principal names the Kafka principal of the destination credentials
+	// in errors about a missing ACL (dial.Principal). Default "the
+	// link's principal".
+	Principal string
 }
 
 // validate fills defaults and reports every problem at once, each under the
@@ -193,8 +198,92 @@ func (s *Store) Close() {
 	}
 }
 
+// What a session needs on the state topic (docs/acls.md), checked by
+// Ensure from the operations the destination reports for the principal
+// (KIP-430), so that a permission needed only later (Read, for the replay
+// of a topic that holds records; DescribeConfigs, at the next start) fails
+// the first start already.
+var (
+	needRead            = need{kmsg.ACLOperationRead, "Read", "mirrord replays the state topic when a session begins and when partitions join"}
+	needWrite           = need{kmsg.ACLOperationWrite, "Write", "every state transaction (checkpoints, barriers, salts, the session's lease) writes it"}
+	needDescribeConfigs = need{kmsg.ACLOperationDescribeConfigs, "DescribeConfigs", "mirrord checks that an existing state topic is compacted"}
+	needDescribe        = need{kmsg.ACLOperationDescribe, "Describe", "the link's state topic: mirrord needs Read, Write and DescribeConfigs on it, which imply Describe, and Create unless it exists"}
+	needCreate          = need{kmsg.ACLOperationCreate, "Create", "mirrord creates the state topic when it does not exist; grant Create on it or on the cluster, or create it beforehand with cleanup.policy=compact"}
+)
+
+// need is an operation a session needs on the state topic, and why.
+type need struct {
+	op   kmsg.ACLOperation
+	name string // as kafka-acls.sh --operation spells it
+	why  string
+}
+
+// refused is the error for an operation the destination does not allow the
+// principal on the state topic; it wraps cause.
+func (s *Store) refused(n need, cause error) error {
+	return fmt.Errorf("the destination cluster does not allow %s %s on Topic:%s (%s; see docs/acls.md): %w",
+		s.principal(), n.name, s.cfg.Topic, n.why, cause)
+}
+
+// principal is how errors name the principal.
+func (s *Store) principal() string {
+	if s.cfg.Principal == "" {
+		return "the link's principal"
+	}
+	return s.cfg.Principal
+}
+
+// isAuthorization reports whether err is a Kafka authorization refusal.
+func isAuthorization(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed)
+}
+
+// describe returns the state topic's metadata with the operations the
+// principal may perform on it (empty when the broker does not say).
+func (s *Store) describe(ctx context.Context, cl *kgo.Client) (kmsg.MetadataResponseTopic, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	req.IncludeTopicAuthorizedOperations = true
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(s.cfg.Topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return kmsg.MetadataResponseTopic{}, fmt.Errorf("metadata of state topic %q: %w", s.cfg.Topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == s.cfg.Topic {
+			return t, nil
+		}
+	}
+	return kmsg.MetadataResponseTopic{}, fmt.Errorf("metadata of state topic %q: the answer does not hold the topic", s.cfg.Topic)
+}
+
+// checkAccess returns the refusals among needs of the operations t reports.
+func (s *Store) checkAccess(t kmsg.MetadataResponseTopic, needs ...need) error {
+	ops := kadm.DecodeACLOperations(t.AuthorizedOperations)
+	if len(ops) == 0 {
+		return nil // not reported (Kafka before 2.3): the requests will say
+	}
+	var errs []error
+	for _, n := range needs {
+		if !slices.Contains(ops, n.op) {
+			errs = append(errs, s.refused(n, kerr.TopicAuthorizationFailed))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Ensure creates the state topic with cleanup.policy=compact if it is
-// missing. If it exists, its cleanup.policy must be exactly compact:
+// missing, and checks that the destination lets the principal do what a
+// session does with it: Read, Write and DescribeConfigs (Describe is
+// implied), and Create only when the topic is missing, so that an operator
+// may create it beforehand and grant no Create. A missing permission is an
+// error that names it and the topic.
+//
+// If the topic exists, its cleanup.policy must be exactly compact:
 // "delete" and "compact,delete" both let retention remove the only copy of
 // a salt, checkpoint or link record that is still in use (a salt may stay
 // in use for as long as its producer lives, far beyond any retention), so
@@ -206,22 +295,52 @@ func (s *Store) Ensure(ctx context.Context) error {
 		return err
 	}
 	adm := kadm.NewClient(cl)
-	compact := "compact"
-	_, err = adm.CreateTopic(ctx, s.cfg.Partitions, s.cfg.ReplicationFactor, map[string]*string{"cleanup.policy": &compact}, s.cfg.Topic)
-	switch {
-	case err == nil:
-		s.log.Info("created state topic", "partitions", s.cfg.Partitions, "replication_factor", s.cfg.ReplicationFactor)
+	t, err := s.describe(ctx, cl)
+	if err != nil {
+		return err
+	}
+	created := false
+	switch err := kerr.ErrorForCode(t.ErrorCode); {
+	case isAuthorization(err):
+		return s.refused(needDescribe, err)
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		compact := "compact"
+		_, err := adm.CreateTopic(ctx, s.cfg.Partitions, s.cfg.ReplicationFactor, map[string]*string{"cleanup.policy": &compact}, s.cfg.Topic)
+		switch {
+		case err == nil:
+			s.log.Info("created state topic", "partitions", s.cfg.Partitions, "replication_factor", s.cfg.ReplicationFactor)
+			created = true
+		case errors.Is(err, kerr.TopicAlreadyExists): // another agent was first
+		case isAuthorization(err):
+			return s.refused(needCreate, err)
+		default:
+			return fmt.Errorf("create state topic %q: %w", s.cfg.Topic, err)
+		}
+		if t, err = s.waitCreated(ctx, cl); err != nil {
+			return err
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); isAuthorization(err) {
+			return s.refused(needDescribe, err)
+		}
+	case err != nil && !kerr.IsRetriable(err):
+		return fmt.Errorf("metadata of state topic %q: %w", s.cfg.Topic, err)
+	}
+	if err := s.checkAccess(t, needRead, needWrite, needDescribeConfigs); err != nil {
+		return err
+	}
+	if created {
 		return nil
-	case !errors.Is(err, kerr.TopicAlreadyExists):
-		return fmt.Errorf("create state topic %q: %w", s.cfg.Topic, err)
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, s.cfg.Topic)
-	if err != nil {
-		return fmt.Errorf("describe state topic %q: %w", s.cfg.Topic, err)
-	}
-	rc, err := rcs.On(s.cfg.Topic, nil)
+	var rc kadm.ResourceConfig
 	if err == nil {
-		err = rc.Err
+		rc, err = rcs.On(s.cfg.Topic, nil)
+		if err == nil {
+			err = rc.Err
+		}
+	}
+	if isAuthorization(err) {
+		return s.refused(needDescribeConfigs, err)
 	}
 	if err != nil {
 		return fmt.Errorf("describe state topic %q: %w", s.cfg.Topic, err)
@@ -238,6 +357,26 @@ func (s *Store) Ensure(ctx context.Context) error {
 			"or set the link's state_topic to a new topic: %w", s.cfg.Topic, policy, s.cfg.Topic, ErrNotCompacted)
 	}
 	return nil
+}
+
+// waitCreated waits, a few seconds at most, until a state topic just
+// created (here or by another agent) shows in the metadata; the topic's
+// entry as last answered is returned either way.
+func (s *Store) waitCreated(ctx context.Context, cl *kgo.Client) (kmsg.MetadataResponseTopic, error) {
+	var t kmsg.MetadataResponseTopic
+	for i := 0; i < 50; i++ {
+		var err error
+		if t, err = s.describe(ctx, cl); err != nil {
+			return t, err
+		}
+		if !errors.Is(kerr.ErrorForCode(t.ErrorCode), kerr.UnknownTopicOrPartition) {
+			return t, nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return t, fmt.Errorf("state topic %q: waiting for its metadata after creating it: %w", s.cfg.Topic, err)
+		}
+	}
+	return t, nil
 }
 
 // normalizePolicy sorts and dedups a cleanup.policy list.
@@ -277,6 +416,9 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topic
 	md, err := adm.Metadata(ctx, topic)
+	if isAuthorization(err) {
+		return s.refused(needDescribe, err)
+	}
 	if err != nil {
 		return fmt.Errorf("metadata of state topic %q: %w", topic, err)
 	}
@@ -291,12 +433,18 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	if err == nil {
 		err = starts.Error()
 	}
+	if isAuthorization(err) {
+		return s.refused(needDescribe, err)
+	}
 	if err != nil {
 		return fmt.Errorf("start offsets of state topic %q: %w", topic, err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
+	}
+	if isAuthorization(err) {
+		return s.refused(needDescribe, err)
 	}
 	if err != nil {
 		return fmt.Errorf("end offsets of state topic %q: %w", topic, err)
@@ -361,6 +509,8 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 				return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, err)
 			}
 			continue
+		case isAuthorization(fp.Err):
+			return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, r.s.refused(needRead, fp.Err))
 		default:
 			return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, fp.Err)
 		}

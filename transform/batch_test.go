@@ -816,7 +816,7 @@ func produceFlushed(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 	ctx := testCtx(t)
 	var mu sync.Mutex
 	var errs []error
-	for _, r := range recs {
+	for i, r := range recs {
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
@@ -824,6 +824,9 @@ func produceFlushed(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 				mu.Unlock()
 			}
 		})
+		if i == 0 {
+			waitTopicLoaded(t, cl, r)
+		}
 	}
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
@@ -832,6 +835,30 @@ func produceFlushed(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 	defer mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitTopicLoaded waits until cl's producer knows the partitions of r's
+// topic. A record of a topic the client has not loaded waits outside any
+// partition; if the metadata arrives while Flush runs, kgo moves the waiting
+// records into the partition one by one and drains after each, so a flush can
+// send them as two batches (the flake "source holds 4 batches, want 3").
+// Loaded before the rest are produced, all of them join one batch.
+func waitTopicLoaded(t testing.TB, cl *kgo.Client, r *kgo.Record) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leader, _, err := cl.PartitionLeader(r.Topic, 0)
+		if err != nil {
+			t.Fatalf("load topic %s: %v", r.Topic, err)
+		}
+		if leader >= 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client did not load topic %s within 10s", r.Topic)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

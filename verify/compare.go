@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -49,6 +50,11 @@ type rec struct {
 	*kgo.Record
 	baseSeq int32 // base sequence of the carrying batch
 	first   bool  // first record this side returned from its batch
+	// appendTime: a source record of a batch stamped LogAppendTime,
+	// whose mirror (a CreateTime topic) shows mirrorTime, the create
+	// time its producer gave it (README: LogAppendTime sources).
+	appendTime bool
+	mirrorTime time.Time
 }
 
 // feed yields a side's records in offset order, a chunk at a time, and
@@ -303,6 +309,10 @@ func lookahead(ctx context.Context, c *cursor, r *rec) (*rec, error) {
 // contentDiff names the first content field in which a and b differ, with
 // a's and b's version of it; "" if they are equal.
 func contentDiff(a, b *rec) (field, av, bv string) {
+	if b.appendTime && !a.appendTime { // the source record second (lookahead)
+		f, bv, av := contentDiff(b, a)
+		return f, av, bv
+	}
 	switch {
 	case !bytesEqual(a.Key, b.Key):
 		return FieldKey, showBytes(a.Key), showBytes(b.Key)
@@ -310,6 +320,11 @@ func contentDiff(a, b *rec) (field, av, bv string) {
 		return FieldValue, showBytes(a.Value), showBytes(b.Value)
 	case !headersEqual(a.Headers, b.Headers):
 		return FieldHeaders, showHeaders(a.Headers), showHeaders(b.Headers)
+	case a.appendTime:
+		if a.mirrorTime.UnixMilli() != b.Timestamp.UnixMilli() || b.Attrs.TimestampType() != 0 {
+			return FieldTimestamp, fmt.Sprintf("%d (create time, of a record the source stamped with log append time %d)",
+				a.mirrorTime.UnixMilli(), a.Timestamp.UnixMilli()), showTimestamp(b)
+		}
 	case a.Timestamp.UnixMilli() != b.Timestamp.UnixMilli() || a.Attrs.TimestampType() != b.Attrs.TimestampType():
 		return FieldTimestamp, showTimestamp(a), showTimestamp(b)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +35,9 @@ type trec struct {
 	headers    []kgo.RecordHeader
 	ts         int64
 	logAppend  bool
+	// created: the create time of a source record stamped with log
+	// append time ts (what its mirror shows).
+	created int64
 }
 
 func (b tbatch) clone() tbatch {
@@ -96,6 +100,8 @@ func flatten(bs []tbatch, dense bool) []rec {
 				attrs.TimestampType = 1
 			}
 			out = append(out, rec{
+				appendTime: r.logAppend && !dense,
+				mirrorTime: time.UnixMilli(r.created),
 				Record: &kgo.Record{
 					Key: r.key, Value: r.value, Headers: r.headers,
 					Timestamp:     time.UnixMilli(r.ts),
@@ -124,6 +130,25 @@ func sliceFeed(recs []rec) feed {
 		recs = recs[n:]
 		return chunk, nil
 	}
+}
+
+// logAppendSource stamps batch 1 of the source with log append time.
+func logAppendSource(bs []tbatch) []tbatch {
+	for i := range bs[1].recs {
+		r := &bs[1].recs[i]
+		r.created, r.ts, r.logAppend = r.ts, 9000, true
+	}
+	return bs
+}
+
+// createTimesOf is what a destination broker makes of a mirrored batch of
+// logAppendSource: a CreateTime batch with the records' create times.
+func createTimesOf(bs []tbatch) []tbatch {
+	for i := range bs[1].recs {
+		r := &bs[1].recs[i]
+		r.ts, r.logAppend = r.created, false
+	}
+	return bs
 }
 
 type wantDiff struct {
@@ -175,6 +200,22 @@ func TestComparator(t *testing.T) {
 			want: &wantDiff{FieldTimestamp, 13, 9}},
 		{name: "timestamp type", dst: func(bs []tbatch) []tbatch { bs[3].recs[0].logAppend = true; return bs },
 			want: &wantDiff{FieldTimestamp, 12, 8}},
+		{name: "log append time source", src: logAppendSource, dst: func(bs []tbatch) []tbatch {
+			return createTimesOf(bs)
+		}, records: 10},
+		{name: "log append time source, append time kept", src: logAppendSource,
+			want: &wantDiff{FieldTimestamp, 6, 3}},
+		{name: "log append time source, append times as create times", src: logAppendSource, dst: func(bs []tbatch) []tbatch {
+			for i := range bs[1].recs {
+				bs[1].recs[i].logAppend = false
+			}
+			return bs
+		}, want: &wantDiff{FieldTimestamp, 6, 3}},
+		{name: "log append time source, record missing", src: logAppendSource, dst: func(bs []tbatch) []tbatch {
+			bs = createTimesOf(bs)
+			bs[1].recs = bs[1].recs[1:]
+			return bs
+		}, want: &wantDiff{FieldMissing, 6, -1}},
 		{name: "record missing in the middle", dst: func(bs []tbatch) []tbatch {
 			bs[0].recs = slices.Delete(bs[0].recs, 1, 2)
 			return bs
@@ -407,8 +448,10 @@ func TestBatchSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []span{{100, 102, 17}, {103, 103, -1}}
-	if !slices.Equal(spans, want) {
+	want := []span{{base: 100, last: 102, baseSeq: 17}, {base: 103, last: 103, baseSeq: -1}}
+	if !slices.EqualFunc(spans, want, func(a, b span) bool {
+		return a.base == b.base && a.last == b.last && a.baseSeq == b.baseSeq && a.raw == nil
+	}) {
 		t.Fatalf("spans %v, want %v", spans, want)
 	}
 	legacy := slices.Clone(b1)
@@ -429,4 +472,42 @@ func testBatch(base int64, lastDelta, seq int32) []byte {
 	be.PutUint32(b[posLastOffsetDelta:], uint32(lastDelta))
 	be.PutUint32(b[posBaseSequence:], uint32(seq))
 	return b
+}
+
+// A batch the broker stamped with LogAppendTime keeps its records' create
+// times (first timestamp plus each record's delta); createTimes reads them
+// through every codec, and batchSpans hands such a batch over for it.
+func TestCreateTimes(t *testing.T) {
+	const appendTime = 1_800_000_000_000
+	for _, codec := range []int8{0, 1, 2, 3, 4} {
+		var recs []trecord
+		want := map[int64]int64{}
+		for k := range 5 {
+			ts := int64(1_700_000_000_000 + k*k*11)
+			recs = append(recs, trecord{key: fmt.Appendf(nil, "k%d", k), value: []byte(strings.Repeat("v", 50)), ts: ts})
+			want[40+int64(k)] = ts
+		}
+		b := encodeBatch(t, recs, codec, -1, -1, -1)
+		binary.BigEndian.PutUint64(b, 40)
+		plain := slices.Clone(b)
+		b[posAttributes+1] |= attrLogAppendTime
+		binary.BigEndian.PutUint64(b[posFirstTimestamp+8:], appendTime) // max timestamp: the append time
+		spans, err := batchSpans(slices.Concat(plain, b), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(spans) != 2 || spans[0].raw != nil || !slices.Equal(spans[1].raw, b) {
+			t.Fatalf("codec %d: spans %v: want the second (LogAppendTime) batch's bytes only", codec, spans)
+		}
+		got, err := createTimes(spans[1].raw, kgo.DefaultDecompressor())
+		if err != nil {
+			t.Fatalf("codec %d: %v", codec, err)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("codec %d: create times %v, want %v", codec, got, want)
+		}
+		if _, err := createTimes(b[:len(b)-10], kgo.DefaultDecompressor()); err == nil {
+			t.Errorf("codec %d: a truncated batch decoded", codec)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -42,6 +43,7 @@ type side struct {
 	partition int32
 	leader    int32
 	committed bool // READ_COMMITTED
+	source    bool // the source side: its LogAppendTime batches' mirrors show create times
 	start     int64
 	end       int64
 }
@@ -91,7 +93,7 @@ func snapshot(ctx context.Context, cfg Config) ([]job, error) {
 		for p, leader := range sm.leaders {
 			j := job{srcTopic: st, dstTopic: dt, partition: p}
 			r := srcRanges[partKey{st, p}]
-			j.src = &side{cl: cfg.Source, role: "source", topic: st, id: sm.id, partition: p, leader: leader, committed: true, start: r.start, end: r.end}
+			j.src = &side{cl: cfg.Source, role: "source", topic: st, id: sm.id, partition: p, leader: leader, committed: true, source: true, start: r.start, end: r.end}
 			if dl, ok := dm.leaders[p]; ok {
 				r := dstRanges[partKey{dt, p}]
 				j.dst = &side{cl: cfg.Destination, role: "destination", topic: dt, id: dm.id, partition: p, leader: dl, start: r.start, end: r.end}
@@ -219,9 +221,11 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 		iso = kgo.ReadCommitted()
 	}
 	var (
-		spans    []span
-		lastBase int64 = -1 // base offset of the batch of the last record sent
-		stalls   int
+		spans       []span
+		lastBase    int64 = -1 // base offset of the batch of the last record sent
+		stalls      int
+		created     map[int64]int64 // create times of the LogAppendTime batch at createdBase
+		createdBase int64
 	)
 	for offset := s.start; offset < s.end; {
 		rp, err := s.fetch(ctx, offset)
@@ -252,7 +256,25 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 			if j == len(spans) || r.Offset < spans[j].base {
 				return fmt.Errorf("%s: record at offset %d lies outside every batch's offset range: %w", s, r.Offset, ErrCorrupt)
 			}
-			chunk = append(chunk, rec{Record: r, baseSeq: spans[j].baseSeq, first: spans[j].base != lastBase})
+			rc := rec{Record: r, baseSeq: spans[j].baseSeq, first: spans[j].base != lastBase}
+			if spans[j].raw != nil && s.source {
+				// A source record of a LogAppendTime batch: a mirror,
+				// a CreateTime topic, shows the create time its
+				// producer gave it, which kgo does not report for such
+				// a batch (it reports the append time).
+				if created == nil || createdBase != spans[j].base {
+					if created, err = createTimes(spans[j].raw, dec); err != nil {
+						return fmt.Errorf("%s at offset %d: %w: %w", s, spans[j].base, ErrCorrupt, err)
+					}
+					createdBase = spans[j].base
+				}
+				ts, ok := created[r.Offset]
+				if !ok {
+					return fmt.Errorf("%s: record at offset %d is not in its LogAppendTime batch: %w", s, r.Offset, ErrCorrupt)
+				}
+				rc.mirrorTime, rc.appendTime = time.UnixMilli(ts), true
+			}
+			chunk = append(chunk, rc)
 			lastBase = spans[j].base
 		}
 		if next <= offset {
@@ -398,12 +420,19 @@ func sleep(ctx context.Context, n int) error {
 type span struct {
 	base, last int64 // first and last offset the batch covers
 	baseSeq    int32
+	// raw is the batch when the source broker stamped it with
+	// LogAppendTime (its records' own create times are then what a
+	// CreateTime mirror shows; see createTimes), else nil.
+	raw []byte
 }
 
 // Positions in a v2 record batch header (DESIGN §5).
 const (
 	posLength          = 8
 	posMagic           = 16
+	posAttributes      = 21
+	posFirstTimestamp  = 27
+	attrLogAppendTime  = 0x08
 	posLastOffsetDelta = 23
 	posBaseSequence    = 53
 	batchHeaderSize    = 61
@@ -427,12 +456,47 @@ func batchSpans(b []byte, dst []span) ([]span, error) {
 			break
 		}
 		base := int64(binary.BigEndian.Uint64(b))
-		dst = append(dst, span{
+		sp := span{
 			base:    base,
 			last:    base + int64(int32(binary.BigEndian.Uint32(b[posLastOffsetDelta:]))),
 			baseSeq: int32(binary.BigEndian.Uint32(b[posBaseSequence:])),
-		})
+		}
+		if b[posAttributes+1]&attrLogAppendTime != 0 {
+			sp.raw = b[:length+lengthOverhead]
+		}
+		dst = append(dst, sp)
 		b = b[length+lengthOverhead:]
 	}
 	return dst, nil
+}
+
+// createTimes decodes the records of a v2 batch (decompressing them) and
+// returns each record's create time, by offset: the batch's first
+// timestamp plus the record's timestamp delta.
+func createTimes(b []byte, dec kgo.Decompressor) (map[int64]int64, error) {
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(b); err != nil {
+		return nil, fmt.Errorf("record batch: %w", err)
+	}
+	raw := rb.Records
+	if codec := byte(rb.Attributes & 0x07); codec != 0 {
+		var err error
+		if raw, err = dec.Decompress(rb.Records, kgo.CompressionCodecType(codec)); err != nil {
+			return nil, fmt.Errorf("decompress: %w", err)
+		}
+	}
+	out := make(map[int64]int64, rb.NumRecords)
+	rec := kmsg.NewRecord()
+	for i := range int(rb.NumRecords) {
+		length, n := kbin.Varint(raw)
+		if n <= 0 || length < 0 || int(length) > len(raw)-n {
+			return nil, fmt.Errorf("record %d of %d: bad length", i, rb.NumRecords)
+		}
+		if err := rec.ReadFrom(raw[:n+int(length)]); err != nil {
+			return nil, fmt.Errorf("record %d of %d: %w", i, rb.NumRecords, err)
+		}
+		raw = raw[n+int(length):]
+		out[rb.FirstOffset+int64(rec.OffsetDelta)] = rb.FirstTimestamp + rec.TimestampDelta64
+	}
+	return out, nil
 }

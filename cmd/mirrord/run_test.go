@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 )
 
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asMain) == "1" {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(mirrortest.Main(m))
 }
 
 // waitLimit is the generous deadline of every wait; it only keeps a broken
@@ -215,14 +216,23 @@ func (p *mirrordProcess) stderr() string {
 	return p.text.String()
 }
 
-// waitLog waits for a log line whose message starts with msg.
-func (p *mirrordProcess) waitLog(t *testing.T, msg string) map[string]any {
+// waitLog waits for a log line whose message starts with msg and that
+// every predicate given accepts.
+func (p *mirrordProcess) waitLog(t *testing.T, msg string, where ...func(map[string]any) bool) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
+	accept := func(l map[string]any) bool {
+		for _, w := range where {
+			if !w(l) {
+				return false
+			}
+		}
+		return true
+	}
 	for time.Now().Before(deadline) {
 		p.mu.Lock()
 		for _, l := range p.lines {
-			if m, _ := l["@message"].(string); strings.HasPrefix(m, msg) {
+			if m, _ := l["@message"].(string); strings.HasPrefix(m, msg) && accept(l) {
 				p.mu.Unlock()
 				return l
 			}

@@ -20,11 +20,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -202,6 +204,33 @@ func TokenSource(c *config.Cluster) (oauth.Source, error) {
 	return nil, fmt.Errorf("cluster %q: sasl OAUTHBEARER needs token_file or token_endpoint", c.Name)
 }
 
+// Principal is how errors name the Kafka principal of cluster c's
+// credentials, as a broker with Kafka's default principal builder and no
+// mapping rules sees it: User:<sasl.username> for PLAIN and SCRAM, the
+// subject of the token for OAUTHBEARER (the sub claim with Kafka's JWT
+// validators), the distinguished name of the client certificate for TLS
+// client authentication, User:ANONYMOUS for a PLAINTEXT or SSL listener
+// without one. A broker with ssl.principal.mapping.rules,
+// sasl.kerberos.principal.to.local.rules or its own principal.builder.class
+// may see another name; ACLs are written for the name it sees. Principal
+// does no I/O.
+func Principal(c *config.Cluster) string {
+	s := c.SASL
+	switch s.Mechanism {
+	case config.MechanismPlain, config.MechanismScramSHA256, config.MechanismScramSHA512:
+		return "User:" + s.Username
+	case config.MechanismOAuthBearer:
+		if s.TokenFile != "" {
+			return "the principal of the token in sasl.token_file (User:<its sub claim>)"
+		}
+		return fmt.Sprintf("the principal of the tokens of client %q (User:<their sub claim>)", s.ClientID)
+	}
+	if c.TLS.Enabled && c.TLS.CertFile != "" {
+		return "the principal of tls.cert_file (User:<its distinguished name>)"
+	}
+	return "User:ANONYMOUS"
+}
+
 // hook remembers what Ping needs to explain a failure: the cluster's
 // settings, and how many SASL exchanges a broker cut off.
 type hook struct {
@@ -244,6 +273,26 @@ func Ping(ctx context.Context, cl *kgo.Client) error {
 	return h.explain(err, h.saslCutOff.Load() > before)
 }
 
+// Explain wraps err, an error of a client built from Options(c) (a link's
+// request refused because a token expired, say), with what it means for
+// c's configuration as Ping explains it: ErrAuthentication for credentials
+// the broker refused, naming the keys to check, ErrTLS for a failed
+// handshake. Errors that are neither pass unchanged; an error already
+// explained is not explained twice.
+func Explain(c *config.Cluster, err error) error {
+	if err == nil || errors.Is(err, ErrAuthentication) || errors.Is(err, ErrTLS) {
+		return err
+	}
+	described := c.SASL
+	described.Password, described.ClientSecret = "", ""
+	h := &hook{cluster: c.Name, mechanism: c.SASL.Mechanism, user: c.SASL.Username, tls: c.TLS, sasl: described}
+	out := h.explain(err, false)
+	if !errors.Is(out, ErrAuthentication) && !errors.Is(out, ErrTLS) {
+		return err
+	}
+	return out
+}
+
 // explain wraps a connection error with what it means for the config.
 func (h *hook) explain(err error, saslCutOff bool) error {
 	who := fmt.Sprintf("SASL %s for user %q", h.mechanism, h.user)
@@ -261,6 +310,11 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 	case errors.Is(err, oauth.ErrTokenEndpoint), errors.Is(err, oauth.ErrBadTokenResponse), errors.Is(err, oauth.ErrTokenFile):
 		return fmt.Errorf("cluster %q: %w: no OAUTHBEARER token (%s): %w", h.cluster, ErrAuthentication, check, err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		if h.mechanism == config.MechanismOAuthBearer {
+			if why := oauthRefusal(err); why != "" {
+				return fmt.Errorf("cluster %q: %w: the broker refused %s: %s (%s): %w", h.cluster, ErrAuthentication, who, why, check, err)
+			}
+		}
 		return fmt.Errorf("cluster %q: %w: the broker refused %s (%s): %w", h.cluster, ErrAuthentication, who, check, err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return fmt.Errorf("cluster %q: %w: the broker does not offer SASL %s (set sasl.mechanism to one it offers): %w",
@@ -284,6 +338,39 @@ func (h *hook) explain(err error, saslCutOff bool) error {
 			h.cluster, ErrTLS, err)
 	}
 	return fmt.Errorf("cluster %q: ping: %w", h.cluster, err)
+}
+
+// oauthRefusal says in words what a broker's OAUTHBEARER error status
+// means (RFC 7628 section 3.2.2: the server's JSON, which Kafka passes on
+// as the message of SASL_AUTHENTICATION_FAILED, such as
+// {"status":"insufficient_scope", "scope":"[kafka]"}), or "" when err
+// carries none.
+func oauthRefusal(err error) string {
+	msg := err.Error()
+	i, j := strings.LastIndex(msg, "{"), strings.LastIndex(msg, "}")
+	if i < 0 || j < i {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+		Scope  string `json:"scope"`
+	}
+	if json.Unmarshal([]byte(msg[i:j+1]), &st) != nil {
+		return ""
+	}
+	switch st.Status {
+	case "invalid_token":
+		return "the broker found the token invalid (expired, not yet valid, or not signed or formed as it requires)"
+	case "insufficient_scope":
+		scope := strings.TrimSpace(strings.Trim(st.Scope, "[]"))
+		if scope == "" {
+			return "the token lacks a scope the broker requires"
+		}
+		return fmt.Sprintf("the token lacks the scope %q that the broker requires", scope)
+	case "":
+		return ""
+	}
+	return fmt.Sprintf("the broker answered status %q", st.Status)
 }
 
 // oauthWho describes an OAUTHBEARER login and what to check when the

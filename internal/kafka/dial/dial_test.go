@@ -555,3 +555,52 @@ func TestTokenSource(t *testing.T) {
 		t.Errorf("token %q, %v", tok, err)
 	}
 }
+
+// Guards the words for the error statuses Kafka's OAUTHBEARER server sends
+// (RFC 7628 section 3.2.2, as SASL_AUTHENTICATION_FAILED's message), and
+// that a refusal without one keeps its form.
+func TestExplainOAuthStatus(t *testing.T) {
+	h := &hook{cluster: "c", mechanism: config.MechanismOAuthBearer, sasl: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: "/run/token"}}
+	head := `cluster "c": authentication failed: the broker refused the SASL OAUTHBEARER token from sasl.token_file /run/token`
+	tail := ` (check that the file holds a token the broker accepts, and that it has not expired): SASL_AUTHENTICATION_FAILED: `
+	for _, tc := range []struct{ msg, want string }{
+		{`SASL Authentication failed.: {"status":"insufficient_scope", "scope":"[kafka]"}`,
+			head + ": the token lacks the scope \"kafka\" that the broker requires" + tail},
+		{`SASL Authentication failed.: {"status":"insufficient_scope", "scope":"[kafka, mirror]"}`,
+			head + ": the token lacks the scope \"kafka, mirror\" that the broker requires" + tail},
+		{`SASL Authentication failed.: {"status":"invalid_token"}`,
+			head + ": the broker found the token invalid (expired, not yet valid, or not signed or formed as it requires)" + tail},
+		{`SASL Authentication failed.: {"status":"invalid_request", "openid-configuration":"x"}`,
+			head + `: the broker answered status "invalid_request"` + tail},
+		{`Authentication failed: the token is not valid`, head + tail},
+		{`Authentication failed: {not json}`, head + tail},
+	} {
+		err := h.explain(fmt.Errorf("%w: %s", kerr.SaslAuthenticationFailed, tc.msg), false)
+		if !errors.Is(err, ErrAuthentication) || !strings.HasPrefix(err.Error(), tc.want) || !strings.HasSuffix(err.Error(), tc.msg) {
+			t.Errorf("explain(%q) =\n%v\nwant prefix\n%s", tc.msg, err, tc.want)
+		}
+	}
+}
+
+// Guards Explain, for errors a running client meets: a refused token is
+// explained with the file to check, other errors pass unchanged, and an
+// explained error is not wrapped twice.
+func TestExplain(t *testing.T) {
+	c := &config.Cluster{Name: "dst", SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: "/run/token"}}
+	refused := fmt.Errorf("commit: %w: SASL Authentication failed.: {\"status\":\"invalid_token\"}", kerr.SaslAuthenticationFailed)
+	err := Explain(c, refused)
+	want := `cluster "dst": authentication failed: the broker refused the SASL OAUTHBEARER token from sasl.token_file /run/token: the broker found the token invalid`
+	if !errors.Is(err, ErrAuthentication) || !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Explain(refused) =\n%v\nwant prefix\n%s", err, want)
+	}
+	if again := Explain(c, err); again != err {
+		t.Errorf("Explain twice: %v", again)
+	}
+	other := fmt.Errorf("produce: %w", kerr.NotLeaderForPartition)
+	if got := Explain(c, other); got != other {
+		t.Errorf("Explain(other) = %v, want it unchanged", got)
+	}
+	if Explain(c, nil) != nil {
+		t.Error("Explain(nil) is not nil")
+	}
+}

@@ -152,6 +152,8 @@ type Cluster struct {
 	Real    *realkafka.Cluster // real Kafka only
 	Client  *kgo.Client
 	Admin   *kadm.Client
+
+	opts []kgo.Opt // how the test's clients reach it, when not the plain default listener
 }
 
 // NewCluster returns a cluster with the given cluster ID: a fresh kfake
@@ -189,6 +191,20 @@ var brokerProps = map[string]string{
 	"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 
+// Wrap makes a Cluster of a real cluster the test started itself (with
+// listeners of its own), whose test clients connect with opts.
+func Wrap(t testing.TB, name string, real *realkafka.Cluster, opts ...kgo.Opt) *Cluster {
+	t.Helper()
+	c := &Cluster{Name: name, ID: real.ID(), Backend: Backend{Kafka: real.Version()}, Real: real, opts: opts}
+	cl, err := kgo.NewClient(c.Opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	c.Client, c.Admin = cl, kadm.NewClient(cl)
+	return c
+}
+
 // Addrs are the cluster's bootstrap addresses.
 func (c *Cluster) Addrs() []string {
 	if c.Real != nil {
@@ -198,7 +214,12 @@ func (c *Cluster) Addrs() []string {
 }
 
 // Opts are the kgo options that reach the cluster.
-func (c *Cluster) Opts() []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(c.Addrs()...)} }
+func (c *Cluster) Opts() []kgo.Opt {
+	if c.opts != nil {
+		return append([]kgo.Opt(nil), c.opts...)
+	}
+	return []kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}
+}
 
 // NewClient returns a client of the cluster with extra options, closed
 // when the test ends.

@@ -1,0 +1,135 @@
+package kafkatest_test
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+)
+
+// The tests here pin down where kfake differs from Apache Kafka in ways
+// mirrord's tests meet (docs/kafka-differences.md). Each asserts kfake's
+// behaviour as it is: when kfake changes, the test fails and the document
+// and the tests that work around the difference are due for a look.
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// LogAppendTime: Kafka stamps a batch by the topic's
+// message.timestamp.type, rewrites only the max timestamp and the type bit
+// and recomputes the CRC, so the records keep their create times
+// (LogValidator). kfake stamps by the batch's own type bit, ignoring the
+// topic config; overwrites the first timestamp too (losing the create
+// times); and keeps the CRC the producer sent, which no longer matches,
+// so a consumer that checks CRCs rejects the batch. Scenarios with a
+// LogAppendTime source therefore run on real Kafka only.
+func TestKfakeLogAppendTime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	cl := kafkatest.Client(t, c)
+	adm := kadm.NewClient(cl)
+	lat := "LogAppendTime"
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"message.timestamp.type": &lat}, "stamped"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "plain"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The topic config: a plain batch stays CreateTime.
+	created := time.UnixMilli(1_700_000_000_000)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "stamped", Value: []byte("v"), Timestamp: created}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	b := fetchFirst(ctx, t, cl, "stamped", 0)
+	if b.Attributes&0x08 != 0 || b.FirstTimestamp != created.UnixMilli() {
+		t.Errorf("kfake now honours message.timestamp.type=LogAppendTime (attributes %#x, first timestamp %d)", b.Attributes, b.FirstTimestamp)
+	}
+
+	// The type bit: kfake stamps, overwriting the first timestamp, and
+	// the CRC goes stale.
+	raw := batchtest.Build(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, FirstTimestamp: created.UnixMilli(), LogAppendTime: 1,
+		Records: []batchtest.Record{{Value: []byte("a"), OffsetDelta: -1}, {Value: []byte("b"), TimestampDelta: 5, OffsetDelta: -1}}})
+	produceRaw(ctx, t, cl, "plain", raw)
+	b = fetchFirst(ctx, t, cl, "plain", 0)
+	if b.Attributes&0x08 == 0 {
+		t.Fatalf("kfake did not stamp a batch with the LogAppendTime bit (attributes %#x)", b.Attributes)
+	}
+	if b.FirstTimestamp == created.UnixMilli() {
+		t.Errorf("kfake now keeps the first timestamp of a LogAppendTime batch, as Kafka does")
+	}
+	enc := b.AppendTo(nil)
+	if b.CRC == int32(crc32.Checksum(enc[21:], crc32c)) {
+		t.Errorf("kfake now recomputes the CRC of a batch it stamps, as Kafka does")
+	}
+}
+
+// produceRaw appends one raw batch (acks=all).
+func produceRaw(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, batch []byte) {
+	t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = -1, 10_000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = topic, topicID(ctx, t, cl, topic)
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		t.Fatalf("produce to %s: %v", topic, err)
+	}
+}
+
+// fetchFirst returns the first batch of a partition, as stored.
+func fetchFirst(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, p int32) kmsg.RecordBatch {
+	t.Helper()
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MaxBytes, req.SessionEpoch = -1, 100, 1<<20, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = topic, topicID(ctx, t, cl, topic)
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.PartitionMaxBytes = p, 1<<20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+		t.Fatalf("fetch %s[%d]: %v", topic, p, err)
+	}
+	if len(part.RecordBatches) < 12 {
+		t.Fatalf("fetch %s[%d]: no batch", topic, p)
+	}
+	n := int(binary.BigEndian.Uint32(part.RecordBatches[8:])) + 12
+	var b kmsg.RecordBatch
+	if err := b.ReadFrom(part.RecordBatches[:n]); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// topicID is a topic's ID: the newest Produce and Fetch versions name
+// topics by ID.
+func topicID(ctx context.Context, t *testing.T, cl *kgo.Client, topic string) [16]byte {
+	t.Helper()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return td[topic].ID
+}

@@ -1,0 +1,535 @@
+package link
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
+	"github.com/seed83556561/mirrord/statestore"
+)
+
+// The least-privilege tests (docs/acls.md): a source and a destination
+// cluster with KRaft's StandardAuthorizer, no access for anyone without an
+// ACL, the PLAINTEXT listeners (the launcher's CONTROLLER and INTERNAL, and
+// the tests' own PLAINTEXT admin listener) as super user User:ANONYMOUS,
+// and a SASL_PLAINTEXT listener with SCRAM-SHA-512 through which mirrord
+// connects as a principal of its own, with exactly the ACLs docs/acls.md
+// lists.
+
+const aclPassword = "acl-test-pass-5e1f"
+
+// aclBrokerProps switch the authorizer on.
+var aclBrokerProps = map[string]string{
+	"authorizer.class.name":            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+	"super.users":                      "User:ANONYMOUS",
+	"allow.everyone.if.no.acl.found":   "false",
+	"group.initial.rebalance.delay.ms": "0",
+	"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+
+// aclCluster is one cluster of the least-privilege tests: the embedded
+// mirrortest cluster's clients use the PLAINTEXT listener (super user),
+// scram is the address of the listener mirrord uses.
+type aclCluster struct {
+	*cluster
+	scram []string
+}
+
+// aclClusters returns the package's source and destination cluster with an
+// authorizer for version b.Kafka, started on first use.
+func aclClusters(t *testing.T, b mirrortest.Backend) (src, dst *aclCluster) {
+	t.Helper()
+	mk := func(name, id string) *aclCluster {
+		rc := realkafka.Shared(t, "acl/"+b.Kafka+"/"+name, realkafka.Config{
+			Version:   b.Kafka,
+			ClusterID: id,
+			Listeners: []realkafka.Listener{
+				{Name: "PLAINTEXT", Protocol: realkafka.Plaintext},
+				{Name: "SCRAM", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.ScramSHA512}},
+			},
+			BrokerProps: aclBrokerProps,
+		})
+		c := &cluster{Name: name, ID: id, Backend: b, Real: rc}
+		cl, err := kgo.NewClient(c.Opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		c.Client, c.Admin = cl, kadm.NewClient(cl)
+		return &aclCluster{cluster: c, scram: rc.ListenerAddrs("SCRAM")}
+	}
+	return mk("src", kafkatest.SourceClusterID), mk("dst", kafkatest.DestClusterID)
+}
+
+// principalFor is a SCRAM user of the test's own on both clusters: every
+// case of a test gets its own principal, so that ACLs of one case never
+// help another.
+func principalFor(t *testing.T, src, dst *aclCluster) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(t.Name()))
+	user := "mirror-" + hex.EncodeToString(sum[:4])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []*aclCluster{src, dst} {
+		res, err := c.Admin.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: aclPassword}})
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
+			t.Fatalf("create SCRAM user %s on %s: %v", user, c.Name, err)
+		}
+	}
+	for _, c := range []*aclCluster{src, dst} {
+		cc := scramCluster(c, user)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := pingOnce(ctx, &cc)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("SCRAM user %s cannot log in to %s: %v", user, c.Name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return user
+}
+
+func pingOnce(ctx context.Context, c *config.Cluster) error {
+	opts, err := dial.Options(c)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return dial.Ping(ctx, cl)
+}
+
+// scramCluster is the cluster block mirrord uses for c as user.
+func scramCluster(c *aclCluster, user string) config.Cluster {
+	return config.Cluster{
+		Name: c.Name, BootstrapServers: c.scram, ClientID: "mirrord",
+		SASL: config.SASL{Mechanism: config.MechanismScramSHA512, Username: user, Password: aclPassword},
+	}
+}
+
+// aclLinkConfig is e.linkConfig with the clusters reached as user through
+// the SCRAM listeners.
+func aclLinkConfig(e *env, name string, src, dst *aclCluster, user string, topics ...string) Config {
+	cfg := e.linkConfig(name, src.cluster, dst.cluster, topics...)
+	cfg.Source, cfg.Destination = scramCluster(src, user), scramCluster(dst, user)
+	return cfg
+}
+
+// grant is one ACL: an operation allowed to the principal on a resource
+// (literal pattern, any host).
+type grant struct {
+	cluster string // "src" or "dst"
+	typ     kmsg.ACLResourceType
+	name    string
+	op      kadm.ACLOperation
+}
+
+func (g grant) String() string {
+	return fmt.Sprintf("%s %s:%s %s", g.cluster, g.typ, g.name, g.op)
+}
+
+// leastPrivilege are the ACLs of docs/acls.md for a link, by key: what a
+// case leaves out or adds is named by the key.
+//
+//	source      Topic <each source topic>       Read, DescribeConfigs
+//	destination Topic <each destination topic>  Create, Write, Read, Alter
+//	destination Topic <state topic>             Create, Read, Write, DescribeConfigs
+//	destination TransactionalId mirrord.<link>  Write
+//
+// Describe is implied by Read, Write (and Alter); nothing on the cluster
+// resource is needed (no IdempotentWrite).
+func leastPrivilege(cfg Config, srcTopics []string) map[string][]grant {
+	var dstTopics []string
+	for _, st := range srcTopics {
+		dstTopics = append(dstTopics, cfg.Link.DestinationTopic(st, cfg.Source.Name))
+	}
+	out := map[string][]grant{}
+	add := func(key, cluster string, typ kmsg.ACLResourceType, names []string, op kadm.ACLOperation) {
+		for _, n := range names {
+			out[key] = append(out[key], grant{cluster, typ, n, op})
+		}
+	}
+	topic, txn := kmsg.ACLResourceTypeTopic, kmsg.ACLResourceTypeTransactionalId
+	add("src.topic.Read", "src", topic, srcTopics, kadm.OpRead)
+	add("src.topic.DescribeConfigs", "src", topic, srcTopics, kadm.OpDescribeConfigs)
+	add("dst.topic.Create", "dst", topic, dstTopics, kadm.OpCreate)
+	add("dst.topic.Write", "dst", topic, dstTopics, kadm.OpWrite)
+	add("dst.topic.Read", "dst", topic, dstTopics, kadm.OpRead)
+	add("dst.topic.Alter", "dst", topic, dstTopics, kadm.OpAlter)
+	state := []string{cfg.Link.StateTopic}
+	add("dst.state.Create", "dst", topic, state, kadm.OpCreate)
+	add("dst.state.Read", "dst", topic, state, kadm.OpRead)
+	add("dst.state.Write", "dst", topic, state, kadm.OpWrite)
+	add("dst.state.DescribeConfigs", "dst", topic, state, kadm.OpDescribeConfigs)
+	add("dst.txn.Write", "dst", txn, []string{statestore.TransactionalID(cfg.Link.Name)}, kadm.OpWrite)
+	// Not in the least set; cases add them.
+	add("+src.topic.Describe", "src", topic, srcTopics, kadm.OpDescribe)
+	add("+dst.txn.Describe", "dst", txn, []string{statestore.TransactionalID(cfg.Link.Name)}, kadm.OpDescribe)
+	return out
+}
+
+// grants returns the least set without the keys in drop, plus the keys in
+// extra.
+func grants(set map[string][]grant, drop []string, extra ...string) []grant {
+	var out []grant
+	for k, gs := range set {
+		if strings.HasPrefix(k, "+") || slices.Contains(drop, k) {
+			continue
+		}
+		out = append(out, gs...)
+	}
+	for _, k := range extra {
+		if set[k] == nil {
+			panic("no grant " + k)
+		}
+		out = append(out, set[k]...)
+	}
+	return out
+}
+
+// allow creates the ACLs for user and waits until each cluster's broker
+// lists them (a StandardAuthorizer applies ACLs from the metadata log, a
+// moment after CreateAcls answered).
+func allow(t *testing.T, user string, src, dst *aclCluster, gs []grant) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	principal := "User:" + user
+	want := map[string]int{}
+	for _, g := range gs {
+		c := src
+		if g.cluster == "dst" {
+			c = dst
+		}
+		b := kadm.NewACLs().Allow(principal).AllowHosts("*").Operations(g.op).ResourcePatternType(kadm.ACLPatternLiteral)
+		switch g.typ {
+		case kmsg.ACLResourceTypeTopic:
+			b.Topics(g.name)
+		case kmsg.ACLResourceTypeTransactionalId:
+			b.TransactionalIDs(g.name)
+		default:
+			t.Fatalf("grant %v: resource type not handled", g)
+		}
+		res, err := c.Admin.CreateACLs(ctx, b)
+		if err == nil {
+			for _, r := range res {
+				err = errors.Join(err, r.Err)
+			}
+		}
+		if err != nil {
+			t.Fatalf("create ACL %v: %v", g, err)
+		}
+		want[g.cluster]++
+	}
+	t.Logf("ACLs of %s: %v", principal, gs)
+	for name, c := range map[string]*aclCluster{"src": src, "dst": dst} {
+		for {
+			res, err := c.Admin.DescribeACLs(ctx, kadm.NewACLs().AnyResource().Allow(principal).AllowHosts().
+				Operations(kadm.OpAny).ResourcePatternType(kadm.ACLPatternAny))
+			n := 0
+			if err == nil {
+				for _, r := range res {
+					n += len(r.Described)
+				}
+			}
+			if err == nil && n >= want[name] {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("ACLs of %s on %s: %d of %d listed (%v)", principal, name, n, want[name], err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// logTap keeps what a link logs, and passes it to the test log.
+type logTap struct {
+	t  *testing.T
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *logTap) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.b.Write(p)
+	w.mu.Unlock()
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func (w *logTap) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// startSCRAMLink runs a link whose clients are built by dial from the
+// configuration's cluster blocks, as the agent builds them, and whose log
+// is kept.
+func startSCRAMLink(t *testing.T, cfg Config, name string) (*testLink, *logTap) {
+	t.Helper()
+	srcOpts, err := dial.Options(&cfg.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstOpts, err := dial.Options(&cfg.Destination)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := &logTap{t: t}
+	lg := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: tap, DisableTime: true})
+	return startLinkWith(t, cfg, Deps{Logger: lg, SourceOpts: srcOpts, DestinationOpts: dstOpts}), tap
+}
+
+// Guards that mirrord runs with exactly the ACLs docs/acls.md lists, and no
+// more: a link of two topics (one with retention settings to copy), three
+// kinds of producers, a source topic that grows while the link mirrors
+// (Alter at the destination), and a crash and restart (replay of a state
+// topic that holds records, its cleanup.policy checked, reconciliation
+// reading the destination, a new session fencing the old one), checked
+// record by record.
+func TestLeastPrivilegeACLs(t *testing.T) {
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		start := time.Now()
+		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		src, dst := aclClusters(t, b)
+		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+		orders, events := e.topic("orders"), e.topic("events")
+		src.CreateTopic(t, orders, 3, nil)
+		src.CreateTopic(t, events, 1, map[string]*string{
+			"retention.ms": kadm.StringPtr("86400000"), "max.message.bytes": kadm.StringPtr("2097152"),
+		})
+		user := principalFor(t, src, dst)
+		cfg := aclLinkConfig(e, "acl", src, dst, user, "orders", "events")
+		allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{orders, events}), nil))
+
+		p := newProduced()
+		load(t, src.cluster, p, idempotent, 3, e.topic("i1"), 300, orders, events)
+		load(t, src.cluster, p, transactional, 4, e.topic("t1"), 210, orders, events)
+		load(t, src.cluster, p, plain, 1, e.topic("p1"), 120, orders)
+
+		l, _ := startSCRAMLink(t, cfg, "acl")
+		l.waitState(t, Mirroring, 90*time.Second)
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
+		exactlyOnce(t, dst.cluster, p, orders, events)
+
+		// The created destination topic copied the source's settings,
+		// which took DescribeConfigs at the source.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		rcs, err := dst.Admin.DescribeTopicConfigs(ctx, events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, _ := rcs.On(events, nil)
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				got[c.Key] = *c.Value
+			}
+		}
+		for k, v := range map[string]string{"retention.ms": "86400000", "max.message.bytes": "2097152", "compression.type": "producer", "message.timestamp.type": "CreateTime"} {
+			if got[k] != v {
+				t.Errorf("destination topic %s: %s=%q, want %q", events, k, got[k], v)
+			}
+		}
+
+		// The source topic grows: the link adds the partition at the
+		// destination (Alter) while it mirrors.
+		if _, err := src.Admin.CreatePartitions(ctx, 1, orders); err != nil {
+			t.Fatal(err)
+		}
+		src.WaitTopic(t, orders, 4)
+		dst.WaitTopic(t, orders, 4)
+		load(t, src.cluster, p, idempotent, 0, e.topic("i2"), 200, orders)
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
+
+		// A crash: the next session replays a state topic with records,
+		// checks its cleanup.policy, fences the old session and reconciles
+		// the destination tails.
+		load(t, src.cluster, p, transactional, 2, e.topic("t2"), 140, orders, events)
+		l.stop(t, true)
+		load(t, src.cluster, p, plain, 4, e.topic("p2"), 100, orders, events)
+		l2, _ := startSCRAMLink(t, cfg, "acl-2")
+		l2.waitState(t, Mirroring, 90*time.Second)
+		load(t, src.cluster, p, idempotent, 2, e.topic("i3"), 100, orders, events)
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
+		n := exactlyOnce(t, dst.cluster, p, orders, events)
+		for _, x := range []*testLink{l, l2} {
+			if st := x.Status(); st.LastError != "" {
+				t.Errorf("link %s failed on the way (the ACLs were not enough?): %s", st.Name, st.LastError)
+			}
+		}
+		t.Logf("%d committed records mirrored with the least ACLs", n)
+	})
+}
+
+// aclCase is one permission left out of the least set (or one case where
+// the least set holds less than usual), and what the link must say.
+type aclCase struct {
+	name  string
+	drop  []string // keys of leastPrivilege left out
+	extra []string // keys added
+	// setup prepares topics beyond the source topic (3 partitions), with
+	// the case's names.
+	setup func(t *testing.T, e *env, src, dst *aclCluster)
+	// include replaces the link's topics pattern (a pattern that names
+	// no topic, say).
+	include string
+	// want is what LastError and the log must contain, with {user},
+	// {topic} (the source topic, also its destination's name),
+	// {state} and {link} replaced. Empty: the link must mirror.
+	want string
+	// logOnly: the link cannot fail (the topic is invisible to it); want
+	// is in its log and it mirrors nothing.
+	logOnly bool
+}
+
+// Guards that a link with one permission of docs/acls.md left out says
+// which permission on which resource is missing, in its status and its
+// log, at once: not a retry loop, a silently skipped topic or a failure
+// days later. Also guards the cases where a permission is not needed
+// (topics created beforehand).
+func TestMissingACLs(t *testing.T) {
+	cases := []aclCase{
+		{name: "source topic Read", drop: []string{"src.topic.Read"}, extra: []string{"+src.topic.Describe"},
+			want: `source cluster "src" does not allow User:{user} Read on Topic:{topic} (mirrord fetches the topic's batches; it may Describe, DescribeConfigs; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "source topic Describe, topic named", drop: []string{"src.topic.Read", "src.topic.DescribeConfigs"},
+			want: `source cluster "src" does not allow User:{user} Describe on Topic:{topic} (the link's topics name it, and Kafka lists only the topics the principal may describe; Read implies Describe; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "source topic Describe, topic matched by a pattern", drop: []string{"src.topic.Read", "src.topic.DescribeConfigs"},
+			include: "{prefix}top.*", logOnly: true,
+			want: `no source topic matches the link's topics among those the source lists: Kafka lists only the topics the principal may describe, so a topic without Describe (or Read, which implies it) is left out without a word (see docs/acls.md)`},
+		{name: "source topic DescribeConfigs", drop: []string{"src.topic.DescribeConfigs"},
+			want: `source cluster "src" does not allow User:{user} DescribeConfigs on Topic:{topic} (mirrord reads cleanup.policy, retention.ms, retention.bytes and max.message.bytes to create the destination topic with them; or create the destination topic beforehand; it may Describe, Read; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "destination topic Create", drop: []string{"dst.topic.Create"},
+			want: `destination cluster "dst" does not allow User:{user} Create on Topic:{topic} (mirrord creates a destination topic that does not exist; grant Create on the topic or on the cluster, or create the topic beforehand; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "destination topic Write", drop: []string{"dst.topic.Write"},
+			want: `destination cluster "dst" does not allow User:{user} Write on Topic:{topic} (mirrord appends the mirrored batches; it may Alter, Create, Describe, Read; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "destination topic Read", drop: []string{"dst.topic.Read"},
+			want: `destination cluster "dst" does not allow User:{user} Read on Topic:{topic} (mirrord reads the destination partitions to reconcile after a restart and to settle appends of unknown outcome; it may Alter, Create, Describe, Write; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "destination topic Alter", drop: []string{"dst.topic.Alter"},
+			setup: func(t *testing.T, e *env, src, dst *aclCluster) { dst.CreateTopic(t, e.topic("topic"), 1, nil) },
+			want:  `destination cluster "dst" does not allow User:{user} Alter on Topic:{topic} (mirrord adds partitions to a destination topic when its source topic has more; it may Create, Describe, Read, Write; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "state topic Create", drop: []string{"dst.state.Create"},
+			want: `the destination cluster does not allow the link's principal Create on Topic:{state} (mirrord creates the state topic when it does not exist; grant Create on it or on the cluster, or create it beforehand with cleanup.policy=compact; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "state topic Describe", drop: []string{"dst.state.Create", "dst.state.Read", "dst.state.Write", "dst.state.DescribeConfigs"},
+			want: `the destination cluster does not allow the link's principal Describe on Topic:{state} (the link's state topic: mirrord needs Read, Write and DescribeConfigs on it, which imply Describe, and Create unless it exists; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "state topic Read", drop: []string{"dst.state.Read"},
+			want: `the destination cluster does not allow the link's principal Read on Topic:{state} (mirrord replays the state topic when a session begins and when partitions join; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "state topic Write", drop: []string{"dst.state.Write"},
+			want: `the destination cluster does not allow the link's principal Write on Topic:{state} (every state transaction (checkpoints, barriers, salts, the session's lease) writes it; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "state topic DescribeConfigs", drop: []string{"dst.state.DescribeConfigs"},
+			want: `the destination cluster does not allow the link's principal DescribeConfigs on Topic:{state} (mirrord checks that an existing state topic is compacted; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "transactional ID Write and Describe", drop: []string{"dst.txn.Write"},
+			want: `begin state session of link "{link}": init producer id for transactional.id mirrord.{link}: the destination cluster does not allow the link's principal Write on TransactionalId:mirrord.{link} (each session of link "{link}" takes it with InitProducerId, which fences the previous session, and commits every state transaction with it; Write implies the Describe that finding its coordinator needs; see docs/acls.md)`},
+		{name: "transactional ID Write", drop: []string{"dst.txn.Write"}, extra: []string{"+dst.txn.Describe"},
+			want: `begin state session of link "{link}": init producer id for transactional.id mirrord.{link}: the destination cluster does not allow the link's principal Write on TransactionalId:mirrord.{link} (each session of link "{link}" takes it with InitProducerId, which fences the previous session, and commits every state transaction with it; Write implies the Describe that finding its coordinator needs; see docs/acls.md)`},
+		{name: "topics created beforehand need no Create and no DescribeConfigs",
+			drop: []string{"src.topic.DescribeConfigs", "dst.topic.Create", "dst.state.Create"},
+			setup: func(t *testing.T, e *env, src, dst *aclCluster) {
+				dst.CreateTopic(t, e.topic("topic"), 3, nil)
+				dst.CreateTopic(t, e.stateTopic(), 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
+			}},
+	}
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		start := time.Now()
+		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		src, dst := aclClusters(t, b)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) { missingACL(t, b, src, dst, tc) })
+		}
+	})
+}
+
+func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc aclCase) {
+	e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+	topic := e.topic("topic")
+	src.CreateTopic(t, topic, 3, nil)
+	if tc.setup != nil {
+		tc.setup(t, e, src, dst)
+	}
+	user := principalFor(t, src, dst)
+	cfg := aclLinkConfig(e, "l", src, dst, user, "topic")
+	if tc.include != "" {
+		re, err := config.TopicPattern(strings.ReplaceAll(tc.include, "{prefix}", regexp.QuoteMeta(e.n.Of(""))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Link.Include = []*regexp.Regexp{re}
+	}
+	allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{topic}), tc.drop, tc.extra...))
+	p := newProduced()
+	load(t, src.cluster, p, idempotent, 3, e.topic("i"), 60, topic)
+
+	l, tap := startSCRAMLink(t, cfg, tc.name)
+	if tc.want == "" {
+		l.waitState(t, Mirroring, 60*time.Second)
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 60*time.Second)
+		exactlyOnce(t, dst.cluster, p, topic)
+		return
+	}
+	want := strings.NewReplacer("{user}", user, "{topic}", topic, "{state}", e.stateTopic(), "{link}", cfg.Link.Name).Replace(tc.want)
+	began := time.Now()
+	deadline := began.Add(30 * time.Second)
+	for {
+		st := l.Status()
+		inLog := logSays(tap.String(), want)
+		if tc.logOnly && inLog && st.State == Mirroring {
+			if len(st.Partitions) != 0 || st.LastError != "" {
+				t.Errorf("link mirrors %d partitions, last error %q; want none and none", len(st.Partitions), st.LastError)
+			}
+			break
+		}
+		if !tc.logOnly && inLog && strings.Contains(st.LastError, want) && strings.Contains(st.LastError, "AUTHORIZATION_FAILED") {
+			if st.State != Failed && st.State != Preparing {
+				t.Errorf("link state %s with last error %q, want FAILED (or PREPARING again after the backoff)", st.State, st.LastError)
+			}
+			if n := l.prepared.Load(); n != 0 {
+				t.Errorf("the link reached MIRRORING %d times; a missing permission must stop it in PREPARING", n)
+			}
+			t.Logf("after %s: %s", time.Since(began).Round(time.Millisecond), st.LastError)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: state %s, last error:\n%s\nwant it (and the log) to contain:\n%s", time.Since(began).Round(time.Millisecond), st.State, st.LastError, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logSays reports whether a link's log holds msg, as it is or as hclog
+// quotes an error value.
+func logSays(log, msg string) bool {
+	q := strconv.Quote(msg)
+	return strings.Contains(log, msg) || strings.Contains(log, q[1:len(q)-1])
+}

@@ -1,0 +1,184 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/internal/testkit/oauthtest"
+	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
+)
+
+// oauthCluster is a cluster of the OAUTHBEARER link test: the embedded
+// mirrortest cluster's clients use the PLAINTEXT listener; oauth is the
+// listener mirrord uses, with Kafka's unsecured validator requiring the
+// scope "kafka", on brokers that make every connection re-authenticate
+// after 10 s (KIP-368).
+type oauthCluster struct {
+	*cluster
+	oauth []string
+}
+
+func oauthClusters(t *testing.T, b mirrortest.Backend) (src, dst *oauthCluster) {
+	t.Helper()
+	mk := func(name, id string) *oauthCluster {
+		rc := realkafka.Shared(t, "oauth/"+b.Kafka+"/"+name, realkafka.Config{
+			Version:   b.Kafka,
+			ClusterID: id,
+			Listeners: []realkafka.Listener{
+				{Name: "PLAINTEXT", Protocol: realkafka.Plaintext},
+				{Name: "OAUTH", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.OAuthBearer}, Props: map[string]string{
+					"oauthbearer.sasl.jaas.config": `org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin" unsecuredValidatorRequiredScope="kafka";`,
+				}},
+			},
+			BrokerProps: map[string]string{
+				"connections.max.reauth.ms":                                   "10000",
+				"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+			},
+		})
+		c := &cluster{Name: name, ID: id, Backend: b, Real: rc}
+		cl, err := kgo.NewClient(c.Opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		c.Client, c.Admin = cl, kadm.NewClient(cl)
+		return &oauthCluster{cluster: c, oauth: rc.ListenerAddrs("OAUTH")}
+	}
+	return mk("src", kafkatest.SourceClusterID), mk("dst", kafkatest.DestClusterID)
+}
+
+// authHooks count, for every client of a link, the connections opened and
+// the SASL authentications on them.
+type authHooks struct {
+	connects, auths, authErrs atomic.Int64
+}
+
+func (a *authHooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		a.connects.Add(1)
+	}
+}
+
+func (a *authHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key != int16(kmsg.SASLAuthenticate) {
+		return
+	}
+	if e2e.Err() != nil {
+		a.authErrs.Add(1)
+		return
+	}
+	a.auths.Add(1)
+}
+
+// Guards a link that reaches both clusters with SASL OAUTHBEARER tokens
+// from token_file on Kafka's own broker half, with what a token sidecar
+// does: tokens of 15 s, the file replaced every 5 s, brokers that ask every
+// connection to re-authenticate after 10 s. A link that kept the first
+// token would be refused at its first re-authentication after 15 s; this
+// one mirrors for 40 s without an error, checked record by record.
+func TestOAuthBearerLink(t *testing.T) {
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		start := time.Now()
+		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		src, dst := oauthClusters(t, b)
+		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+		topic := e.topic("o")
+		src.CreateTopic(t, topic, 2, nil)
+
+		dir := t.TempDir()
+		srcToken, dstToken := filepath.Join(dir, "src-token"), filepath.Join(dir, "dst-token")
+		var written atomic.Int64
+		write := func() {
+			for _, f := range []struct{ path, sub string }{{srcToken, "mirror-src"}, {dstToken, "mirror-dst"}} {
+				tmp := f.path + ".tmp" // through a rename, as Kubernetes swaps a mounted secret
+				if err := os.WriteFile(tmp, []byte(oauthtest.UnsecuredJWT(f.sub, time.Now(), 15*time.Second, "kafka")+"\n"), 0o600); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := os.Rename(tmp, f.path); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			written.Add(1)
+		}
+		write()
+		sidecar, stopSidecar := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sidecar.Done():
+					return
+				case <-tick.C:
+					write()
+				}
+			}
+		})
+
+		cfg := e.linkConfig("oauth", src.cluster, dst.cluster, "o")
+		cfg.Source = config.Cluster{Name: "src", BootstrapServers: src.oauth, ClientID: "mirrord",
+			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: srcToken}}
+		cfg.Destination = config.Cluster{Name: "dst", BootstrapServers: dst.oauth, ClientID: "mirrord",
+			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: dstToken, Extensions: map[string]string{"logicalCluster": "lkc-dst"}}}
+		var hooks authHooks
+		srcOpts, err := dial.Options(&cfg.Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dstOpts, err := dial.Options(&cfg.Destination)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := startLinkWith(t, cfg, Deps{
+			Logger:          testLogger(t, "oauth"),
+			SourceOpts:      append(srcOpts, kgo.WithHooks(&hooks)),
+			DestinationOpts: append(dstOpts, kgo.WithHooks(&hooks)),
+		})
+		// The link stops (cleanup, LIFO) before the sidecar does.
+		t.Cleanup(func() { stopSidecar(); wg.Wait() })
+
+		p := newProduced()
+		load(t, src.cluster, p, idempotent, 3, e.topic("i0"), 200, topic)
+		l.waitState(t, Mirroring, 90*time.Second)
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("o"), 60*time.Second)
+		mirroring := time.Now()
+		for i := 1; time.Since(mirroring) < 40*time.Second; i++ {
+			kind := []mirrortest.Kind{idempotent, transactional, plain}[i%3]
+			load(t, src.cluster, p, kind, i%5, e.topic(fmt.Sprintf("r%d", i)), 70, topic)
+			time.Sleep(4 * time.Second)
+		}
+		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("o"), 60*time.Second)
+		n := exactlyOnce(t, dst.cluster, p, topic)
+
+		st := l.Status()
+		if st.LastError != "" || l.prepared.Load() != 1 || st.State != Mirroring {
+			t.Errorf("link %s: state %s, prepared %d times, last error %q; want MIRRORING throughout", st.Name, st.State, l.prepared.Load(), st.LastError)
+		}
+		if hooks.authErrs.Load() > 0 {
+			t.Errorf("%d SASL authentications failed", hooks.authErrs.Load())
+		}
+		a, c := hooks.auths.Load(), hooks.connects.Load()
+		if a <= c {
+			t.Errorf("%d authentications on %d connections over %s: no re-authentication", a, c, time.Since(mirroring).Round(time.Second))
+		}
+		t.Logf("%d records mirrored through OAUTHBEARER; token files written %d times; %d authentications on %d connections", n, written.Load(), a, c)
+	})
+}

@@ -1,0 +1,203 @@
+package link
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
+)
+
+// failRequests makes cluster c fail requests of key while fail says so,
+// given the request and how many of the key came so far (a failed request
+// is one the broker drops the connection on, as a broker that dies
+// mid-request does), and counts the failures.
+func failRequests(c *cluster, key kmsg.Key, fail func(req kmsg.Request, n int32) bool) *atomic.Int32 {
+	var n, failed atomic.Int32
+	c.Fake.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake.KeepControl()
+		if !fail(req, n.Add(1)) {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		return nil, kerr.UnknownServerError, true
+	})
+	return &failed
+}
+
+// Each step of PREPARING that fails fails the session with an error that
+// names the step; the link goes FAILED, is counted, retries after the
+// backoff, and then mirrors exactly.
+func TestPrepareFailuresRecover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dst  bool // the destination cluster fails, else the source
+		key  kmsg.Key
+		says string
+	}{
+		{"source cluster ID", false, kmsg.Metadata, "cluster src: read cluster ID"},
+		{"destination cluster ID", true, kmsg.Metadata, "cluster dst: read cluster ID"},
+		{"state topic creation", true, kmsg.CreateTopics, `create state topic "__mirror_state"`},
+		{"state session", true, kmsg.InitProducerID, "begin state session"},
+		{"source topic configs", false, kmsg.DescribeConfigs, "describe source topic configs"},
+		{"state topic offsets", true, kmsg.ListOffsets, `start offsets of state topic "__mirror_state"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := onKfake(t)
+			src := e.cluster(t, "src", kafkatest.SourceClusterID)
+			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+			src.CreateTopic(t, "t", 2, nil)
+			p := newProduced()
+			load(t, src, p, idempotent, 0, "one", 40, "t")
+			c := src
+			if tc.dst {
+				c = dst
+			}
+			// Fail until the link has failed: a client may retry a
+			// request whose connection closed, so failing one request
+			// would not always fail the step.
+			var failing atomic.Bool
+			failing.Store(true)
+			failed := failRequests(c, tc.key, func(req kmsg.Request, _ int32) bool {
+				if lr, ok := req.(*kmsg.ListOffsetsRequest); ok && (len(lr.Topics) == 0 || lr.Topics[0].Topic != "__mirror_state") {
+					return false // only the state topic's offsets
+				}
+				return failing.Load()
+			})
+			l := startLink(t, e.linkConfig("prep", src, dst, "t"), src, dst, "prep")
+			l.waitState(t, Failed, 30*time.Second)
+			failing.Store(false)
+			if st := l.Status(); failed.Load() == 0 || !strings.Contains(st.LastError, tc.says) {
+				t.Errorf("%d requests failed; last error %q, want an error that says %q", failed.Load(), st.LastError, tc.says)
+			}
+			l.waitState(t, Mirroring, 30*time.Second)
+			load(t, src, p, transactional, 1, "two", 40, "t")
+			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+			exactlyOnce(t, dst, p, "t")
+			if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got < 1 {
+				t.Errorf("errors_total{kind=other} = %v, want the failure counted", got)
+			}
+		})
+	}
+}
+
+// A FAILED link obeys the operator: a pause while it waits out its backoff
+// pauses it, and a resume retries at once instead of waiting for the
+// backoff (here a minute).
+func TestFailedLinkPauseAndResume(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 30, "t")
+	var broken atomic.Bool
+	broken.Store(true)
+	failRequests(dst, kmsg.InitProducerID, func(kmsg.Request, int32) bool { return broken.Load() })
+	cfg := e.linkConfig("failed", src, dst, "t")
+	cfg.Tuning.BackoffBase, cfg.Tuning.BackoffMax = time.Minute, time.Minute
+	l := startLink(t, cfg, src, dst, "failed")
+	l.waitState(t, Failed, 30*time.Second)
+	l.Pause()
+	l.waitState(t, Paused, 10*time.Second)
+	l.Resume() // still broken: prepares, fails again
+	l.waitState(t, Failed, 10*time.Second)
+	if st := l.Status(); !strings.Contains(st.LastError, "begin state session") {
+		t.Errorf("last error %q does not name the failed step", st.LastError)
+	}
+	broken.Store(false)
+	start := time.Now()
+	l.Resume()
+	l.waitState(t, Mirroring, 10*time.Second) // well within the minute of backoff
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t")
+	t.Logf("resumed to MIRRORING %s after the resume", time.Since(start).Round(time.Millisecond))
+}
+
+// A link that waits out a crashed predecessor's lease obeys a pause at
+// once (it does not sit out the wait first), and after a resume waits the
+// rest, reconciles and mirrors exactly.
+func TestPauseWhileWaitingOutLease(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 30, "t")
+	cfg := e.linkConfig("waiting", src, dst, "t")
+	cfg.Link.SessionTimeout, cfg.Link.CheckpointInterval = 6*time.Second, time.Second
+	a := startLink(t, cfg, src, dst, "A")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	a.stop(t, true)
+
+	logs := &logtest.Buffer{}
+	b := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "waiting out the previous session's lease") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new session did not wait out the crashed one's lease:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Pause()
+	b.waitState(t, Paused, 4*time.Second) // the lease has about 6 s left
+	load(t, src, p, plain, 1, "two", 30, "t")
+	b.Resume()
+	b.waitState(t, Mirroring, 30*time.Second)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t")
+}
+
+// A missing ACL met while mirroring (here: the destination refuses to
+// create a new topic's mirror) does not stop what the link mirrors, and
+// shows in last_error until it is granted; then the new topic is mirrored.
+func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	src.CreateTopic(t, "t", 1, nil)
+	p := newProduced()
+	load(t, src, p, idempotent, 0, "one", 20, "t")
+	l := startLink(t, e.linkConfig("refused", src, dst, "t", "late"), src, dst, "refused")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+
+	var refusing atomic.Bool
+	refusing.Store(true)
+	dst.Fake.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dst.Fake.KeepControl()
+		cr := req.(*kmsg.CreateTopicsRequest)
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		resp := cr.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range cr.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	src.CreateTopic(t, "late", 1, nil)
+	load(t, src, p, idempotent, 1, "late", 20, "late")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(l.Status().LastError, "TOPIC_AUTHORIZATION_FAILED") {
+		if time.Now().After(deadline) {
+			t.Fatalf("last error %q does not show the refusal", l.Status().LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := l.Status(); st.State != Mirroring {
+		t.Fatalf("state %s: a refusal for a new topic must not stop the link", st.State)
+	}
+	load(t, src, p, plain, 2, "two", 20, "t")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	refusing.Store(false)
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "late": "late"}, 30*time.Second)
+	exactlyOnce(t, dst, p, "t", "late")
+}
