@@ -188,8 +188,14 @@ func (r *Report) Write(w io.Writer) {
 	} else if c.LoadLinger > 0 {
 		linger = fmt.Sprintf(", linger %s", c.LoadLinger)
 	}
-	fmt.Fprintf(w, "Source: %d MiB of 1 KiB values, keys and two headers per record, in %d topics of %d partitions, loaded in %s by idempotent kgo producers (%s%s).  \n",
-		c.Size>>20, len(r.Topics), c.Partitions, r.LoadTime.Round(1e6), batch, linger)
+	if c.Profile == ProfileLatency {
+		// The latency profile loads nothing beforehand: its source is the
+		// steady producer of each run (the "Latency:" line below).
+		fmt.Fprintf(w, "Source: per run, a fresh topic of %d partitions written at a steady rate (below); 1 KiB values, keys and two headers per record.  \n", c.Partitions)
+	} else {
+		fmt.Fprintf(w, "Source: %d MiB of 1 KiB values, keys and two headers per record, in %d topics of %d partitions, loaded in %s by idempotent kgo producers (%s%s).  \n",
+			c.Size>>20, len(r.Topics), c.Partitions, r.LoadTime.Round(1e6), batch, linger)
+	}
 	for _, t := range r.Topics {
 		fmt.Fprintf(w, "`%s`: %d records, %.1f MB payload, %.1f MB stored (%.2fx).  \n", t.Name, t.Records, float64(t.PayloadBytes)/1e6, float64(t.Bytes)/1e6, float64(t.PayloadBytes)/float64(t.Bytes))
 	}

@@ -60,6 +60,9 @@ func TestReportVerdicts(t *testing.T) {
 	if !strings.Contains(out.String(), "| none | mirrord | 1 | 10 | 3.0 | 9.0 / 9.0 | 12.0 |") {
 		t.Errorf("latency table missing:\n%s", out.String())
 	}
+	if strings.Contains(out.String(), "loaded in") {
+		t.Errorf("latency report describes a load it did not do:\n%s", out.String())
+	}
 	if strings.Contains(out.String(), "MB/s steady") {
 		t.Errorf("latency report prints an empty throughput table:\n%s", out.String())
 	}
