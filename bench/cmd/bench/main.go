@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/seed83556561/mirrord/bench/harness"
 )
@@ -26,10 +27,19 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-func run(args []string) int {
+// options are the flags that harness.Config does not hold as they are.
+type options struct {
+	size, buffered, codecs, sides, batch, mm2Props *string
+	samples                                        *bool
+	linger                                         *time.Duration
+	partitions                                     *int
+}
+
+// flags defines the command's flags: into cfg where a field holds the
+// value as it is, into the returned options where it must be parsed.
+func flags(cfg *harness.Config) (*flag.FlagSet, options) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var (
-		cfg      harness.Config
 		size     = fs.String("size", "1GiB", "source data over all codec topics: bytes, or a number with KiB, MiB, GiB")
 		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
 		codecs   = fs.String("codecs", "", "codec topics to load and mirror (default lz4,zstd,none; none for -profile latency)")
@@ -59,9 +69,18 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary work directory")
 	fs.DurationVar(&cfg.RunTimeout, "run-timeout", harness.DefaultRunTimeout, "limit of one mirror run")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level of the mirrors (their logs are in the work directory)")
+	return fs, options{size: size, buffered: buffered, codecs: codecs, sides: sides, batch: batch, mm2Props: mm2Props,
+		samples: samples, linger: linger, partitions: partitions}
+}
+
+func run(args []string) int {
+	var cfg harness.Config
+	fs, o := flags(&cfg)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	size, buffered, codecs, sides, batch, mm2Props := o.size, o.buffered, o.codecs, o.sides, o.batch, o.mm2Props
+	samples, linger, partitions := o.samples, o.linger, o.partitions
 	var err error
 	if cfg.Size, err = parseSize(*size); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: -size: %v\n", err)
