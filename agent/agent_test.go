@@ -230,6 +230,16 @@ func (r *running) waitCaughtUp(t *testing.T, ends map[int32]int64) apiStatus {
 		}
 		return true, ""
 	})
+	// Caught up, the time lag is known and zero, for the link and every
+	// partition.
+	if last.LagSeconds == nil || *last.LagSeconds != 0 {
+		t.Fatalf("caught up, the link's lag_seconds is %v, want 0", last.LagSeconds)
+	}
+	for _, p := range last.Partitions {
+		if p.LagSeconds == nil || *p.LagSeconds != 0 {
+			t.Fatalf("caught up, partition %d's lag_seconds is %v, want 0", p.Partition, p.LagSeconds)
+		}
+	}
 	return last
 }
 

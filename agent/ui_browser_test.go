@@ -361,6 +361,25 @@ func mustJSON(t *testing.T, v any) string {
 	return string(s)
 }
 
+// pageDuration is format.js's duration of a number of seconds: the largest
+// unit and the one after it ("8m 18s", "45s").
+func pageDuration(seconds float64) string {
+	s := int64(seconds)
+	units := []struct {
+		name string
+		size int64
+	}{{"d", 86400}, {"h", 3600}, {"m", 60}, {"s", 1}}
+	i := 0
+	for i < len(units)-1 && s < units[i].size {
+		i++
+	}
+	first := fmt.Sprintf("%d%s", s/units[i].size, units[i].name)
+	if i == len(units)-1 {
+		return first
+	}
+	return fmt.Sprintf("%s %d%s", first, s%units[i].size/units[i+1].size, units[i+1].name)
+}
+
 // bigStatus is a link of 1000 partitions over ten topics with varied
 // offsets and lags.
 func bigStatus(records int64) link.Status {
@@ -377,11 +396,15 @@ func bigStatus(records int64) link.Status {
 		if i%3 == 0 {
 			lag = 0
 		}
-		st.Partitions = append(st.Partitions, link.PartitionStatus{
+		ps := link.PartitionStatus{
 			SourceTopic: fmt.Sprintf("topic-%02d", i/100), DestinationTopic: fmt.Sprintf("mirror.topic-%02d", i/100), Partition: int32(i % 100),
 			SourceNextOffset: hw - lag, DestNextOffset: (hw - lag) * 9 / 10, HighWatermark: hw, Lag: lag,
 			CheckpointSource: hw - lag - 100, CheckpointDest: (hw - lag - 100) * 9 / 10,
-		})
+		}
+		if i%50 != 1 { // every fiftieth partition's time lag is not known yet
+			ps.LagSeconds = new(float64(lag) / 10)
+		}
+		st.Partitions = append(st.Partitions, ps)
 		st.Lag += lag
 	}
 	return st
@@ -532,6 +555,31 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		[]string{"group", "state", "lag records", "billing", "Stable", "12", "audit", "Empty", "0"}) {
 		t.Errorf("the groups section shows %q", got)
 	}
+
+	// The lag in time: sorted by it, the most lagging partition first,
+	// and, reversed, the partitions whose time lag is not known yet.
+	lagTime := func() []string {
+		return eval[[]string](b, `[...document.querySelectorAll('.link[data-link="big"] .parts tbody tr:not([hidden])')].map(tr => tr.cells[6].textContent)`)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="lag_seconds"]`)))
+	b.waitFor("sorted by lag in time", card("big", `th:nth-child(7)`)+".getAttribute('aria-sort') === 'descending'")
+	var most float64
+	for _, p := range st.Partitions {
+		if p.LagSeconds != nil {
+			most = max(most, *p.LagSeconds)
+		}
+	}
+	if got, want := lagTime(), pageDuration(most); got[0] != want {
+		t.Errorf("sorted by lag in time, the first row shows %q, want %q (the most lagging partition: %gs)", got[0], want, most)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="lag_seconds"]`)))
+	b.waitFor("sorted by lag in time, ascending", card("big", `th:nth-child(7)`)+".getAttribute('aria-sort') === 'ascending'")
+	if got := lagTime(); len(got) != 50 || got[0] != "—" || got[19] != "—" || got[20] != "0s" {
+		t.Errorf("sorted by lag in time, ascending: the first page shows %q, want 20 unknown (—) then 0s", got)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="source_high_watermark"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="source_high_watermark"]`)))
+	b.waitFor("sorted by high watermark again", hwSort+" === 'ascending'")
 
 	// Paging and the filter.
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] .next`)))

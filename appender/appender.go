@@ -263,8 +263,8 @@ func New(cfg Config, deps Deps) (*Appender, error) {
 			errs = append(errs, err)
 		}
 		if v := deps.Client.OptValues(kgo.BrokerMaxWriteBytes); len(v) == 1 {
-			if max, ok := v[0].(int32); ok && cfg.MaxRequestBytes > max {
-				errs = append(errs, fmt.Errorf("MaxRequestBytes: %d is more than the client's BrokerMaxWriteBytes %d", cfg.MaxRequestBytes, max))
+			if limit, ok := v[0].(int32); ok && cfg.MaxRequestBytes > limit {
+				errs = append(errs, fmt.Errorf("MaxRequestBytes: %d is more than the client's BrokerMaxWriteBytes %d", cfg.MaxRequestBytes, limit))
 			}
 		}
 	}

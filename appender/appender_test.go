@@ -856,13 +856,13 @@ func TestCancelInFlight(t *testing.T) {
 // are split over requests by MaxRequestBytes, and a batch larger than it
 // goes alone.
 func TestMaxRequestBytes(t *testing.T) {
-	const max = 4 << 10
-	h := newHarness(t, harnessOpts{cfg: Config{MaxRequestBytes: max}, noRun: true})
+	const limit = 4 << 10
+	h := newHarness(t, harnessOpts{cfg: Config{MaxRequestBytes: limit}, noRun: true})
 	ps := h.createTopic("sized", 8, nil)
 	sizes := make(map[int32]int)
 	recs := func(i int) int {
 		if i == 0 {
-			return 150 // larger than max: goes alone
+			return 150 // larger than limit: goes alone
 		}
 		return 25
 	}
@@ -871,8 +871,8 @@ func TestMaxRequestBytes(t *testing.T) {
 		sizes[p.Partition] = len(b)
 		h.submit(p, b, uint64(i))
 	}
-	if sizes[0] <= max || 3*sizes[1] > max {
-		t.Fatalf("test batch sizes %v do not fit the test: want the first above %d and three others within it", sizes, max)
+	if sizes[0] <= limit || 3*sizes[1] > limit {
+		t.Fatalf("test batch sizes %v do not fit the test: want the first above %d and three others within it", sizes, limit)
 	}
 	h.run()
 	for range ps {
@@ -890,8 +890,8 @@ func TestMaxRequestBytes(t *testing.T) {
 			}
 			total += partitionOverhead + sp.bytes
 		}
-		if len(r.parts) > 1 && total > max {
-			t.Fatalf("a request of %d partitions is %d bytes, more than MaxRequestBytes %d", len(r.parts), total, max)
+		if len(r.parts) > 1 && total > limit {
+			t.Fatalf("a request of %d partitions is %d bytes, more than MaxRequestBytes %d", len(r.parts), total, limit)
 		}
 		multi = multi || len(r.parts) > 1
 	}

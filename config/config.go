@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/seed83556561/mirrord/internal/topics"
 )
 
 // Defaults, applied by Parse to every key the file and the environment leave
@@ -278,37 +280,19 @@ type Link struct {
 // starting with "__") and the link's own state topic never, then any
 // exclude pattern wins, then any include pattern selects.
 func (l *Link) Selects(topic string) bool {
-	if strings.HasPrefix(topic, "__") || topic == l.StateTopic {
-		return false
-	}
-	for _, re := range l.Exclude {
-		if re.MatchString(topic) {
-			return false
-		}
-	}
-	for _, re := range l.Include {
-		if re.MatchString(topic) {
-			return true
-		}
-	}
-	return false
+	return topics.Selects(topic, l.StateTopic, l.Include, l.Exclude)
 }
 
 // DestinationTopic applies the rename template to a source topic that
 // comes from the cluster labelled sourceCluster.
 func (l *Link) DestinationTopic(sourceTopic, sourceCluster string) string {
-	return strings.NewReplacer("{topic}", sourceTopic, "{source}", sourceCluster).Replace(l.Rename)
+	return topics.Rename(l.Rename, sourceTopic, sourceCluster)
 }
 
 // TopicPattern compiles a topics include or exclude pattern the way the
 // configuration does: Go RE2 syntax, anchored so that it matches whole
 // topic names only ("orders" does not select "orders-eu").
-func TopicPattern(expr string) (*regexp.Regexp, error) {
-	if _, err := regexp.Compile(expr); err != nil {
-		return nil, err
-	}
-	return regexp.Compile(`^(?:` + expr + `)$`)
-}
+func TopicPattern(expr string) (*regexp.Regexp, error) { return topics.Pattern(expr) }
 
 // Default returns a valid configuration with two clusters, "source" on
 // 127.0.0.1:9092 and "destination" on 127.0.0.1:9093, and one link "demo"

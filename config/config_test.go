@@ -54,14 +54,14 @@ func patterns(t *testing.T, exprs ...string) []*regexp.Regexp {
 	return out
 }
 
-// comparable replaces compiled patterns by their text so that configs can
+// comparableLink and comparableOf replace compiled patterns by their text so that configs can
 // be compared with reflect.DeepEqual.
 type comparableLink struct {
 	Link
 	Include, Exclude []string
 }
 
-func comparable(c *Config) (Config, []comparableLink) {
+func comparableOf(c *Config) (Config, []comparableLink) {
 	var links []comparableLink
 	for _, l := range c.Links {
 		cl := comparableLink{Link: *l}
@@ -81,8 +81,8 @@ func comparable(c *Config) (Config, []comparableLink) {
 
 func assertConfig(t *testing.T, got, want *Config) {
 	t.Helper()
-	gc, gl := comparable(got)
-	wc, wl := comparable(want)
+	gc, gl := comparableOf(got)
+	wc, wl := comparableOf(want)
 	if !reflect.DeepEqual(gc, wc) {
 		t.Errorf("config:\n got %#v\nwant %#v", gc, wc)
 	}

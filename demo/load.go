@@ -175,7 +175,7 @@ func (l *load) produce(ctx context.Context, p Producer, rate float64, b *budget)
 			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				return err
 			}
-			l.done(true, recs)
+			l.count(true, recs)
 			continue
 		}
 		commit := txn%AbortEvery != AbortEvery-1
@@ -205,11 +205,13 @@ func (l *load) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.Reco
 	} else {
 		l.abortedTxns.Add(1)
 	}
-	l.done(commit, recs)
+	l.count(commit, recs)
 	return nil
 }
 
-func (l *load) done(committed bool, recs []*kgo.Record) {
+// count adds recs to the committed or aborted totals and tells
+// onProduced.
+func (l *load) count(committed bool, recs []*kgo.Record) {
 	if committed {
 		l.committed.Add(int64(len(recs)))
 	} else {

@@ -35,8 +35,9 @@ const (
 	stFailed
 )
 
-// part is the coordinator's view of one assigned partition.
-type part struct {
+// cursor is the coordinator's fetch cursor of one assigned partition:
+// where it fetches next, from which leader, and its state.
+type cursor struct {
 	p      tp.Partition
 	gen    uint64
 	offset int64 // next fetch offset
@@ -67,9 +68,9 @@ type coord struct {
 	ctx context.Context
 	wg  *sync.WaitGroup
 
-	parts   map[tp.Key]*part
-	waitq   []*part // ready partitions in grant order (FIFO); stale entries skipped
-	granted []*part // granted partitions in grant order, waiting for their broker's loop
+	cursors map[tp.Key]*cursor
+	waitq   []*cursor // ready partitions in grant order (FIFO); stale entries skipped
+	granted []*cursor // granted partitions in grant order, waiting for their broker's loop
 	pending []queued
 
 	buffered int64 // bytes of the responses that delivered or queued results pin
@@ -90,7 +91,7 @@ type coord struct {
 
 type queued struct {
 	r  Result
-	pt *part
+	pt *cursor
 }
 
 // loop is one broker's fetch loop as the coordinator sees it.
@@ -126,7 +127,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		f:          f,
 		ctx:        ctx,
 		wg:         &wg,
-		parts:      make(map[tp.Key]*part),
+		cursors:    make(map[tp.Key]*cursor),
 		loops:      make(map[int32]*loop),
 		outcomes:   make(chan *outcome),
 		resolveCh:  make(chan []resolveReq, 1),
@@ -172,7 +173,7 @@ func (c *coord) step() {
 	now := c.f.now()
 	var next time.Time
 	var lookups []resolveReq
-	for key, pt := range c.parts {
+	for key, pt := range c.cursors {
 		if pt.state == stBackoff {
 			if now.Before(pt.retryAt) {
 				if next.IsZero() || pt.retryAt.Before(next) {
@@ -212,7 +213,7 @@ func (c *coord) step() {
 }
 
 // ready queues pt for a grant.
-func (c *coord) ready(pt *part) {
+func (c *coord) ready(pt *cursor) {
 	pt.state = stReady
 	if !pt.queued {
 		pt.queued = true
@@ -267,12 +268,12 @@ const MinPartitionShare = int32(64 << 10)
 // one round trip at a time. With the share, all of them are fetched, and
 // appended, at once; a partition whose next batch is above its share
 // starves once and doubles its limit.
-func (c *coord) limit(pt *part) int32 {
+func (c *coord) limit(pt *cursor) int32 {
 	if pt.maxBytes > 0 {
 		return pt.maxBytes
 	}
 	lim := int64(c.f.cfg.PartitionMaxBytes)
-	if n := int64(len(c.parts)); n > 0 {
+	if n := int64(len(c.cursors)); n > 0 {
 		lim = min(lim, max(c.f.cfg.MaxBufferedBytes/n, int64(MinPartitionShare)))
 	}
 	return int32(lim)
@@ -281,7 +282,7 @@ func (c *coord) limit(pt *part) int32 {
 // dispatch sends one request to every idle broker loop with granted
 // partitions, starting loops as needed.
 func (c *coord) dispatch() {
-	var byBroker map[int32][]*part
+	var byBroker map[int32][]*cursor
 	keep := c.granted[:0]
 	for _, pt := range c.granted {
 		if pt.dead || pt.state != stGranted {
@@ -292,7 +293,7 @@ func (c *coord) dispatch() {
 			continue
 		}
 		if byBroker == nil {
-			byBroker = make(map[int32][]*part)
+			byBroker = make(map[int32][]*cursor)
 		}
 		byBroker[pt.leader.Broker] = append(byBroker[pt.leader.Broker], pt)
 	}
@@ -301,7 +302,7 @@ func (c *coord) dispatch() {
 	for broker, pts := range byBroker {
 		// Starved partitions first: brokers return a batch above the
 		// partition limit only to the first partition with data.
-		slices.SortStableFunc(pts, func(a, b *part) int {
+		slices.SortStableFunc(pts, func(a, b *cursor) int {
 			switch {
 			case a.starved && !b.starved:
 				return -1
@@ -341,7 +342,7 @@ func (c *coord) stopIdleLoops() {
 		return
 	}
 	used := make(map[int32]bool, len(c.loops))
-	for _, pt := range c.parts {
+	for _, pt := range c.cursors {
 		if pt.known && pt.state != stFailed {
 			used[pt.leader.Broker] = true
 		}
@@ -361,7 +362,7 @@ func (c *coord) apply(cmds []command) {
 		switch cmd.kind {
 		case cmdAssign:
 			c.drop(cmd.p.Key())
-			c.parts[cmd.p.Key()] = &part{
+			c.cursors[cmd.p.Key()] = &cursor{
 				p:         cmd.p,
 				gen:       cmd.gen,
 				offset:    cmd.offset,
@@ -371,7 +372,7 @@ func (c *coord) apply(cmds []command) {
 			c.f.log.Debug("assigned partition", "partition", cmd.p.String(), "offset", cmd.offset, "gen", cmd.gen)
 		case cmdUnassign:
 			c.drop(cmd.p.Key())
-			delete(c.parts, cmd.p.Key())
+			delete(c.cursors, cmd.p.Key())
 			c.f.log.Debug("unassigned partition", "partition", cmd.p.String())
 		case cmdRelease:
 			c.unpin(cmd.pin)
@@ -398,7 +399,7 @@ func (c *coord) unpin(p Pin) {
 // returned and its queued results are dropped, their pins released. A fetch
 // in flight returns its reservation when it completes.
 func (c *coord) drop(key tp.Key) {
-	pt := c.parts[key]
+	pt := c.cursors[key]
 	if pt == nil {
 		return
 	}
@@ -437,7 +438,7 @@ func (c *coord) delivered() {
 const maxQueued = 2
 
 // deliver queues a result of pt and fetches ahead if pt may.
-func (c *coord) deliver(pt *part, r Result) {
+func (c *coord) deliver(pt *cursor, r Result) {
 	r.Partition, r.Gen = pt.p, pt.gen
 	c.pending = append(c.pending, queued{r: r, pt: pt})
 	pt.queuedN++
@@ -452,7 +453,7 @@ func (c *coord) deliver(pt *part, r Result) {
 }
 
 // fail ends pt with err.
-func (c *coord) fail(pt *part, kind string, err error) {
+func (c *coord) fail(pt *cursor, kind string, err error) {
 	c.f.m.errors[kind].Inc()
 	c.deliver(pt, Result{
 		Start: pt.offset, End: pt.offset,
@@ -462,7 +463,7 @@ func (c *coord) fail(pt *part, kind string, err error) {
 }
 
 // retry backs pt off after a retriable error; invalidate forgets its leader.
-func (c *coord) retry(pt *part, kind string, err error, invalidate bool) {
+func (c *coord) retry(pt *cursor, kind string, err error, invalidate bool) {
 	c.f.m.errors[kind].Inc()
 	pt.attempts++
 	d := c.f.backoff(pt.attempts)
@@ -483,7 +484,7 @@ func (c *coord) retry(pt *part, kind string, err error, invalidate bool) {
 func (c *coord) applyResolved(rs []resolved) {
 	c.resolverBusy = false
 	for _, r := range rs {
-		pt := c.parts[r.key]
+		pt := c.cursors[r.key]
 		if pt == nil || pt.gen != r.gen || pt.state != stResolving {
 			continue
 		}
@@ -531,7 +532,7 @@ func (c *coord) applyOutcome(o *outcome) {
 	for i := range o.items {
 		it := &o.items[i]
 		c.reserved -= it.reserved
-		pt := c.parts[it.p.Key()]
+		pt := c.cursors[it.p.Key()]
 		if pt == nil || pt.gen != it.gen || pt.state != stInFlight {
 			continue // unassigned or reassigned while in flight
 		}
@@ -568,7 +569,7 @@ func (c *coord) applyOutcome(o *outcome) {
 // Describe) or another error Kafka calls non-retriable. It is nil for
 // errors worth retrying: no leader yet, an unknown partition, a failed
 // request.
-func lookupRefused(pt *part, err error) error {
+func lookupRefused(pt *cursor, err error) error {
 	var ke *kerr.Error
 	switch {
 	case isAuthorization(err):
@@ -610,7 +611,7 @@ func classify(err error) (kind string, leaderErr bool) {
 // applyData takes a partition's records: handles a malformed batch and a
 // response without a complete batch, and queues the result, which pins the
 // response (c.pin) when it carries batches.
-func (c *coord) applyData(pt *part, it *itemOutcome) {
+func (c *coord) applyData(pt *cursor, it *itemOutcome) {
 	fl := &it.f
 	start := pt.offset
 	end, aborted, badErr := fl.End, fl.Aborted, fl.Err
@@ -683,7 +684,7 @@ func (c *coord) applyData(pt *part, it *itemOutcome) {
 // partition's limit is below the size of its next batch. Its limit doubles
 // (up to MaxPartitionMaxBytes and MaxBufferedBytes) and it goes first in its
 // next request.
-func (c *coord) starve(pt *part, it *itemOutcome) {
+func (c *coord) starve(pt *cursor, it *itemOutcome) {
 	pt.starved = true
 	limit := int32(min(int64(MaxPartitionMaxBytes), c.f.cfg.MaxBufferedBytes))
 	cur := max(it.maxBytes, c.limit(pt)) // the limit of this fetch
@@ -700,7 +701,7 @@ func (c *coord) starve(pt *part, it *itemOutcome) {
 
 // applyOutOfRange applies the out-of-range policy with the log start and end
 // offsets looked up after the error.
-func (c *coord) applyOutOfRange(pt *part, it *itemOutcome) {
+func (c *coord) applyOutOfRange(pt *cursor, it *itemOutcome) {
 	if it.rangeErr != nil && isAuthorization(it.rangeErr) {
 		c.fail(pt, KindRefused, fmt.Errorf("%w: %s offset %d is out of range; looking up the valid range: the source cluster does not allow the link's principal Describe on Topic:%s (ListOffsets needs it; Read implies it; see docs/acls.md): %w",
 			ErrRefused, pt.p, pt.offset, pt.p.Topic, it.rangeErr))

@@ -137,12 +137,17 @@ func scramCluster(c *aclCluster, user string) config.Cluster {
 }
 
 // aclLinkConfig is e.linkConfig with the clusters reached as user through
-// the SCRAM listeners.
-func aclLinkConfig(e *env, name string, src, dst *aclCluster, user string, topics ...string) Config {
+// the SCRAM listeners,
+// the SCRAM listeners, and the cluster blocks its clients are dialled from.
+func aclLinkConfig(e *env, name string, src, dst *aclCluster, user string, topics ...string) (Config, scramBlocks) {
 	cfg := e.linkConfig(name, src.cluster, dst.cluster, topics...)
-	cfg.Source, cfg.Destination = scramCluster(src, user), scramCluster(dst, user)
-	return cfg
+	b := scramBlocks{src: scramCluster(src, user), dst: scramCluster(dst, user)}
+	cfg.Source, cfg.Destination = clusterOf(&b.src), clusterOf(&b.dst)
+	return cfg, b
 }
+
+// scramBlocks are the cluster blocks of a SCRAM link's two clusters.
+type scramBlocks struct{ src, dst config.Cluster }
 
 // grant is one ACL: an operation allowed to the principal on a resource
 // (literal pattern, any host).
@@ -296,13 +301,13 @@ func (w *logTap) String() string {
 // startSCRAMLink runs a link whose clients are built by dial from the
 // configuration's cluster blocks, as the agent builds them, and whose log
 // is kept.
-func startSCRAMLink(t *testing.T, cfg Config, name string) (*testLink, *logTap) {
+func startSCRAMLink(t *testing.T, cfg Config, b scramBlocks, name string) (*testLink, *logTap) {
 	t.Helper()
-	srcOpts, err := dial.Options(&cfg.Source)
+	srcOpts, err := dial.Options(&b.src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dstOpts, err := dial.Options(&cfg.Destination)
+	dstOpts, err := dial.Options(&b.dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +335,7 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 			"retention.ms": kadm.StringPtr("86400000"), "max.message.bytes": kadm.StringPtr("2097152"),
 		})
 		user := principalFor(t, src, dst)
-		cfg := aclLinkConfig(e, "acl", src, dst, user, "orders", "events")
+		cfg, blocks := aclLinkConfig(e, "acl", src, dst, user, "orders", "events")
 		allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{orders, events}), nil))
 
 		p := newProduced()
@@ -338,7 +343,7 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 		load(t, src.cluster, p, transactional, 4, e.topic("t1"), 210, orders, events)
 		load(t, src.cluster, p, plain, 1, e.topic("p1"), 120, orders)
 
-		l, _ := startSCRAMLink(t, cfg, "acl")
+		l, _ := startSCRAMLink(t, cfg, blocks, "acl")
 		l.waitState(t, Mirroring, 90*time.Second)
 		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
 		exactlyOnce(t, dst.cluster, p, orders, events)
@@ -380,7 +385,7 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 		load(t, src.cluster, p, transactional, 2, e.topic("t2"), 140, orders, events)
 		l.stop(t, true)
 		load(t, src.cluster, p, plain, 4, e.topic("p2"), 100, orders, events)
-		l2, _ := startSCRAMLink(t, cfg, "acl-2")
+		l2, _ := startSCRAMLink(t, cfg, blocks, "acl-2")
 		l2.waitState(t, Mirroring, 90*time.Second)
 		load(t, src.cluster, p, idempotent, 2, e.topic("i3"), 100, orders, events)
 		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
@@ -479,7 +484,7 @@ func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc acl
 		tc.setup(t, e, src, dst)
 	}
 	user := principalFor(t, src, dst)
-	cfg := aclLinkConfig(e, "l", src, dst, user, "topic")
+	cfg, blocks := aclLinkConfig(e, "l", src, dst, user, "topic")
 	if tc.include != "" {
 		re, err := config.TopicPattern(strings.ReplaceAll(tc.include, "{prefix}", regexp.QuoteMeta(e.n.Of(""))))
 		if err != nil {
@@ -491,7 +496,7 @@ func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc acl
 	p := newProduced()
 	load(t, src.cluster, p, idempotent, 3, e.topic("i"), 60, topic)
 
-	l, tap := startSCRAMLink(t, cfg, tc.name)
+	l, tap := startSCRAMLink(t, cfg, blocks, tc.name)
 	if tc.want == "" {
 		l.waitState(t, Mirroring, 60*time.Second)
 		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 60*time.Second)

@@ -58,12 +58,12 @@ type source struct {
 // decide decides a fetched source batch raw with header h, fetched from
 // position from (records of the batch before from are not forwarded; only
 // the first batch of a fetch can start before its position). It rewrites
-// raw in place unless copy is set, in which case out is built in scratch
+// raw in place unless inScratch is set, in which case out is built in scratch
 // (which out may reuse). A batch is validated before it is re-encoded, so
 // that damaged bytes never get a fresh CRC (DESIGN §5). decide consults the
 // PSM but does not change it: the caller commits the decision once the
 // batch is appended (forward) or skipped (skipDuplicate).
-func decide(psm *transform.PSM, src source, reenc *transform.Reencoder, scratch, raw []byte, h transform.Header, from int64, copy bool) (decision, error) {
+func decide(psm *transform.PSM, src source, reenc *transform.Reencoder, scratch, raw []byte, h transform.Header, from int64, inScratch bool) (decision, error) {
 	if h.NumRecords == 0 || h.NextOffset() <= from {
 		return decision{verdict: skipEmpty}, nil
 	}
@@ -75,7 +75,7 @@ func decide(psm *transform.PSM, src source, reenc *transform.Reencoder, scratch,
 		return decision{verdict: needSalt, psm: d}, nil
 	}
 	if h.Dense() && h.BaseOffset >= from {
-		if copy {
+		if inScratch {
 			raw = append(scratch[:0], raw...)
 		}
 		transform.Rewrite(raw, d.Mapped)

@@ -15,6 +15,12 @@
 // are the thin layer that carries events and actions between the pipeline
 // and the fetcher, the appender, the committer and the workers.
 //
+// A Link takes its own Config (Settings, and a Cluster for each side,
+// which agent copies from package config) and never imports config; the
+// clock (Deps.Now) and the randomness of collision salts (Deps.Rand) come
+// in through Deps. The waits of settle (settle_delay, produce_timeout) run
+// on real timers and so measure time with them.
+//
 // # Invariants (DESIGN §12)
 //
 //   - I1 Every committed source record reaches the destination once, in

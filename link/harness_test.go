@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"os"
+	"reflect"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -74,6 +76,27 @@ type testLink struct {
 	crash  atomic.Bool
 }
 
+// settingsOf copies a config link block into Settings field by field of
+// the same name, as agent's linkSettings does, so that tests start from
+// config's defaults without a copy of agent's mapping to keep in step.
+func settingsOf(l *config.Link) Settings {
+	var s Settings
+	dst, src := reflect.ValueOf(&s).Elem(), reflect.ValueOf(l).Elem()
+	for i := range dst.NumField() {
+		f := src.FieldByName(dst.Type().Field(i).Name)
+		if !f.IsValid() {
+			panic("config.Link has no field " + dst.Type().Field(i).Name)
+		}
+		dst.Field(i).Set(f.Convert(dst.Field(i).Type()))
+	}
+	return s
+}
+
+// clusterOf is what the link is told of a cluster block, as agent tells it.
+func clusterOf(c *config.Cluster) Cluster {
+	return Cluster{Name: c.Name, BootstrapServers: c.BootstrapServers, ClusterID: c.ClusterID, Principal: dial.Principal(c)}
+}
+
 // linkConfig is a link from src to dst that mirrors the topics named
 // (without the scenario's prefix) with timings short enough for tests: every
 // key the file sets starts from config's defaults.
@@ -82,8 +105,8 @@ func (e *env) linkConfig(name string, src, dst *cluster, topics ...string) Confi
 	if err != nil {
 		panic(err)
 	}
-	l := *config.Default().Links[0]
-	l.Name, l.Source, l.Destination = e.topic(name), src.Name, dst.Name
+	l := settingsOf(config.Default().Links[0])
+	l.Name = e.topic(name)
 	l.Include = []*regexp.Regexp{re}
 	l.StateTopic = e.stateTopic()
 	l.StateTopicReplicationFactor = 1
@@ -98,8 +121,8 @@ func (e *env) linkConfig(name string, src, dst *cluster, topics ...string) Confi
 	l.CheckCRCs = true
 	return Config{
 		Link:            l,
-		Source:          config.Cluster{Name: src.Name, BootstrapServers: src.Addrs()},
-		Destination:     config.Cluster{Name: dst.Name, BootstrapServers: dst.Addrs()},
+		Source:          Cluster{Name: src.Name, BootstrapServers: src.Addrs(), Principal: "User:ANONYMOUS"},
+		Destination:     Cluster{Name: dst.Name, BootstrapServers: dst.Addrs(), Principal: "User:ANONYMOUS"},
 		ShutdownTimeout: 5 * time.Second,
 		Tuning: Tuning{
 			BackoffBase:  50 * time.Millisecond,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,25 +14,98 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/appender"
-	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/topics"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
 
-// Config configures one link: its validated link block and its two
-// clusters exactly as package config built them (the one source of truth
-// for every key the file sets), the share of agent.shutdown_timeout a stop
-// may take, and the tunables the file does not expose.
+// Config configures one link: its settings and its two clusters (agent
+// copies them from package config, the one source of truth for every key
+// the file sets), the share of agent.shutdown_timeout a stop may take, and
+// the tunables the file does not expose.
 type Config struct {
-	Link        config.Link
-	Source      config.Cluster
-	Destination config.Cluster
+	Link        Settings
+	Source      Cluster
+	Destination Cluster
 	// ShutdownTimeout bounds the drain of in-flight appends when the link
 	// stops, and then the final checkpoint.
 	ShutdownTimeout time.Duration
 	Tuning          Tuning
+}
+
+// Settings are the keys of a link block, as package config validated them
+// (the file's key names are in the error messages of validate).
+type Settings struct {
+	Name string
+
+	// Include and Exclude are anchored patterns (see internal/topics):
+	// each matches whole topic names.
+	Include, Exclude []*regexp.Regexp
+	Rename           string    // destination topic template with {topic} and {source}
+	StartFrom        StartFrom // where a partition without a checkpoint starts
+	StateTopic       string    // on the destination cluster
+
+	StateTopicPartitions        int32
+	StateTopicReplicationFactor int16 // -1: the broker's default
+
+	CheckpointInterval  time.Duration
+	SessionTimeout      time.Duration
+	ProducerStateExpiry time.Duration
+
+	MaxBufferedBytes   int64
+	OnOffsetOutOfRange fetcher.OutOfRange
+
+	// ProduceTimeout is the timeout of every Produce the link sends; it
+	// bounds how long an unanswered Produce can stay in a broker, so the
+	// link waits that long (plus SettleDelay) before it settles one, and
+	// a new session waits it past the previous session's lease.
+	ProduceTimeout time.Duration
+	// SettleDelay is the margin past ProduceTimeout before an append
+	// that got no answer is settled against the destination.
+	SettleDelay time.Duration
+	// DiscoveryInterval is how often new source topics and partitions
+	// are looked for while the link mirrors.
+	DiscoveryInterval time.Duration
+	// DestinationReplicationFactor is the replication factor of the
+	// destination topics the link creates; -1: the broker's default.
+	DestinationReplicationFactor int16
+	// CheckCRCs validates the CRC of every fetched batch before it is
+	// forwarded.
+	CheckCRCs bool
+}
+
+// StartFrom is where a partition without a checkpoint starts.
+type StartFrom string
+
+// The values of StartFrom (start_from in the file).
+const (
+	StartEarliest StartFrom = "earliest"
+	StartLatest   StartFrom = "latest"
+)
+
+// Selects reports whether the link mirrors topic (internal/topics).
+func (s *Settings) Selects(topic string) bool {
+	return topics.Selects(topic, s.StateTopic, s.Include, s.Exclude)
+}
+
+// DestinationTopic names the mirror of a source topic of the cluster
+// labelled sourceCluster.
+func (s *Settings) DestinationTopic(sourceTopic, sourceCluster string) string {
+	return topics.Rename(s.Rename, sourceTopic, sourceCluster)
+}
+
+// Cluster is what a link knows of one of its clusters; its clients reach
+// it with Deps.SourceOpts or Deps.DestinationOpts.
+type Cluster struct {
+	Name             string // the cluster block's label
+	BootstrapServers []string
+	ClusterID        string // pins the cluster ID used for the region selector; "" = ask the cluster
+	// Principal is the Kafka principal the link's credentials
+	// authenticate as (internal/kafka/dial.Principal), named in ACL
+	// errors.
+	Principal string
 }
 
 // Tuning holds what the configuration file does not set; zero values take
@@ -104,24 +178,16 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))
 	}
 	switch l.StartFrom {
-	case config.StartEarliest, config.StartLatest:
+	case StartEarliest, StartLatest:
 	default:
-		errs = append(errs, fmt.Errorf("link %s: start_from %q is not %q or %q", l.Name, l.StartFrom, config.StartEarliest, config.StartLatest))
+		errs = append(errs, fmt.Errorf("link %s: start_from %q is not %q or %q", l.Name, l.StartFrom, StartEarliest, StartLatest))
 	}
 	switch l.OnOffsetOutOfRange {
-	case config.OutOfRangeFail, config.OutOfRangeEarliest:
+	case fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest:
 	default:
-		errs = append(errs, fmt.Errorf("link %s: on_offset_out_of_range %q is not %q or %q", l.Name, l.OnOffsetOutOfRange, config.OutOfRangeFail, config.OutOfRangeEarliest))
+		errs = append(errs, fmt.Errorf("link %s: on_offset_out_of_range %q is not %q or %q", l.Name, l.OnOffsetOutOfRange, fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest))
 	}
 	return errors.Join(errs...)
-}
-
-// outOfRange is the fetcher's policy for on_offset_out_of_range.
-func (c *Config) outOfRange() fetcher.OutOfRange {
-	if c.Link.OnOffsetOutOfRange == config.OutOfRangeEarliest {
-		return fetcher.OutOfRangeEarliest
-	}
-	return fetcher.OutOfRangeFail
 }
 
 // Deps are the link's collaborators.
@@ -199,12 +265,14 @@ func (l *Link) Name() string { return l.cfg.Link.Name }
 
 // Pause asks the link to stop mirroring after a final checkpoint; it keeps
 // its place until Resume. Pausing a paused link does nothing.
-func (l *Link) Pause() { l.send(ctlPause) }
+func (l *Link) Pause() { l.command(ctlPause) }
 
 // Resume asks a paused link to prepare and mirror again.
-func (l *Link) Resume() { l.send(ctlResume) }
+func (l *Link) Resume() { l.command(ctlResume) }
 
-func (l *Link) send(c control) {
+// command hands an operator command to the link goroutine without
+// blocking.
+func (l *Link) command(c control) {
 	select {
 	case l.ctl <- c:
 	default: // a burst of commands: the latest ones are already queued

@@ -26,12 +26,12 @@ import (
 // the guard for configurations built in code (tests, the bench).
 func TestNewRefusesBadConfig(t *testing.T) {
 	valid := func() Config {
-		l := *config.Default().Links[0]
-		l.Name, l.Source, l.Destination, l.StateTopic = "l", "a", "b", "__mirror_state"
+		l := settingsOf(config.Default().Links[0])
+		l.Name, l.StateTopic = "l", "__mirror_state"
 		return Config{
 			Link:            l,
-			Source:          config.Cluster{Name: "a", BootstrapServers: []string{"127.0.0.1:1"}},
-			Destination:     config.Cluster{Name: "b", BootstrapServers: []string{"127.0.0.1:2"}},
+			Source:          Cluster{Name: "a", BootstrapServers: []string{"127.0.0.1:1"}},
+			Destination:     Cluster{Name: "b", BootstrapServers: []string{"127.0.0.1:2"}},
 			ShutdownTimeout: time.Second,
 		}
 	}

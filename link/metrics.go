@@ -19,7 +19,7 @@ type Metrics struct {
 	unknown, refetches, checkpoints      *prometheus.CounterVec
 	expired, saltsExpired                *prometheus.CounterVec
 	destinationGaps, skipped, removed    *prometheus.CounterVec
-	lag, partitions                      *prometheus.GaugeVec
+	lag, lagSeconds, partitions          *prometheus.GaugeVec
 	partitionLag                         *prometheus.GaugeVec
 }
 
@@ -60,8 +60,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		saltsExpired: counter("salts_expired_total", "Collision salts tombstoned after producer_state_expiry without use."),
 		destinationGaps: counter("destination_gap_offsets_total",
 			"Destination offsets written by someone else between two of the link's appends (another producer on the destination topic, or an append of an earlier session that landed late); each occurrence is logged at ERROR with the offsets."),
-		removed:      counter("partitions_removed_total", "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."),
-		lag:          gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
+		removed: counter("partitions_removed_total", "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."),
+		lag:     gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
+		lagSeconds: gauge("lag_seconds",
+			"How far behind the link is in time, its most lagging partition's: 0 when caught up, else the age of the oldest record fetched and not yet mirrored (before it is fetched, of the last record mirrored, an upper bound), by the source records' timestamps."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
 	}
@@ -70,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
 			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.destinationGaps, m.removed,
-			m.lag, m.partitions, m.partitionLag,
+			m.lag, m.lagSeconds, m.partitions, m.partitionLag,
 		} {
 			reg.MustRegister(c)
 		}
@@ -90,7 +92,7 @@ type linkMetrics struct {
 	unknown, refetches, checkpoints      prometheus.Counter
 	expired, saltsExpired                prometheus.Counter
 	destinationGaps, removed             prometheus.Counter
-	lag, partitions                      prometheus.Gauge
+	lag, lagSeconds, partitions          prometheus.Gauge
 	// skipped counts the source records the link's sessions skipped, for
 	// Status; the metric is the fetcher's fetch_skipped_records_total,
 	// which counts the same skips.
@@ -108,7 +110,8 @@ func (m *Metrics) forLink(name string) *linkMetrics {
 		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints),
 		expired: c(m.expired), saltsExpired: c(m.saltsExpired),
 		destinationGaps: c(m.destinationGaps), removed: c(m.removed),
-		lag: m.lag.WithLabelValues(name), partitions: m.partitions.WithLabelValues(name),
+		lag: m.lag.WithLabelValues(name), lagSeconds: m.lagSeconds.WithLabelValues(name),
+		partitions: m.partitions.WithLabelValues(name),
 	}
 	lm.setState(Stopped)
 	return lm

@@ -134,16 +134,17 @@ func TestOAuthBearerLink(t *testing.T) {
 		})
 
 		cfg := e.linkConfig("oauth", src.cluster, dst.cluster, "o")
-		cfg.Source = config.Cluster{Name: "src", BootstrapServers: src.oauth, ClientID: "mirrord",
+		srcBlock := config.Cluster{Name: "src", BootstrapServers: src.oauth, ClientID: "mirrord",
 			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: srcToken}}
-		cfg.Destination = config.Cluster{Name: "dst", BootstrapServers: dst.oauth, ClientID: "mirrord",
+		dstBlock := config.Cluster{Name: "dst", BootstrapServers: dst.oauth, ClientID: "mirrord",
 			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: dstToken, Extensions: map[string]string{"logicalCluster": "lkc-dst"}}}
+		cfg.Source, cfg.Destination = clusterOf(&srcBlock), clusterOf(&dstBlock)
 		var hooks authHooks
-		srcOpts, err := dial.Options(&cfg.Source)
+		srcOpts, err := dial.Options(&srcBlock)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dstOpts, err := dial.Options(&cfg.Destination)
+		dstOpts, err := dial.Options(&dstBlock)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,6 +85,9 @@ type partition struct {
 	srcNext, dstNext int64
 	ckSrc, ckDst     int64 // as last committed; -1 before the first checkpoint
 	hw, lso          int64 // the source's, as the last fetch reported them
+	// doneAt is the record time (recordTime) of the last batch the
+	// partition finished (appended or found at the destination); 0 none.
+	doneAt int64
 
 	rc      *recon // phaseReconciling only
 	initial bool   // one of the partitions PREPARING found
@@ -96,6 +99,38 @@ func newPartition(pr Pair, psm *transform.PSM) *partition {
 }
 
 func (p *partition) pending() int { return len(p.queue) - p.head }
+
+// recordTime is the time, in Unix milliseconds, a consumer sees on the
+// batch's earliest record: the broker's append time for LogAppendTime
+// batches (every record carries the batch's max timestamp), else the
+// first record's create time.
+func recordTime(h transform.Header) int64 {
+	if h.Attributes&transform.AttrTimestampLogAppend != 0 {
+		return h.MaxTimestamp
+	}
+	return h.FirstTimestamp
+}
+
+// timeLag is how far behind the partition is in time at now: zero when
+// nothing is pending; else now minus the record time of the oldest batch
+// it holds and has not finished, or, when it holds none yet (the fetch is
+// behind too), minus that of the last batch it finished, which makes it an
+// upper bound. ok is false when neither is known (nothing fetched this
+// session). The times are the source's records' (CreateTime: the
+// producer's clock), so a future timestamp reads as 0.
+func (p *partition) timeLag(now time.Time, lag int64) (d time.Duration, ok bool) {
+	if lag <= 0 {
+		return 0, true
+	}
+	at := p.doneAt
+	if p.pending() > 0 {
+		at = recordTime(p.queue[p.head].hdr)
+	}
+	if at <= 0 {
+		return 0, false
+	}
+	return max(now.Sub(time.UnixMilli(at)), 0), true
+}
 
 // pop takes the head item off the queue and returns its pin.
 func (p *partition) pop() fetcher.Pin {

@@ -424,7 +424,7 @@ func (pl *Pipeline) next(p *partition) {
 		}
 		it := &p.queue[p.head]
 		if it.raw == nil {
-			pl.done(p)
+			pl.finishHead(p)
 			continue
 		}
 		d, err := decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
@@ -434,11 +434,11 @@ func (pl *Pipeline) next(p *partition) {
 		}
 		switch d.verdict {
 		case skipEmpty:
-			pl.done(p)
+			pl.finishHead(p)
 		case skipDuplicate:
 			p.psm.Commit(d.psm, pl.now)
 			pl.stats.Duplicates++
-			pl.done(p)
+			pl.finishHead(p)
 		case needSalt:
 			p.phase = phaseSalting
 			pl.salts = append(pl.salts, saltReq{p, *d.psm.Salt})
@@ -459,10 +459,11 @@ func (pl *Pipeline) next(p *partition) {
 	}
 }
 
-// done finishes p's head item: the source position moves past it and its
-// pin, if it carries one, is released.
-func (pl *Pipeline) done(p *partition) {
+// finishHead finishes p's head item: the source position moves past it and
+// its pin, if it carries one, is released.
+func (pl *Pipeline) finishHead(p *partition) {
 	p.srcNext = p.queue[p.head].end
+	p.doneAt = recordTime(p.queue[p.head].hdr)
 	pl.release(p.pop())
 }
 
@@ -604,7 +605,7 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	}
 	p.dec = decision{}
 	p.phase = phaseIdle
-	pl.done(p)
+	pl.finishHead(p)
 	pl.next(p)
 }
 
@@ -1094,20 +1095,25 @@ func (pl *Pipeline) Unresolved() int {
 	return n
 }
 
-// Partitions reports every partition's positions, in the order they joined.
-func (pl *Pipeline) Partitions() []PartitionStatus {
+// Partitions reports every partition's positions at now, in the order they
+// joined.
+func (pl *Pipeline) Partitions(now time.Time) []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(pl.parts))
 	for _, p := range pl.parts {
 		lag := int64(0)
 		if p.hw >= 0 {
 			lag = max(p.hw-p.srcNext, 0)
 		}
-		out = append(out, PartitionStatus{
+		ps := PartitionStatus{
 			SourceTopic: p.Src.Topic, DestinationTopic: p.Dst.Topic, Partition: p.Dst.Partition,
 			Phase:            p.phase.String(),
 			SourceNextOffset: p.srcNext, DestNextOffset: p.dstNext, HighWatermark: p.hw, Lag: lag,
 			CheckpointSource: p.ckSrc, CheckpointDest: p.ckDst,
-		})
+		}
+		if d, ok := p.timeLag(now, lag); ok {
+			ps.LagSeconds = new(d.Seconds())
+		}
+		out = append(out, ps)
 	}
 	return out
 }

@@ -64,13 +64,13 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 			if l.crash != nil && l.crash() {
 				return EvStop, end(), nil
 			}
-			if out := stop(EvStop, Stopped); out.done {
+			if out := stop(EvStop, Stopped); out.ended {
 				return out.result(stopping, end())
 			}
 			continue
 		case c := <-l.ctl:
 			if c == ctlPause {
-				if out := stop(EvPause, Paused); out.done {
+				if out := stop(EvPause, Paused); out.ended {
 					return out.result(stopping, end())
 				}
 			}
@@ -81,14 +81,14 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 			ev = InFetched{Result: r}
 		case <-s.app.Results().Wake():
 			for _, r := range s.app.Results().Take() {
-				if out := s.step(InAppended{Result: r}); out.done {
+				if out := s.step(InAppended{Result: r}); out.ended {
 					return out.result(stopping, end())
 				}
 			}
 			continue
 		case <-s.events.Wake():
 			for _, e := range s.events.Take() {
-				if out := s.step(e); out.done {
+				if out := s.step(e); out.ended {
 					return out.result(stopping, end())
 				} else if out.mirroring {
 					if err := mirroring(); err != nil {
@@ -108,7 +108,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 			ev = InDrainTimeout{}
 		}
 		out := s.step(ev)
-		if out.done {
+		if out.ended {
 			return out.result(stopping, end())
 		}
 		if out.mirroring {
@@ -121,7 +121,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 
 // stepped is what one step asked of the session beyond its actions.
 type stepped struct {
-	done      bool
+	ended     bool  // the session is over: DoFinish, DoFail or a refused submit
 	err       error // DoFail
 	mirroring bool  // DoEnterMirroring
 }
@@ -150,7 +150,7 @@ func (s *session) step(ev Input) stepped {
 				// The pipeline keeps one batch per partition in the
 				// appender, and the batch passed decide: a refusal
 				// is a bug or a closed appender.
-				out.done, out.err = true, fmt.Errorf("destination %s: submit: %w", a.Request.Partition, err)
+				out.ended, out.err = true, fmt.Errorf("destination %s: submit: %w", a.Request.Partition, err)
 			}
 		case DoSettle:
 			s.work(func(ctx context.Context) Input { return s.settle(ctx, a) })
@@ -171,9 +171,9 @@ func (s *session) step(ev Input) stepped {
 		case DoEnterMirroring:
 			out.mirroring = true
 		case DoFail:
-			out.done, out.err = true, a.Err
+			out.ended, out.err = true, a.Err
 		case DoFinish:
-			out.done = true
+			out.ended = true
 		case DoLog:
 			s.log.Log(a.Level, a.Msg, a.Args...)
 		default:
@@ -526,19 +526,27 @@ func (s *session) report() {
 
 // publish refreshes the status snapshot and the lag gauges.
 func (s *session) publish() {
-	ps := s.pipe.Partitions()
+	ps := s.pipe.Partitions(s.l.deps.Now())
 	var total int64
+	var lagSeconds *float64
 	for _, p := range ps {
 		total += p.Lag
 		if len(ps) <= MaxPartitionLagSeries {
 			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
 		}
+		if p.LagSeconds != nil && (lagSeconds == nil || *p.LagSeconds > *lagSeconds) {
+			lagSeconds = p.LagSeconds
+		}
 	}
 	s.l.met.lag.Set(float64(total))
+	if lagSeconds != nil {
+		s.l.met.lagSeconds.Set(*lagSeconds)
+	}
 	s.l.met.partitions.Set(float64(len(ps)))
 	s.l.setStatus(func(st *Status) {
 		st.Partitions = ps
 		st.Lag = total
+		st.LagSeconds = lagSeconds
 	})
 	s.published = len(ps)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
@@ -382,7 +382,7 @@ func TestPauseResume(t *testing.T) {
 // Kafka's retention delete whole segments.
 func TestOffsetOutOfRange(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
+		for _, policy := range []fetcher.OutOfRange{fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest} {
 			t.Run(string(policy), func(t *testing.T) {
 				e := &env{b: e.b, n: mirrortest.NamesFor(t, e.b)}
 				src := e.cluster(t, "src", kafkatest.SourceClusterID)
@@ -417,7 +417,7 @@ func TestOffsetOutOfRange(t *testing.T) {
 // or skips as on_offset_out_of_range says.
 func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
-		for _, policy := range []config.OutOfRange{config.OutOfRangeFail, config.OutOfRangeEarliest} {
+		for _, policy := range []fetcher.OutOfRange{fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest} {
 			t.Run(string(policy), func(t *testing.T) {
 				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
 				src := e.cluster(t, "src", kafkatest.SourceClusterID)
@@ -489,10 +489,10 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 // the last kept of 100), and checks the policy: "fail" names the partition
 // and the key to set; "earliest" skips to the log start, mirrors the kept
 // records (keys prefix-firstKey, ...) and counts the skipped ones.
-func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, policy config.OutOfRange, mirrored, kept int, prefix string, firstKey int) {
+func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, policy fetcher.OutOfRange, mirrored, kept int, prefix string, firstKey int) {
 	t.Helper()
 	l := startLink(t, cfg, src, dst, "oor")
-	if policy == config.OutOfRangeFail {
+	if policy == fetcher.OutOfRangeFail {
 		l.waitState(t, Failed, 60*time.Second)
 		msg := l.Status().LastError
 		for _, want := range []string{topic + "[0]", fmt.Sprint(mirrored), "on_offset_out_of_range"} {

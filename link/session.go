@@ -13,9 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seed83556561/mirrord/appender"
-	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/mailbox"
@@ -115,7 +113,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		Topic:             l.cfg.Link.StateTopic,
 		Partitions:        l.cfg.Link.StateTopicPartitions,
 		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
-		Principal:         dial.Principal(&l.cfg.Destination),
+		Principal:         l.cfg.Destination.Principal,
 	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
 	if err != nil {
 		return nil, err
@@ -164,7 +162,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		Link:             l.cfg.Link.Name,
 		MaxWait:          l.cfg.Tuning.FetchMaxWait,
 		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
-		OnOutOfRange:     l.cfg.outOfRange(),
+		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
 		CheckCRCs:        l.cfg.Link.CheckCRCs,
 	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
 		return nil, err
@@ -286,7 +284,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		srcOffs kadm.ListedOffsets
 		err     error
 	)
-	if s.l.cfg.Link.StartFrom == config.StartLatest {
+	if s.l.cfg.Link.StartFrom == StartLatest {
 		srcOffs, err = s.srcAdm.ListCommittedOffsets(ctx, srcTopics...)
 	} else {
 		srcOffs, err = s.srcAdm.ListStartOffsets(ctx, srcTopics...)
@@ -413,7 +411,7 @@ func (s *session) close() {
 		s.dst.Close()
 	}
 	if s.pipe != nil {
-		for _, p := range s.pipe.Partitions() {
+		for _, p := range s.pipe.Partitions(s.l.deps.Now()) {
 			s.l.met.dropPartitionLag(p.SourceTopic, p.Partition)
 		}
 	}

@@ -17,7 +17,10 @@ type Status struct {
 	DestinationClusterID string `json:"destination_cluster_id,omitempty"`
 	SessionEpoch         int16  `json:"session_epoch"`
 
-	Lag        int64             `json:"lag_records"`
+	Lag int64 `json:"lag_records"`
+	// LagSeconds is the largest of the partitions' LagSeconds; nil when
+	// no partition's is known.
+	LagSeconds *float64          `json:"lag_seconds,omitempty"`
 	Partitions []PartitionStatus `json:"partitions"`
 
 	LastError   string    `json:"last_error,omitempty"`
@@ -66,8 +69,15 @@ type PartitionStatus struct {
 	DestNextOffset   int64  `json:"destination_next_offset"`
 	HighWatermark    int64  `json:"source_high_watermark"`
 	Lag              int64  `json:"lag_records"`
-	CheckpointSource int64  `json:"checkpoint_source_offset"` // as last committed to the state topic
-	CheckpointDest   int64  `json:"checkpoint_destination_offset"`
+	// LagSeconds is how far behind the partition is in time: 0 when
+	// caught up, else the age of the oldest record fetched and not yet
+	// mirrored, or, before it is fetched, of the last record mirrored (an
+	// upper bound); by the source records' timestamps (create time:
+	// the producers' clocks; LogAppendTime: the source broker's). Nil
+	// while unknown (nothing fetched since the session began).
+	LagSeconds       *float64 `json:"lag_seconds,omitempty"`
+	CheckpointSource int64    `json:"checkpoint_source_offset"` // as last committed to the state topic
+	CheckpointDest   int64    `json:"checkpoint_destination_offset"`
 }
 
 // Status returns a snapshot of the link.

@@ -17,9 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/backoff"
-	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
@@ -78,15 +76,15 @@ type topicNeed struct {
 type clusterAccess struct {
 	role      string // "source" or "destination"
 	cluster   string // the cluster block's name
-	principal string // dial.Principal of its credentials
+	principal string // Cluster.Principal
 }
 
 func (s *session) sourceAccess() clusterAccess {
-	return clusterAccess{role: "source", cluster: s.l.cfg.Source.Name, principal: dial.Principal(&s.l.cfg.Source)}
+	return clusterAccess{role: "source", cluster: s.l.cfg.Source.Name, principal: s.l.cfg.Source.Principal}
 }
 
 func (s *session) destAccess() clusterAccess {
-	return clusterAccess{role: "destination", cluster: s.l.cfg.Destination.Name, principal: dial.Principal(&s.l.cfg.Destination)}
+	return clusterAccess{role: "destination", cluster: s.l.cfg.Destination.Name, principal: s.l.cfg.Destination.Principal}
 }
 
 // refused is the error for an operation the cluster does not allow the
@@ -224,7 +222,7 @@ const maxNamed = 256
 // than a topic silently not mirrored. A pattern that matches without
 // bound (orders\..*) names none: Kafka lists only the topics the principal
 // may describe, and there is no way to ask about the others.
-func namedTopics(l *config.Link) []string {
+func namedTopics(l *Settings) []string {
 	var out []string
 	for _, re := range l.Include {
 		names, ok := finiteNames(re)

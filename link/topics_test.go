@@ -34,7 +34,7 @@ func TestNamedTopics(t *testing.T) {
 		{[]string{`orders`, `x.*`}, nil, []string{"orders"}},
 	}
 	for _, tc := range cases {
-		l := config.Default().Links[0]
+		l := settingsOf(config.Default().Links[0])
 		l.Include, l.Exclude = nil, nil
 		for _, p := range tc.include {
 			re, err := config.TopicPattern(p)
@@ -46,7 +46,7 @@ func TestNamedTopics(t *testing.T) {
 		for _, p := range tc.exclude {
 			l.Exclude = append(l.Exclude, regexp.MustCompile(`^(?:`+p+`)$`))
 		}
-		if got := namedTopics(l); !slices.Equal(got, tc.want) {
+		if got := namedTopics(&l); !slices.Equal(got, tc.want) {
 			t.Errorf("include %q exclude %q: named %q, want %q", tc.include, tc.exclude, got, tc.want)
 		}
 	}

@@ -213,6 +213,7 @@ class LinkCard {
       set(f.bps, '—');
     }
     set(f.lag, fmt.int(st.lag_records));
+    set(f['lag-time'], typeof st.lag_seconds === 'number' ? fmt.duration(st.lag_seconds * 1000) : '—');
     set(f.partitions, fmt.int(st.partitions.length));
     set(f.records, fmt.int(c.records_mirrored));
     set(f.bytes, fmt.bytes(c.bytes_mirrored));

@@ -3,7 +3,7 @@
 // one page of rows. The rows of a page are created once and their cells
 // rewritten in place when the figures change.
 
-import { int } from './format.js';
+import { int, duration } from './format.js';
 
 export const COLUMNS = [
   { key: 'source_topic', label: 'source topic', text: true },
@@ -12,6 +12,7 @@ export const COLUMNS = [
   { key: 'source_next_offset', label: 'source next offset' },
   { key: 'source_high_watermark', label: 'source high watermark' },
   { key: 'lag_records', label: 'lag (records)' },
+  { key: 'lag_seconds', label: 'lag (time)', time: true },
   { key: 'destination_next_offset', label: 'destination next offset' },
   { key: 'checkpoint_source_offset', label: 'checkpoint source' },
   { key: 'checkpoint_destination_offset', label: 'checkpoint destination' },
@@ -20,6 +21,17 @@ export const COLUMNS = [
 const PAGE_SIZES = [25, 50, 100, 250];
 
 const UNKNOWN_BEFORE_FETCH = new Set(['source_high_watermark', 'lag_records']);
+
+// lagSeconds is a row's lag_seconds, absent (-1, below every known value)
+// until the link has fetched the partition.
+const lagSeconds = (r) => (typeof r.lag_seconds === 'number' ? r.lag_seconds : -1);
+
+// cellText is what a row shows in column c.
+function cellText(r, c, unknown) {
+  if (c.text) return r[c.key];
+  if (c.time) return lagSeconds(r) < 0 ? '—' : duration(r.lag_seconds * 1000);
+  return unknown && UNKNOWN_BEFORE_FETCH.has(c.key) ? '—' : int(r[c.key]);
+}
 
 // byTopicPartition is every sort's tie-break, so that equal rows keep a
 // stable, meaningful order.
@@ -117,7 +129,8 @@ export class PartitionTable {
     if (col.text) {
       view.sort((a, b) => (a[key] === b[key] ? byTopicPartition(a, b) : (a[key] < b[key] ? -dir : dir)));
     } else {
-      view.sort((a, b) => (a[key] - b[key]) * dir || byTopicPartition(a, b));
+      const num = col.time ? lagSeconds : (r) => r[key];
+      view.sort((a, b) => (num(a) - num(b)) * dir || byTopicPartition(a, b));
     }
     this.view = view;
 
@@ -166,7 +179,7 @@ export class PartitionTable {
       const unknown = r.source_high_watermark < r.source_next_offset;
       for (let j = 0; j < COLUMNS.length; j++) {
         const c = COLUMNS[j];
-        const text = c.text ? r[c.key] : (unknown && UNKNOWN_BEFORE_FETCH.has(c.key) ? '—' : int(r[c.key]));
+        const text = cellText(r, c, unknown);
         if (cells[j].textContent !== text) cells[j].textContent = text;
       }
       const lagging = r.lag_records > 0;

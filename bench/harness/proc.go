@@ -187,9 +187,9 @@ func tail(path string) string {
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
-	const max = 4000
-	if len(b) > max {
-		b = b[len(b)-max:]
+	const tail = 4000
+	if len(b) > tail {
+		b = b[len(b)-tail:]
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			b = b[i+1:]
 		}

@@ -10,4 +10,8 @@
 // start or the load), which is why the package has its own flag instead of
 // go test's -cpuprofile. The agent is built from the same generated HCL
 // that `mirrord run --config` reads in the benchmark (bench/harness).
+//
+// Goroutines: the benchmark runs the agent's Run on one goroutine it
+// starts and waits for before it checks the result; the clusters are
+// other processes (bench/harness).
 package profile

@@ -5,6 +5,13 @@
 //
 // Each subcommand lives in its own file and registers itself with register in
 // an init function, so that adding one never touches another's code.
+//
+// Goroutines: main owns what a subcommand starts. `run` starts the agent's
+// Run on one goroutine and waits for it after the first signal (a graceful
+// stop bounded by agent.shutdown_timeout); a second signal, or a stop past
+// that bound, exits without waiting, which the next start reconciles.
+// `demo` adds one goroutine that turns signals into stops and is waited
+// for.
 package main
 
 import (
@@ -104,9 +111,9 @@ func newFlagSet(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
 		if c, ok := commands[name]; ok {
 			fmt.Fprintf(stderr, "\n%s\n", c.summary)
 		}
-		var any bool
-		fs.VisitAll(func(*flag.Flag) { any = true })
-		if any {
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
 			fmt.Fprintln(stderr, "\nFlags:")
 			fs.PrintDefaults()
 		}

@@ -6,6 +6,10 @@
 //	go run ./bench/cmd/bench -size 256MiB -runs 5
 //
 // It prints progress to stderr and the report (Markdown tables) to stdout.
+//
+// Goroutines: main runs the benchmark (bench/harness) on the main goroutine
+// until it ends or a signal cancels its context; the harness owns and waits
+// for the child processes and their readers.
 package main
 
 import (

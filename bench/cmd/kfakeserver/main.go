@@ -9,6 +9,9 @@
 //
 // and runs until SIGTERM or SIGINT, then closes the cluster (flushing its
 // files) and exits 0.
+//
+// Goroutines: main owns the cluster (kfake runs and stops its own) and
+// waits for the signal; nothing else is started.
 package main
 
 import (

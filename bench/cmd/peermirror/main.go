@@ -6,6 +6,9 @@
 //
 // It runs until SIGTERM or SIGINT and exits 0 after a clean stop, 1 when the
 // mirror fails.
+//
+// Goroutines: main runs the mirror (bench/peer, which owns and waits for
+// its own goroutines) until a signal cancels its context.
 package main
 
 import (

@@ -1,6 +1,9 @@
 // Package tp names a Kafka partition the way the mirroring pipeline needs it:
 // by topic name and topic ID together, because Fetch v13+ and Produce v13+
 // address topics by ID while operators read names.
+//
+// Its values are immutable and safe to share; the package starts no
+// goroutines.
 package tp
 
 import "fmt"

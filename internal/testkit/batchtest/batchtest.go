@@ -1,6 +1,8 @@
 // Package batchtest builds v2 record batches for tests, the way a Kafka
 // producer would write them (kmsg encoding, kgo compression, CRC-32C), so that
 // tests of the pipeline's pure parts need no cluster.
+//
+// The package is pure (no I/O, no state) and starts no goroutines.
 package batchtest
 
 import (

@@ -51,6 +51,9 @@ type node struct {
 	host     string
 	port     int32
 	refuse   atomic.Bool
+	// dialFails counts failed dials since the last one that worked: a
+	// broker that is down is logged once, not once per client retry.
+	dialFails atomic.Int64
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -290,10 +293,13 @@ func (p *Proxy) serve(c *conn) {
 	d := net.Dialer{Timeout: dialTimeout}
 	u, err := d.DialContext(p.ctx, "tcp", c.n.upstream)
 	if err != nil {
-		if p.ctx.Err() == nil {
-			p.t.Logf("faultproxy: node %d: dial %s: %v", c.n.id, c.n.upstream, err)
+		if p.ctx.Err() == nil && c.n.dialFails.Add(1) == 1 {
+			p.t.Logf("faultproxy: node %d: dial %s: %v (counted, not logged, until a dial works)", c.n.id, c.n.upstream, err)
 		}
 		return
+	}
+	if fails := c.n.dialFails.Swap(0); fails > 0 {
+		p.t.Logf("faultproxy: node %d: dial %s works again after %d failed dials", c.n.id, c.n.upstream, fails)
 	}
 	if !c.setUpstream(u.(*net.TCPConn)) {
 		return

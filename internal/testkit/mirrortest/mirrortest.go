@@ -193,9 +193,9 @@ var brokerProps = map[string]string{
 
 // Wrap makes a Cluster of a real cluster the test started itself (with
 // listeners of its own), whose test clients connect with opts.
-func Wrap(t testing.TB, name string, real *realkafka.Cluster, opts ...kgo.Opt) *Cluster {
+func Wrap(t testing.TB, name string, rc *realkafka.Cluster, opts ...kgo.Opt) *Cluster {
 	t.Helper()
-	c := &Cluster{Name: name, ID: real.ID(), Backend: Backend{Kafka: real.Version()}, Real: real, opts: opts}
+	c := &Cluster{Name: name, ID: rc.ID(), Backend: Backend{Kafka: rc.Version()}, Real: rc, opts: opts}
 	cl, err := kgo.NewClient(c.Opts()...)
 	if err != nil {
 		t.Fatal(err)

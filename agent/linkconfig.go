@@ -1,0 +1,46 @@
+package agent
+
+import (
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/link"
+)
+
+// linkSettings copies a validated link block into the link's own
+// settings: package link takes its own config struct and never imports
+// package config (internal/layout keeps that direction).
+func linkSettings(l *config.Link) link.Settings {
+	return link.Settings{
+		Name:                         l.Name,
+		Include:                      l.Include,
+		Exclude:                      l.Exclude,
+		Rename:                       l.Rename,
+		StartFrom:                    link.StartFrom(l.StartFrom),
+		StateTopic:                   l.StateTopic,
+		StateTopicPartitions:         l.StateTopicPartitions,
+		StateTopicReplicationFactor:  l.StateTopicReplicationFactor,
+		CheckpointInterval:           l.CheckpointInterval,
+		SessionTimeout:               l.SessionTimeout,
+		ProducerStateExpiry:          l.ProducerStateExpiry,
+		MaxBufferedBytes:             l.MaxBufferedBytes,
+		OnOffsetOutOfRange:           fetcher.OutOfRange(l.OnOffsetOutOfRange),
+		ProduceTimeout:               l.ProduceTimeout,
+		SettleDelay:                  l.SettleDelay,
+		DiscoveryInterval:            l.DiscoveryInterval,
+		DestinationReplicationFactor: l.DestinationReplicationFactor,
+		CheckCRCs:                    l.CheckCRCs,
+	}
+}
+
+// linkCluster is what a link needs of a cluster block; the credentials
+// reach the link as kgo options (dial.Options), the principal they
+// authenticate as for its ACL errors.
+func linkCluster(c *config.Cluster) link.Cluster {
+	return link.Cluster{
+		Name:             c.Name,
+		BootstrapServers: c.BootstrapServers,
+		ClusterID:        c.ClusterID,
+		Principal:        dial.Principal(c),
+	}
+}

@@ -1,0 +1,44 @@
+package agent
+
+import (
+	"reflect"
+	"regexp"
+	"testing"
+
+	"github.com/seed83556561/mirrord/config"
+)
+
+// TestLinkSettingsCopiesEveryKey guards against a key added to config.Link
+// and link.Settings that linkSettings forgets to copy: every field of
+// link.Settings is set from the config.Link field of the same name.
+func TestLinkSettingsCopiesEveryKey(t *testing.T) {
+	var l config.Link
+	v := reflect.ValueOf(&l).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("v" + v.Type().Field(i).Name)
+		case reflect.Int16, reflect.Int32, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]*regexp.Regexp{regexp.MustCompile(v.Type().Field(i).Name)}))
+		default:
+			t.Fatalf("config.Link.%s: a field of kind %s the test does not fill", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	got := reflect.ValueOf(linkSettings(&l))
+	for i := range got.NumField() {
+		name := got.Type().Field(i).Name
+		want := v.FieldByName(name)
+		if !want.IsValid() {
+			t.Errorf("link.Settings.%s has no config.Link field of that name", name)
+			continue
+		}
+		if g := got.Field(i); !reflect.DeepEqual(g.Interface(), want.Convert(g.Type()).Interface()) {
+			t.Errorf("link.Settings.%s = %v, want config.Link's %v", name, g, want)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/verify"
+)
+
+// CheckResult is the end-of-run judgement of a mirror.
+type CheckResult struct {
+	// Verified is how many committed source records verify compared with
+	// their mirrors, record by record (key, value, headers, timestamp,
+	// producer ID mapping, batch boundaries, order); Behind how many the
+	// destination had not caught up on; First the first difference.
+	Verified, Behind int64
+	First            *verify.Difference
+	// SourceRecords and DestRecords are what read_committed consumers of
+	// each side read. Missing and Duplicated count records (by key) the
+	// destination holds fewer or more times than the source.
+	SourceRecords, DestRecords int
+	Missing, Duplicated        int
+	// AbortedAtDest counts records of aborted transactions at the
+	// destination; AckedNotAtSource acknowledged records the source does
+	// not hold (a load or broker fault, not mirrord's); Uncertain records
+	// whose producer did not learn their fate.
+	AbortedAtDest, AckedNotAtSource, Uncertain int
+}
+
+// OK reports whether the mirror is exact.
+func (r CheckResult) OK() bool {
+	return r.First == nil && r.Behind == 0 && r.Missing == 0 && r.Duplicated == 0 && r.AbortedAtDest == 0 && r.AckedNotAtSource == 0
+}
+
+func (r CheckResult) String() string {
+	s := fmt.Sprintf("verified %d records record by record (behind %d); source %d, destination %d; missing %d, duplicated %d, aborted at destination %d, acknowledged but not at the source %d, uncertain %d",
+		r.Verified, r.Behind, r.SourceRecords, r.DestRecords, r.Missing, r.Duplicated, r.AbortedAtDest, r.AckedNotAtSource, r.Uncertain)
+	if r.First != nil {
+		s += "; first difference: " + r.First.Error()
+	}
+	return s
+}
+
+// WaitCaughtUp waits until verify finds the destination a complete mirror
+// of the topics (nothing behind, no difference) or within passes, and
+// returns the last report.
+func WaitCaughtUp(ctx context.Context, env *Env, stateTopic string, topics []string, within time.Duration) (verify.Report, error) {
+	deadline := time.Now().Add(within)
+	for {
+		rep, err := verifyRun(ctx, env, stateTopic, topics)
+		if err == nil && (rep.First != nil || rep.Behind == 0) {
+			return rep, nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("the destination is still %d records behind after %s", rep.Behind, within)
+			}
+			return rep, err
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func verifyRun(ctx context.Context, env *Env, stateTopic string, topics []string) (verify.Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dst := env.Client(Destination)
+	salts, err := verify.StateSalts(ctx, dst, []kgo.Opt{kgo.SeedBrokers(env.Cluster(Destination).Addrs()...)}, stateTopic)
+	if err != nil {
+		return verify.Report{}, err
+	}
+	same := map[string]string{}
+	for _, t := range topics {
+		same[t] = t
+	}
+	return verify.Run(ctx, verify.Config{
+		Source: env.Client(Source), Destination: dst, Topics: same,
+		SourceClusterID: SourceClusterID, Salt: salts,
+	})
+}
+
+// Check judges the mirror of the topics once the load has stopped and the
+// destination has caught up: verify record by record, then every key
+// counted on both sides and against the ledger.
+func Check(ctx context.Context, env *Env, stateTopic string, topics []string, led *Ledger) (CheckResult, error) {
+	var res CheckResult
+	rep, err := WaitCaughtUp(ctx, env, stateTopic, topics, 5*time.Minute)
+	res.Verified, res.Behind, res.First = rep.Records, rep.Behind, rep.First
+	if err != nil && rep.Records == 0 {
+		return res, err
+	}
+	src, err := readAll(ctx, env.Cluster(Source).Addrs(), topics)
+	if err != nil {
+		return res, fmt.Errorf("read the source: %w", err)
+	}
+	dst, err := readAll(ctx, env.Cluster(Destination).Addrs(), topics)
+	if err != nil {
+		return res, fmt.Errorf("read the destination: %w", err)
+	}
+	for _, n := range src {
+		res.SourceRecords += n
+	}
+	for _, n := range dst {
+		res.DestRecords += n
+	}
+	for k, n := range src {
+		if d := dst[k]; d < n {
+			res.Missing += n - d
+		}
+	}
+	for k, d := range dst {
+		if n := src[k]; d > n {
+			res.Duplicated += d - n
+		}
+	}
+	led.mu.Lock()
+	for k := range led.aborted {
+		res.AbortedAtDest += dst[k]
+	}
+	for k := range led.acked {
+		if src[k] == 0 {
+			res.AckedNotAtSource++
+		}
+	}
+	res.Uncertain = len(led.uncertain)
+	led.mu.Unlock()
+	return res, nil
+}
+
+// readAll counts every committed record of the topics by "topic/key",
+// reading until the end offsets the topics had when it started; a
+// read_committed consumer never returns the transaction markers that may
+// end a partition, so a read also ends after polls find nothing for five
+// seconds once every record below the last stable offsets was seen.
+func readAll(ctx context.Context, addrs, topics []string) (map[string]int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	out := map[string]int{}
+	idle := 0
+	for idle < 25 {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var errs []error
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				errs = append(errs, fmt.Errorf("%s[%d]: %w", t, p, err))
+			}
+		})
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			out[r.Topic+"/"+string(r.Key)]++
+			n++
+		})
+		if n == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,148 @@
+// Command soak runs mirrord under random broker and agent faults for a long
+// time (issue 11): two real Kafka clusters of three nodes each, the mirrord
+// binary between them, a mixed load on the source, and every pause a random
+// fault (a broker SIGKILLed, a rolling restart, a preferred-leader election,
+// a reassignment, the destination below min.insync.replicas, the state
+// topic's leader killed, the agent SIGKILLed alone or with a broker). At the
+// end the destination is checked record by record and key by key, and the
+// report gives the stall figures of every leader move.
+//
+//	go run ./faults/cmd/soak                      # 30 minutes on Kafka 4.4.0
+//	go run ./faults/cmd/soak -duration 2h -pause 30s -report soak.txt
+//
+// It needs java (17 or later) and mvn, as the real-Kafka test tier does, and
+// exits 0 when the mirror is exact, 1 when it is not or a fault failed, 2 on
+// bad flags. Its goroutines are the fault package's (the load's producers
+// and the watcher), each stopped and waited for by run before it returns.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/seed83556561/mirrord/faults"
+	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
+)
+
+func main() { os.Exit(soak(os.Args[1:])) }
+
+func soak(args []string) int {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	duration := fs.Duration("duration", 30*time.Minute, "how long faults are made (the check and the start come on top)")
+	pause := fs.Duration("pause", 20*time.Second, "the least time between two faults (a random as much again is added)")
+	version := fs.String("kafka", realkafka.Kafka4, "Kafka version of both clusters")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the random faults (printed, to repeat a run)")
+	reportPath := fs.String("report", "", "also write the report to this file")
+	keep := fs.Bool("keep", false, "keep the clusters' directories and the agent's log")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *duration <= 0 || *pause <= 0 {
+		fmt.Fprintln(os.Stderr, "soak: -duration and -pause must be positive")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, logf); err != nil {
+		logf("soak: %v", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, logf func(string, ...any)) error {
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "mirrord-soak-")
+	if err != nil {
+		return err
+	}
+	logf("soak: %s of faults on Kafka %s, seed %d, files in %s", duration, version, seed, dir)
+	bin, err := faults.BuildAgent(ctx, dir)
+	if err != nil {
+		return err
+	}
+	env, err := faults.StartEnv(ctx, faults.EnvConfig{Version: version, Dir: dir})
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok || keep {
+			env.Keep()
+			logf("soak: clusters and the agent's log kept in %s", dir)
+		}
+		env.Close()
+		if ok && !keep {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	logf("soak: clusters up in %s", time.Since(start).Round(time.Second))
+	topics := []string{"orders", "events"}
+	for i, t := range topics {
+		if err := env.CreateTopic(ctx, faults.Source, t, int32(6-3*i), nil); err != nil {
+			return err
+		}
+	}
+	agent, err := faults.NewAgent(faults.AgentConfig{
+		Bin: bin, Dir: dir, Source: env.Cluster(faults.Source).Addrs(), Dest: env.Cluster(faults.Destination).Addrs(),
+		Include: "orders|events", StateTopic: "__mirror_state",
+	})
+	if err != nil {
+		return err
+	}
+	if err := agent.Start(); err != nil {
+		return err
+	}
+	defer agent.Kill()
+	if err := agent.WaitMirroring(ctx, 3*time.Minute); err != nil {
+		return err
+	}
+	led := faults.NewLedger()
+	load, err := faults.StartLoad(faults.LoadConfig{Addrs: env.Cluster(faults.Source).Addrs(), Topics: topics, Prefix: "soak", Ledger: led})
+	if err != nil {
+		return err
+	}
+	watcher := faults.StartWatcher(env, agent, topics, 100*time.Millisecond)
+	r := &faults.Run{
+		Env: env, Agent: agent, Watcher: watcher, Topics: topics, StateTopic: "__mirror_state",
+		Log: logf, Rand: rand.New(rand.NewPCG(seed, seed)),
+	}
+	faultErr := r.Random(ctx, time.Now().Add(duration), pause)
+	load.Stop()
+	logf("soak: load stopped after %d rounds; checking", load.Rounds())
+	res, checkErr := faults.Check(context.WithoutCancel(ctx), env, r.StateTopic, topics, led)
+	watcher.Stop()
+	r.FinishStalls()
+	var report bytes.Buffer
+	acked, aborted, uncertain := led.Counts()
+	loadErrs, lastLoadErr := load.Errors()
+	fmt.Fprintf(&report, "soak: seed %d, Kafka %s, load %d rounds: %d acknowledged, %d aborted, %d uncertain records; %d rounds with an error (last: %v)\n",
+		seed, version, load.Rounds(), acked, aborted, uncertain, loadErrs, lastLoadErr)
+	r.WriteReport(&report, res, time.Since(start))
+	os.Stdout.Write(report.Bytes())
+	if reportPath != "" {
+		if err := os.WriteFile(reportPath, report.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	switch {
+	case faultErr != nil && ctx.Err() == nil:
+		return fmt.Errorf("a fault failed: %w", faultErr)
+	case checkErr != nil:
+		return fmt.Errorf("check: %w", checkErr)
+	case !res.OK():
+		return fmt.Errorf("the mirror is not exact: %s", res)
+	}
+	ok = true
+	return nil
+}
