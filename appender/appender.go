@@ -25,6 +25,7 @@ import (
 const (
 	DefaultRequestTimeout       = 30 * time.Second
 	DefaultMaxRequestBytes      = 16 << 20
+	DefaultMaxRequestBatches    = 256
 	DefaultMaxInflightPerBroker = 4
 	DefaultRetryBackoff         = 100 * time.Millisecond
 
@@ -92,6 +93,13 @@ type Config struct {
 	// so a batch larger than this goes alone. Default 16 MiB; at most the
 	// client's BrokerMaxWriteBytes.
 	MaxRequestBytes int32
+	// MaxRequestBatches bounds the batches (partitions) of a Produce
+	// request. A broker appends a request's batches one after another and
+	// serves one request per connection at a time, and its time per batch
+	// hardly depends on the batch's size: 16 MiB of 1 KiB batches took a
+	// broker here longer than kgo waits for an answer (the requests behind
+	// it on the connection timed out, their outcomes unknown). Default 256.
+	MaxRequestBatches int
 	// MaxInflightPerBroker bounds the Produce requests in flight to one
 	// broker. A partition is in at most one request regardless. Default 4.
 	MaxInflightPerBroker int
@@ -110,6 +118,9 @@ func (c *Config) validate() error {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if c.MaxRequestBatches == 0 {
+		c.MaxRequestBatches = DefaultMaxRequestBatches
+	}
 	if c.MaxInflightPerBroker == 0 {
 		c.MaxInflightPerBroker = DefaultMaxInflightPerBroker
 	}
@@ -122,6 +133,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRequestBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("MaxRequestBytes: %d is too small; use at least 1024", c.MaxRequestBytes))
+	}
+	if c.MaxRequestBatches < 1 {
+		errs = append(errs, fmt.Errorf("MaxRequestBatches: %d; use 1 or more", c.MaxRequestBatches))
 	}
 	if c.MaxInflightPerBroker < 1 {
 		errs = append(errs, fmt.Errorf("MaxInflightPerBroker: %d; use 1 or more", c.MaxInflightPerBroker))
@@ -223,6 +237,10 @@ type Appender struct {
 	mu    sync.Mutex
 	state int                 // stateNew, stateRunning, stateStopped
 	busy  map[tp.Key]struct{} // partitions with a batch in the appender
+
+	// leaderReuse is how long Run uses a leader a lookup found before it
+	// asks Deps.Leaders again (knownLeaderAge; tests set 0 to always ask).
+	leaderReuse time.Duration
 }
 
 const (
@@ -277,6 +295,8 @@ func New(cfg Config, deps Deps) (*Appender, error) {
 		results:   mailbox.New[Result](),
 		stopped:   make(chan struct{}),
 		busy:      make(map[tp.Key]struct{}),
+
+		leaderReuse: knownLeaderAge,
 	}, nil
 }
 
@@ -397,6 +417,7 @@ func (a *Appender) Run(ctx context.Context) error {
 		resolved: make(chan []*batch, 1),
 		sent:     make(chan sendResult),
 		brokers:  make(map[int32]*brokerQueue),
+		known:    make(map[tp.Key]knownLeader),
 		lastWarn: make(map[tp.Key]time.Time),
 		timer:    time.NewTimer(time.Hour),
 	}
@@ -423,8 +444,30 @@ type runner struct {
 	inflight int             // Produce requests in flight, all brokers
 	sent     chan sendResult // sender → Run
 
+	// known holds the leader each partition's last lookup found, for
+	// at most knownLeaderAge: a partition's next batch, submitted right
+	// after its previous one was answered, goes straight to that leader's
+	// queue instead of through the resolver goroutine. That hop split the
+	// burst of batches a link submits after one answer over several
+	// requests (the resolver takes what waits when it starts, the rest
+	// waits for its next round), and cost a goroutine round trip per
+	// batch. Every invalidation of a partition's leader drops its entry.
+	known map[tp.Key]knownLeader
+
 	lastWarn map[tp.Key]time.Time
 }
+
+// knownLeader is a leader a lookup found, and when.
+type knownLeader struct {
+	leader leaders.Leader
+	at     time.Time // monotonic
+}
+
+// knownLeaderAge bounds how long the appender uses a leader a lookup found
+// without asking leaders.Cache again: far below the cache's own refresh age
+// (30s by default), so that it adds at most this much to how stale a leader
+// can be; a stale one is answered NOT_LEADER_OR_FOLLOWER as before.
+const knownLeaderAge = time.Second
 
 // brokerQueue holds the batches ready to go to one broker.
 type brokerQueue struct {
@@ -462,7 +505,22 @@ func (r *runner) loop() {
 }
 
 func (r *runner) takeSubmitted() {
-	r.needLeader = append(r.needLeader, r.a.submitted.Take()...)
+	now := time.Now()
+	for _, b := range r.a.submitted.Take() {
+		if k, ok := r.known[b.key]; ok && now.Sub(k.at) < r.a.leaderReuse {
+			b.leader = k.leader
+			r.route(b)
+			continue
+		}
+		r.needLeader = append(r.needLeader, b)
+	}
+}
+
+// invalidate drops what the appender and the shared cache know of key's
+// leader.
+func (r *runner) invalidate(key tp.Key) {
+	delete(r.known, key)
+	r.a.deps.Leaders.Invalidate(key)
 }
 
 // dispatch starts a resolver for the batches that need a leader, if none
@@ -500,13 +558,13 @@ const (
 )
 
 // cut takes the batches of the next request off q: in queue order, as many
-// as fit in MaxRequestBytes, at least one. A queue never holds two batches
-// of one partition, so neither does the request.
+// as fit in MaxRequestBytes and MaxRequestBatches, at least one. A queue
+// never holds two batches of one partition, so neither does the request.
 func (r *runner) cut(q *brokerQueue) []*batch {
 	size := requestOverhead
 	topics := make(map[string]bool)
 	n := 0
-	for ; n < len(q.ready); n++ {
+	for ; n < len(q.ready) && n < r.a.cfg.MaxRequestBatches; n++ {
 		b := q.ready[n]
 		add := partitionOverhead + len(b.req.Batch)
 		if !topics[b.key.Topic] {
@@ -534,32 +592,14 @@ func (r *runner) resolve(bs []*batch) {
 }
 
 func (r *runner) handleResolved(bs []*batch) {
+	now := time.Now()
 	for _, b := range bs {
 		err := b.lookupErr
 		b.lookupErr = nil
 		switch {
 		case err == nil:
-			// The topic ID the batch is for: the Request's, or the one an
-			// earlier attempt was sent with.
-			id := b.req.Partition.ID
-			if id == ([16]byte{}) {
-				id = b.topicID
-			}
-			if id != ([16]byte{}) && b.leader.ID != ([16]byte{}) && id != b.leader.ID {
-				r.deliver(b, Result{Err: fmt.Errorf("%s: %w: the destination topic's ID is now %x, the batch is for topic ID %x: the topic was deleted and recreated",
-					b.req.Partition, ErrFatal, b.leader.ID, id)}, KindFatal)
-				continue
-			}
-			if id == ([16]byte{}) {
-				id = b.leader.ID
-			}
-			b.topicID = id
-			q := r.brokers[b.leader.Broker]
-			if q == nil {
-				q = &brokerQueue{}
-				r.brokers[b.leader.Broker] = q
-			}
-			q.ready = append(q.ready, b)
+			r.known[b.key] = knownLeader{leader: b.leader, at: now}
+			r.route(b)
 		case r.ctx.Err() != nil:
 			r.needLeader = append(r.needLeader, b) // shutdown reports it
 		case permanent(err):
@@ -568,11 +608,37 @@ func (r *runner) handleResolved(bs []*batch) {
 			// No leader (an election), an unknown partition (a topic being
 			// created), a failed Metadata request: drop what the cache
 			// holds (meta caches a missing leader too), wait, look again.
-			r.a.deps.Leaders.Invalidate(b.key)
+			r.invalidate(b.key)
 			r.a.m.errors[KindRetriable].Inc()
 			r.retryLater(b, fmt.Errorf("leader lookup: %w", err))
 		}
 	}
+}
+
+// route queues b for its leader (b.leader), after checking that the leader
+// leads the topic the batch is for.
+func (r *runner) route(b *batch) {
+	// The topic ID the batch is for: the Request's, or the one an
+	// earlier attempt was sent with.
+	id := b.req.Partition.ID
+	if id == ([16]byte{}) {
+		id = b.topicID
+	}
+	if id != ([16]byte{}) && b.leader.ID != ([16]byte{}) && id != b.leader.ID {
+		r.deliver(b, Result{Err: fmt.Errorf("%s: %w: the destination topic's ID is now %x, the batch is for topic ID %x: the topic was deleted and recreated",
+			b.req.Partition, ErrFatal, b.leader.ID, id)}, KindFatal)
+		return
+	}
+	if id == ([16]byte{}) {
+		id = b.leader.ID
+	}
+	b.topicID = id
+	q := r.brokers[b.leader.Broker]
+	if q == nil {
+		q = &brokerQueue{}
+		r.brokers[b.leader.Broker] = q
+	}
+	q.ready = append(q.ready, b)
 }
 
 // permanent reports a lookup error that waiting cannot cure: a Kafka error
@@ -597,7 +663,7 @@ func (r *runner) handleSent(s sendResult) {
 	for i, b := range s.batches {
 		o := s.outcomes[i]
 		if o.invalidate {
-			r.a.deps.Leaders.Invalidate(b.key)
+			r.invalidate(b.key)
 		}
 		switch o.verdict {
 		case verdictAppended:
@@ -759,6 +825,7 @@ func (a *Appender) produce(ctx context.Context, node int32, bs []*batch) []outco
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	a.m.requests.Inc()
+	a.m.batches.Observe(float64(len(bs)))
 	sent := a.deps.Now()
 	stamp := func(o outcome) outcome { o.sent, o.timeout = sent, timeout; return o }
 	kresp, err := a.deps.Client.Broker(int(node)).Request(ctx, req)

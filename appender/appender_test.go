@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,10 +49,11 @@ func TestNew(t *testing.T) {
 		{"bad config, all at once", Config{
 			RequestTimeout:       -time.Second,
 			MaxRequestBytes:      10,
+			MaxRequestBatches:    -2,
 			MaxInflightPerBroker: -1,
 			RetryBackoff:         time.Minute,
 		}, Deps{Client: good, Leaders: leaders, Lease: yes},
-			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s"}},
+			[]string{"RequestTimeout", "MaxRequestBytes: 10", "MaxRequestBatches: -2", "MaxInflightPerBroker: -1", "RetryBackoff: 1m0s"}},
 		{"request larger than the client may write", Config{MaxRequestBytes: 200 << 20}, Deps{Client: good, Leaders: leaders, Lease: yes},
 			[]string{"BrokerMaxWriteBytes"}},
 	}
@@ -522,21 +525,29 @@ func TestRetriedInternally(t *testing.T) {
 }
 
 // TestLeaderMove guards routing: after a leader move the next batch goes
-// to the new leader, at once when the leader cache has been refreshed, and
-// after one NOT_LEADER_OR_FOLLOWER (an unknown outcome, here refused by
-// kfake before the append) when the cache was stale.
+// to the new leader, at once when the leader cache has been refreshed (and
+// the appender asks it: no leader reused from a recent lookup), and after
+// one NOT_LEADER_OR_FOLLOWER (an unknown outcome, here refused by kfake
+// before the append) when the cache was stale or the appender reused the
+// leader its last lookup found.
 func TestLeaderMove(t *testing.T) {
 	cases := []struct {
 		name      string
 		leaderAge time.Duration
+		reuse     bool
 		stale     bool
 	}{
-		{"stale cache", 0, true},
-		{"fresh cache", time.Nanosecond, false},
+		{"stale cache", 0, false, true},
+		{"fresh cache", time.Nanosecond, false, false},
+		{"fresh cache, leader reused", time.Nanosecond, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, harnessOpts{brokers: 3, leaderAge: c.leaderAge})
+			h := newHarness(t, harnessOpts{brokers: 3, leaderAge: c.leaderAge, noRun: true})
+			if !c.reuse {
+				h.a.leaderReuse = 0
+			}
+			h.run()
 			p := h.createTopic("moving", 1, nil)[0]
 			old := h.c.LeaderFor(p.Topic, p.Partition)
 			if r := h.append1(p, makeBatch(t, false, 1, recsFor(p, 0, 2))); r.Err != nil {
@@ -896,5 +907,116 @@ func init() {
 	// Every test batch must look like what the pump submits.
 	if mappedPID >= 0 {
 		panic(fmt.Sprintf("mapped producer ID %d is not negative", mappedPID))
+	}
+}
+
+// TestRequestBatchesMetric guards the fullness histogram: batches waiting
+// together for one broker go in one request, and the histogram counts one
+// observation of that many batches per request sent.
+func TestRequestBatchesMetric(t *testing.T) {
+	h := newHarness(t, harnessOpts{noRun: true})
+	ps := h.createTopic("full", 6, nil)
+	for i, p := range ps {
+		h.submit(p, makeBatch(t, false, 1000, recsFor(p, 0, 2)), uint64(i))
+	}
+	h.run()
+	for range ps {
+		if r := h.result(); r.Err != nil {
+			t.Fatalf("append %s: %v", r.Partition, r.Err)
+		}
+	}
+	var d dto.Metric
+	if err := h.a.deps.Metrics.batches.WithLabelValues(h.a.cfg.Link).(prometheus.Histogram).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	hist := d.GetHistogram()
+	if got, want := float64(hist.GetSampleCount()), h.counter("produce_requests_total"); got != want {
+		t.Errorf("histogram counted %v requests, produce_requests_total says %v", got, want)
+	}
+	if hist.GetSampleSum() != float64(len(ps)) || hist.GetSampleCount() != 1 {
+		t.Errorf("histogram: %v batches in %d requests; want the %d batches submitted before Run in one request", hist.GetSampleSum(), hist.GetSampleCount(), len(ps))
+	}
+}
+
+// TestLeaderReused guards the shortcut past the resolver: a partition's
+// next batch, submitted right after its previous one was answered, goes to
+// the leader the last lookup found without another Metadata request, in
+// order and still one batch per partition in the appender; an answer that
+// says the leader moved ends the shortcut, so the batch after it is looked
+// up again.
+func TestLeaderReused(t *testing.T) {
+	h := newHarness(t, harnessOpts{brokers: 3, leaderAge: time.Nanosecond})
+	p := h.createTopic("reused", 1, nil)[0]
+	var metadata atomic.Int64
+	h.c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.c.KeepControl()
+		metadata.Add(1)
+		return nil, nil, false
+	})
+	var want []wire
+	for j := range 5 {
+		recs := recsFor(p, j, 2)
+		if r := h.append1(p, makeBatch(t, false, int64(j), recs)); r.Err != nil || r.BaseOffset != int64(2*j) {
+			t.Fatalf("batch %d: offset %d, %v", j, r.BaseOffset, r.Err)
+		}
+		want = append(want, wire{recs, int64(2 * j)})
+	}
+	if n := metadata.Load(); n != 1 {
+		t.Errorf("%d Metadata requests for 5 batches submitted one after another; want the first lookup only", n)
+	}
+	h.checkLog(p, want)
+
+	old := h.c.LeaderFor(p.Topic, p.Partition)
+	if err := h.c.MoveTopicPartition(p.Topic, p.Partition, (old+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	batch := makeBatch(t, false, 9, recsFor(p, 5, 2))
+	if r := h.append1(p, batch); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+		t.Fatalf("batch to the reused, moved leader: %v; want NOT_LEADER_OR_FOLLOWER", r.Err)
+	}
+	if r := h.append1(p, batch); r.Err != nil || r.BaseOffset != 10 {
+		t.Fatalf("batch after the answer that the leader moved: offset %d, %v; want it looked up and appended at 10", r.BaseOffset, r.Err)
+	}
+	h.checkLog(p, append(want, wire{recsFor(p, 5, 2), 10}))
+}
+
+// TestMaxRequestBatches guards the batch count bound: the batches waiting
+// for one broker are cut into requests of at most MaxRequestBatches
+// partitions, each partition still in one request only, and every batch
+// appended.
+func TestMaxRequestBatches(t *testing.T) {
+	const per = 3
+	h := newHarness(t, harnessOpts{cfg: Config{MaxRequestBatches: per}, noRun: true})
+	ps := h.createTopic("counted", 10, nil)
+	for i, p := range ps {
+		h.submit(p, makeBatch(t, false, 1, recsFor(p, 0, 2)), uint64(i))
+	}
+	h.run()
+	for range ps {
+		if r := h.result(); r.Err != nil {
+			t.Fatalf("%s: %v", r.Partition, r.Err)
+		}
+	}
+	seen := map[int32]int{}
+	full := 0
+	for _, r := range h.obs.seen() {
+		if len(r.parts) > per {
+			t.Fatalf("a request carried %d partitions, more than MaxRequestBatches %d", len(r.parts), per)
+		}
+		if len(r.parts) == per {
+			full++
+		}
+		for _, sp := range r.parts {
+			seen[sp.part]++
+		}
+	}
+	for _, p := range ps {
+		if seen[p.Partition] != 1 {
+			t.Errorf("partition %d was in %d requests, want 1", p.Partition, seen[p.Partition])
+		}
+		h.checkLog(p, []wire{{recsFor(p, 0, 2), 0}})
+	}
+	if full == 0 {
+		t.Errorf("no request was cut at %d batches: the test did not exercise the bound", per)
 	}
 }

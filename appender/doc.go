@@ -12,8 +12,9 @@
 //     of a partition's batches is the order the caller submits them in.
 //   - A Produce request holds at most one batch per partition (a broker rule
 //     for Produce v3+) and as many partitions led by the same broker as fit
-//     in MaxRequestBytes; it always holds at least one batch. At most
-//     MaxInflightPerBroker requests are in flight to one broker.
+//     in MaxRequestBytes and MaxRequestBatches; it always holds at least one
+//     batch. At most MaxInflightPerBroker requests are in flight to one
+//     broker.
 //   - A batch is sent again only after an answer that proves the broker did
 //     not append it (classify.go explains each case, with the Apache Kafka
 //     code it relies on). Destination batches carry a negative producer ID,
@@ -55,7 +56,14 @@
 //
 //   - at most one resolver goroutine at a time, which looks up the leaders
 //     of the batches waiting for one through Deps.Leaders (a cache miss is a
-//     Metadata request, so it is kept off Run's goroutine);
+//     Metadata request, so it is kept off Run's goroutine). A batch of a
+//     partition whose leader a lookup found less than a second ago skips
+//     it and goes straight to that leader's queue: a link submits a
+//     partition's next batch as soon as the previous one is answered, and
+//     the resolver's round trip was a large part of that turnaround for
+//     small batches (and split a burst of submissions over several
+//     requests). Every invalidation of the partition's leader (an answer
+//     that says it moved, a failed lookup) ends the shortcut at once;
 //   - one sender goroutine per Produce request in flight (at most
 //     MaxInflightPerBroker per broker), which asks Lease, sends the request
 //     through kgo's connection to that broker, classifies every partition's

@@ -21,6 +21,7 @@ var kinds = []string{KindRetriable, KindUnknownOutcome, KindCorrupt, KindTooLarg
 type Metrics struct {
 	latency  *prometheus.HistogramVec
 	requests *prometheus.CounterVec
+	batches  *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
 }
 
@@ -40,6 +41,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "produce_requests_total",
 			Help:      "Produce requests sent to destination partition leaders.",
 		}, []string{"link"}),
+		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "mirrord",
+			Name:      "produce_request_batches",
+			Help:      "Batches (one per partition) in each Produce request sent: how full requests are.",
+			Buckets:   prometheus.ExponentialBuckets(1, 2, 11), // 1 to 1024
+		}, []string{"link"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mirrord",
 			Name:      "append_errors_total",
@@ -47,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"link", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.latency, m.requests, m.errors)
+		reg.MustRegister(m.latency, m.requests, m.batches, m.errors)
 	}
 	return m
 }
@@ -56,6 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type linkMetrics struct {
 	latency  prometheus.Observer
 	requests prometheus.Counter
+	batches  prometheus.Observer
 	errors   map[string]prometheus.Counter
 }
 
@@ -63,6 +71,7 @@ func (m *Metrics) forLink(link string) linkMetrics {
 	lm := linkMetrics{
 		latency:  m.latency.WithLabelValues(link),
 		requests: m.requests.WithLabelValues(link),
+		batches:  m.batches.WithLabelValues(link),
 		errors:   make(map[string]prometheus.Counter, len(kinds)),
 	}
 	for _, k := range kinds {

@@ -42,11 +42,15 @@
 //     behind every waiting partition), and a partition that does not fit
 //     blocks the grants behind it, so no partition starves another. With
 //     the budget full, partitions take turns one fetch each.
-//   - The partition limit grows when a response holds no complete batch for
-//     a partition although it has data (the next batch is above the limit):
-//     it doubles, up to MaxPartitionMaxBytes and MaxBufferedBytes, and the
-//     partition goes first in its next request, where brokers return at
-//     least one batch whatever its size (KIP-74).
+//   - A partition's fetch limit is PartitionMaxBytes, or an equal share of
+//     MaxBufferedBytes over the assigned partitions when that is smaller
+//     (never below MinPartitionShare), so that many partitions can be
+//     fetched at once within the buffer. The limit grows when a response
+//     holds no complete batch for a partition although it has data (the
+//     next batch is above the limit): it doubles, up to MaxPartitionMaxBytes
+//     and MaxBufferedBytes, and the partition goes first in its next
+//     request, where brokers return at least one batch whatever its size
+//     (KIP-74).
 //   - A partition FAILS (Result.Err; no longer fetched until assigned again)
 //     on an offset out of range under "fail", an offset above the high
 //     watermark (always), a batch that is malformed (or, with CheckCRCs,

@@ -742,3 +742,104 @@ hold:
 	con.until(ctx, ends)
 	compare(t, con.s, want)
 }
+
+// Guards the share of the buffer with many partitions: every partition is
+// asked for at most its share (MaxBufferedBytes over the partitions, at
+// least MinPartitionShare), so that all of them fit in one request; a
+// partition whose batch is above its share starves once and doubles; the
+// buffer bound holds, and everything arrives exactly, in order.
+func TestPartitionShare(t *testing.T) {
+	ctx := deadline(t)
+	const parts = 40
+	c := source(t, parts, "t")
+	produceBulk(ctx, t, c, "t", parts, 6, 3, 1000)
+	big := producer(t, c, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
+	produce(ctx, t, big, "t", 7, strings.Repeat("b", 150<<10)) // one batch above the share
+	produce(ctx, t, big, "t", 7, "after the big one")
+	endAll(ctx, t, c, "t", parts)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	var mu sync.Mutex
+	var limits []map[int32]int32 // per Fetch request: partition -> PartitionMaxBytes
+	var nodes []int32            // per Fetch request: the broker it went to
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		m := map[int32]int32{}
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				m[rp.Partition] = rp.PartitionMaxBytes
+			}
+		}
+		mu.Lock()
+		limits = append(limits, m)
+		nodes = append(nodes, c.CurrentNode())
+		mu.Unlock()
+		return nil, nil, false
+	})
+
+	const budget = parts * int64(MinPartitionShare)
+	f, _ := newFetcher(t, c, Config{MaxBufferedBytes: budget}) // PartitionMaxBytes: 1 MiB
+	con := newConsumer(t, f)
+	con.assignAll(ends)
+	run(t, f)
+	con.until(ctx, ends)
+	compare(t, con.s, want)
+
+	// Every partition at once within the buffer: each broker gets a
+	// request that holds every partition it leads. Without the share (a
+	// 1 MiB limit each) the budget grants two partitions at a time. A
+	// broker's first request may come before the lookups of some of its
+	// partitions are done, or while results are unreleased, so the
+	// fetcher's long polls after the last result are waited for too.
+	allAtOnce := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		led := map[int32]map[int32]bool{} // broker -> partitions asked of it
+		for i, m := range limits {
+			if led[nodes[i]] == nil {
+				led[nodes[i]] = map[int32]bool{}
+			}
+			for p := range m {
+				led[nodes[i]][p] = true
+			}
+		}
+		covered := 0
+		for n, ps := range led {
+			for i, m := range limits {
+				if nodes[i] == n && len(m) == len(ps) {
+					covered += len(ps)
+					break
+				}
+			}
+		}
+		return covered, covered == parts
+	}
+	wait := time.Now().Add(10 * time.Second) // a long poll is 500 ms
+	for {
+		covered, ok := allAtOnce()
+		if ok {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("requests that held every partition of their broker covered %d partitions; want all %d at once within the buffer", covered, parts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range limits {
+		for p, l := range m {
+			// kfake returns a batch above the limit whole (as brokers do
+			// for the first partition, KIP-74), so partition 7 may never
+			// starve; if it does, its limit doubles.
+			if l != MinPartitionShare && (p != 7 || (l != 2*MinPartitionShare && l != 4*MinPartitionShare)) {
+				t.Fatalf("partition %d asked for %d bytes, want its share %d (or, for the partition with a 150 KiB batch, the share doubled)", p, l, MinPartitionShare)
+			}
+		}
+	}
+	if con.maxOut > budget+int64(con.s[tp.Key{Topic: "t", Partition: 7}].maxRaw) {
+		t.Errorf("held %d bytes, above the budget %d plus one batch", con.maxOut, budget)
+	}
+}

@@ -38,14 +38,16 @@ const (
 // cursor is the coordinator's fetch cursor of one assigned partition:
 // where it fetches next, from which leader, and its state.
 type cursor struct {
-	p        tp.Partition
-	gen      uint64
-	offset   int64 // next fetch offset
-	state    pstate
-	dead     bool // unassigned or replaced by a newer generation
-	queued   bool // in the wait queue
-	leader   leaders.Leader
-	known    bool // leader is valid
+	p      tp.Partition
+	gen    uint64
+	offset int64 // next fetch offset
+	state  pstate
+	dead   bool // unassigned or replaced by a newer generation
+	queued bool // in the wait queue
+	leader leaders.Leader
+	known  bool // leader is valid
+	// maxBytes is the partition fetch limit that starvation grew it to,
+	// 0 until then: the limit is then limit's share.
 	maxBytes int32
 	reserved int64 // budget reserved while granted
 	queuedN  int   // results queued and not yet taken by the consumer
@@ -236,19 +238,45 @@ func (c *coord) grant() {
 			continue
 		}
 		used := c.buffered + c.reserved
-		if used > 0 && used+int64(pt.maxBytes) > c.f.cfg.MaxBufferedBytes {
+		lim := int64(c.limit(pt))
+		if used > 0 && used+lim > c.f.cfg.MaxBufferedBytes {
 			return
 		}
 		pt.queued = false
 		c.waitq = c.waitq[1:]
 		pt.state = stGranted
-		pt.reserved = int64(pt.maxBytes)
+		pt.reserved = lim
 		c.reserved += pt.reserved
 		c.granted = append(c.granted, pt)
 	}
 	if len(c.waitq) == 0 {
 		c.waitq = nil // let the backing array go
 	}
+}
+
+// MinPartitionShare is the smallest partition fetch limit the share of the
+// buffer gives a partition (limit).
+const MinPartitionShare = int32(64 << 10)
+
+// limit is pt's partition fetch limit: the one starvation grew it to, or
+// else PartitionMaxBytes, or an equal share of MaxBufferedBytes over the
+// assigned partitions when that is smaller, but at least
+// MinPartitionShare (and never above PartitionMaxBytes). A grant reserves
+// the limit whole, so with PartitionMaxBytes alone 64 MiB would let only 64
+// partitions be fetched at once; a thousand partitions, each with a little
+// data, then waited for their turn while those 64 appended their batches
+// one round trip at a time. With the share, all of them are fetched, and
+// appended, at once; a partition whose next batch is above its share
+// starves once and doubles its limit.
+func (c *coord) limit(pt *cursor) int32 {
+	if pt.maxBytes > 0 {
+		return pt.maxBytes
+	}
+	lim := int64(c.f.cfg.PartitionMaxBytes)
+	if n := int64(len(c.cursors)); n > 0 {
+		lim = min(lim, max(c.f.cfg.MaxBufferedBytes/n, int64(MinPartitionShare)))
+	}
+	return int32(lim)
 }
 
 // dispatch sends one request to every idle broker loop with granted
@@ -289,7 +317,7 @@ func (c *coord) dispatch() {
 				p:        pt.p,
 				gen:      pt.gen,
 				offset:   pt.offset,
-				maxBytes: pt.maxBytes,
+				maxBytes: int32(pt.reserved), // the limit granted
 				epoch:    pt.leader.Epoch,
 				reserved: pt.reserved,
 			}
@@ -339,7 +367,6 @@ func (c *coord) apply(cmds []command) {
 				gen:       cmd.gen,
 				offset:    cmd.offset,
 				state:     stNeedLeader,
-				maxBytes:  c.f.cfg.PartitionMaxBytes,
 				corruptAt: -1,
 			}
 			c.f.log.Debug("assigned partition", "partition", cmd.p.String(), "offset", cmd.offset, "gen", cmd.gen)
@@ -660,14 +687,15 @@ func (c *coord) applyData(pt *cursor, it *itemOutcome) {
 func (c *coord) starve(pt *cursor, it *itemOutcome) {
 	pt.starved = true
 	limit := int32(min(int64(MaxPartitionMaxBytes), c.f.cfg.MaxBufferedBytes))
-	if pt.maxBytes >= limit {
+	cur := max(it.maxBytes, c.limit(pt)) // the limit of this fetch
+	if cur >= limit {
 		c.f.log.Debug("no complete batch within the largest partition fetch size; asking first in the next request",
-			"partition", pt.p.String(), "offset", pt.offset, "max_bytes", pt.maxBytes)
+			"partition", pt.p.String(), "offset", pt.offset, "max_bytes", cur)
 		return
 	}
-	next := min(limit, pt.maxBytes*2)
+	next := min(limit, cur*2)
 	c.f.log.Info("no complete batch within the partition fetch size, doubling it",
-		"partition", pt.p.String(), "offset", pt.offset, "from", pt.maxBytes, "to", next, "truncated_bytes", it.f.Truncated)
+		"partition", pt.p.String(), "offset", pt.offset, "from", cur, "to", next, "truncated_bytes", it.f.Truncated)
 	pt.maxBytes = next
 }
 

@@ -116,3 +116,34 @@ func produce(ctx context.Context, t *testing.T, opts []kgo.Opt, topic string, co
 		t.Fatalf("produce to %s: %v", topic, err)
 	}
 }
+
+// TestTopicUncompressedSource guards the codec rule's one exception: a
+// record the source left uncompressed may be compressed at the destination
+// (a record-level mirror writes the topic's codec; producers skip
+// compression where it does not pay), while a compressed source record must
+// keep its codec.
+func TestTopicUncompressedSource(t *testing.T) {
+	src, dst := kafkatest.Pair(t)
+	srcOpts := []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)}
+	dstOpts := []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := time.UnixMilli(1_700_000_000_000)
+	recs := func(topic string) []*kgo.Record {
+		var out []*kgo.Record
+		for i := range 9 {
+			out = append(out, &kgo.Record{Topic: topic, Partition: int32(i % 3), Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d %s", i, strings.Repeat("x", 2000)), Timestamp: base})
+		}
+		return out
+	}
+	produce(ctx, t, srcOpts, "plain", kgo.NoCompression(), recs("plain"))
+	produce(ctx, t, dstOpts, "plain.lz4", kgo.Lz4Compression(), recs("plain.lz4"))
+	if n, err := Topic(ctx, srcOpts, dstOpts, "plain", "plain.lz4"); err != nil || n != 9 {
+		t.Fatalf("uncompressed source, lz4 mirror: %d, %v; want 9 records and no difference", n, err)
+	}
+	produce(ctx, t, dstOpts, "plain.none", kgo.NoCompression(), recs("plain.none"))
+	produce(ctx, t, srcOpts, "packed", kgo.Lz4Compression(), recs("packed"))
+	if _, err := Topic(ctx, srcOpts, dstOpts, "packed", "plain.none"); !errors.Is(err, ErrDifferent) || !strings.Contains(err.Error(), "compression type 0, want 3") {
+		t.Fatalf("lz4 source, uncompressed mirror: %v; want ErrDifferent for the codec", err)
+	}
+}

@@ -7,23 +7,45 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/bench/check"
 	"github.com/seed83556561/mirrord/bench/load"
+	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
 )
 
 // Sides of the benchmark.
 const (
 	Mirrord = "mirrord"
 	Peer    = "peer"
+	// MM2EOS and MM2 are MirrorMaker 2 in dedicated mode with and without
+	// exactly.once.source.support (kafka backend only).
+	MM2EOS = "mm2-eos"
+	MM2    = "mm2"
+)
+
+// Profiles of the source data (Config.Profile).
+const (
+	ProfileDefault        = "default"         // 1 MiB producer batches, 10 ms linger, 6 partitions
+	ProfileSmallBatches   = "small-batches"   // producer linger 0 and 4 KiB batches: a few records per batch
+	ProfileManyPartitions = "many-partitions" // 1,000 partitions per topic
+)
+
+// Profile defaults.
+const (
+	SmallBatchBytes     = int32(4 << 10)
+	ManyPartitionsCount = int32(1000)
 )
 
 // Defaults of Config.
@@ -38,12 +60,41 @@ const (
 
 // Config says what to benchmark.
 type Config struct {
+	// Backend is BackendKfake (default) or BackendKafka.
+	Backend string
+	// KafkaVersion is the brokers' version on the kafka backend (default
+	// realkafka.Kafka4); MM2Version MirrorMaker's (default MM2Version).
+	KafkaVersion, MM2Version string
+	// BrokerHeap and MM2Heap are the JVM heaps of each broker and of
+	// MirrorMaker (default DefaultBrokerHeap, DefaultMM2Heap).
+	BrokerHeap, MM2Heap string
+	// MM2Tasks is MirrorMaker's tasks.max (0: the machine's CPUs, like the
+	// peer's tasks).
+	MM2Tasks int
+	// MM2Props are more MirrorMaker properties (MM2Link.Extra), for a
+	// tuned MirrorMaker: producer.batch.size, producer.linger.ms, ...
+	MM2Props map[string]string
+
 	Size       int64    // source bytes of values over all codec topics; default 1 GiB
 	Runs       int      // per side and codec; default 3
 	Codecs     []string // default load.Codecs
-	Partitions int32    // per topic; default load.DefaultPartitions
-	Sides      []string // Mirrord and Peer by default, in that order within a round
-	Brokers    int      // per cluster; default 1
+	Partitions int32    // per topic; default load.DefaultPartitions (ManyPartitionsCount for that profile)
+	// Sides are the mirrors, in this order within a round. Default:
+	// Mirrord, Peer on kfake; Mirrord, Peer, MM2EOS, MM2 on kafka.
+	Sides   []string
+	Brokers int // per kfake cluster; default 1 (the kafka backend runs one broker per cluster)
+	// Profile shapes the source data: ProfileDefault, ProfileSmallBatches
+	// or ProfileManyPartitions. LoadBatchBytes and LoadLinger, when set,
+	// override the profile's producer batch size and linger (negative:
+	// none).
+	Profile        string
+	LoadBatchBytes int32
+	LoadLinger     time.Duration
+	// LatencyRate (records per second), LatencyDuration and LatencyWarmup
+	// shape ProfileLatency's runs (defaults DefaultLatencyRate,
+	// DefaultLatencyDuration, DefaultLatencyWarmup).
+	LatencyRate                    int
+	LatencyDuration, LatencyWarmup time.Duration
 
 	MaxBufferedBytes int64 // mirrord's max_buffered_bytes and the peer's producer buffer; default 64 MiB
 	PeerTasks        int   // the peer's consumer-producer pairs; 0: its GOMAXPROCS
@@ -62,6 +113,50 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.Backend == "" {
+		c.Backend = BackendKfake
+	}
+	if c.KafkaVersion == "" {
+		c.KafkaVersion = realkafka.Kafka4
+	}
+	if c.MM2Version == "" {
+		c.MM2Version = MM2Version
+	}
+	if c.MM2Heap == "" {
+		c.MM2Heap = DefaultMM2Heap
+	}
+	if c.MM2Tasks == 0 {
+		c.MM2Tasks = runtime.NumCPU()
+	}
+	if c.Profile == "" {
+		c.Profile = ProfileDefault
+	}
+	switch c.Profile {
+	case ProfileSmallBatches:
+		if c.LoadBatchBytes == 0 {
+			c.LoadBatchBytes = SmallBatchBytes
+		}
+		if c.LoadLinger == 0 {
+			c.LoadLinger = -1
+		}
+	case ProfileManyPartitions:
+		if c.Partitions == 0 {
+			c.Partitions = ManyPartitionsCount
+		}
+	case ProfileLatency:
+		if c.Codecs == nil {
+			c.Codecs = []string{load.None}
+		}
+		if c.LatencyRate == 0 {
+			c.LatencyRate = DefaultLatencyRate
+		}
+		if c.LatencyDuration == 0 {
+			c.LatencyDuration = DefaultLatencyDuration
+		}
+		if c.LatencyWarmup == 0 {
+			c.LatencyWarmup = DefaultLatencyWarmup
+		}
+	}
 	if c.Size == 0 {
 		c.Size = DefaultSize
 	}
@@ -76,6 +171,9 @@ func (c *Config) defaults() {
 	}
 	if c.Sides == nil {
 		c.Sides = []string{Mirrord, Peer}
+		if c.Backend == BackendKafka {
+			c.Sides = []string{Mirrord, Peer, MM2EOS, MM2}
+		}
 	}
 	if c.MaxBufferedBytes == 0 {
 		c.MaxBufferedBytes = DefaultMaxBufferedBytes
@@ -113,10 +211,34 @@ func (c *Config) validate() error {
 	if c.MaxBufferedBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("max buffered bytes %d is below mirrord's minimum of 1 MiB", c.MaxBufferedBytes))
 	}
+	if c.Backend != BackendKfake && c.Backend != BackendKafka {
+		errs = append(errs, fmt.Errorf("backend %q: want %s or %s", c.Backend, BackendKfake, BackendKafka))
+	}
 	for _, side := range c.Sides {
-		if side != Mirrord && side != Peer {
-			errs = append(errs, fmt.Errorf("side %q: want %s or %s", side, Mirrord, Peer))
+		switch side {
+		case Mirrord, Peer:
+		case MM2, MM2EOS:
+			if c.Backend != BackendKafka {
+				errs = append(errs, fmt.Errorf("side %q runs against real Kafka only: add -backend %s", side, BackendKafka))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("side %q: want %s, %s, %s or %s", side, Mirrord, Peer, MM2EOS, MM2))
 		}
+	}
+	switch c.Profile {
+	case ProfileDefault, ProfileSmallBatches, ProfileManyPartitions:
+	case ProfileLatency:
+		if c.LatencyRate < 1 || c.LatencyDuration <= 0 || c.LatencyWarmup < 0 {
+			errs = append(errs, fmt.Errorf("latency profile: rate %d/s, duration %s, warm-up %s: want a positive rate and duration", c.LatencyRate, c.LatencyDuration, c.LatencyWarmup))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("profile %q: want %s, %s, %s or %s", c.Profile, ProfileDefault, ProfileSmallBatches, ProfileManyPartitions, ProfileLatency))
+	}
+	if c.Backend == BackendKafka && c.Brokers > 1 {
+		errs = append(errs, fmt.Errorf("brokers is %d: the kafka backend runs one broker per cluster", c.Brokers))
+	}
+	if c.MM2Tasks < 0 {
+		errs = append(errs, fmt.Errorf("mm2 tasks is %d, want 0 or more", c.MM2Tasks))
 	}
 	if len(c.Sides) == 0 {
 		errs = append(errs, errors.New("no sides"))
@@ -146,6 +268,35 @@ type Sample struct {
 	// the run's wall time: above the mirror's and the brokers', it shows
 	// other load competing with the benchmark.
 	MachineCPU time.Duration
+
+	// Steady is the part of the run from the first poll that saw mirrored
+	// data at the destination to the end; SteadyBytes the source bytes
+	// mirrored in it (the share of records still missing at its start,
+	// times the topic's bytes), SteadyCPU the mirror process's CPU time in
+	// it (/proc/PID/stat). They leave out the mirror's start (a JVM's
+	// class loading and JIT, Connect's group join and internal topics,
+	// mirrord's PREPARING) and its stop: the rate of a mirror that runs
+	// all the time. Steady is 0 when the first poll with data already
+	// found everything.
+	Steady      time.Duration
+	SteadyBytes float64
+	SteadyCPU   time.Duration
+}
+
+// SteadyMBps is source megabytes per second of the steady part, or 0.
+func (s Sample) SteadyMBps() float64 {
+	if s.Steady <= 0 {
+		return 0
+	}
+	return s.SteadyBytes / 1e6 / s.Steady.Seconds()
+}
+
+// SteadyCPUPerGB is CPU seconds per source gigabyte in the steady part, or 0.
+func (s Sample) SteadyCPUPerGB() float64 {
+	if s.Steady <= 0 || s.SteadyBytes <= 0 {
+		return 0
+	}
+	return s.SteadyCPU.Seconds() / (s.SteadyBytes / 1e9)
 }
 
 // CPU is the mirror process's user and system time.
@@ -181,6 +332,7 @@ type Report struct {
 	LoadTime  time.Duration
 	Topics    []SourceTopic
 	Samples   []Sample
+	Latency   []LatencySample // ProfileLatency's runs
 	Transform []TransformRatio
 	Host      Host
 	// LoadBefore and LoadAfter are the machine's load averages (1, 5,
@@ -228,30 +380,66 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 			return nil, err
 		}
 	}
+	b := &bench{cfg: cfg, bins: bins, say: say, rep: rep}
+	if slices.Contains(cfg.Sides, MM2) || slices.Contains(cfg.Sides, MM2EOS) {
+		if b.java, err = realkafka.Java(ctx); err != nil {
+			return nil, err
+		}
+		say("resolving MirrorMaker %s (org.apache.kafka:connect-mirror, once per machine)", cfg.MM2Version)
+		if b.mm2Jars, err = realkafka.Resolve(ctx, MM2Spec(cfg.MM2Version)); err != nil {
+			return nil, err
+		}
+	}
 
-	src, err := StartCluster(ctx, bins.KfakeServer, "source", newClusterID(), cfg.Brokers, filepath.Join(cfg.WorkDir, "source"), filepath.Join(cfg.WorkDir, "logs", "source.log"))
-	if err != nil {
+	start := func(name string) (*Cluster, error) {
+		dir := filepath.Join(cfg.WorkDir, name)
+		if cfg.Backend == BackendKafka {
+			return StartKafka(ctx, name, newClusterID(), cfg.KafkaVersion, cfg.BrokerHeap, dir)
+		}
+		return StartCluster(ctx, bins.KfakeServer, name, newClusterID(), cfg.Brokers, dir, filepath.Join(cfg.WorkDir, "logs", name+".log"))
+	}
+	if cfg.Backend == BackendKafka {
+		say("starting two Apache Kafka %s clusters (one broker each, heap %s)", cfg.KafkaVersion, orDefault(cfg.BrokerHeap, DefaultBrokerHeap))
+	}
+	if b.src, err = start("source"); err != nil {
 		return nil, err
 	}
-	defer stopCluster(src, &err)
-	dst, err := StartCluster(ctx, bins.KfakeServer, "destination", newClusterID(), cfg.Brokers, filepath.Join(cfg.WorkDir, "destination"), filepath.Join(cfg.WorkDir, "logs", "destination.log"))
-	if err != nil {
+	defer stopCluster(b.src, &err)
+	if b.dst, err = start("destination"); err != nil {
 		return nil, err
 	}
-	defer stopCluster(dst, &err)
-	say("source cluster %s on %s, destination cluster %s on %s", src.ID, strings.Join(src.Addrs, ","), dst.ID, strings.Join(dst.Addrs, ","))
+	defer stopCluster(b.dst, &err)
+	say("source cluster %s on %s, destination cluster %s on %s", b.src.ID, strings.Join(b.src.Addrs, ","), b.dst.ID, strings.Join(b.dst.Addrs, ","))
 
-	b := &bench{cfg: cfg, bins: bins, src: src, dst: dst, say: say, rep: rep}
-	if b.dstCl, err = dst.PollClient(); err != nil {
+	if b.dstCl, err = b.dst.PollClient(); err != nil {
 		return nil, err
 	}
 	defer b.dstCl.Close()
 
-	if err = b.load(ctx); err != nil {
-		return nil, err
-	}
 	id := 0
-	for run := 1; run <= cfg.Runs; run++ {
+	if cfg.Profile == ProfileLatency {
+		for run := 1; run <= cfg.Runs; run++ {
+			for _, codec := range cfg.Codecs {
+				for _, side := range cfg.Sides {
+					id++
+					var ls LatencySample
+					if ls, err = b.latencyRun(ctx, side, codec, run, id); err != nil {
+						return nil, err
+					}
+					rep.Latency = append(rep.Latency, ls)
+					say("%-7s %-4s latency run %d: %d records, p50 %s, p99 %s, max %s (source append p50 %s, p99 %s)",
+						side, codec, run, ls.Records, ls.P50, ls.P99, ls.Max, ls.SourceP50, ls.SourceP99)
+				}
+			}
+		}
+		cfg.TransformBenchtime = ""
+	}
+	if cfg.Profile != ProfileLatency {
+		if err = b.load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for run := 1; run <= cfg.Runs && cfg.Profile != ProfileLatency; run++ {
 		for _, top := range rep.Topics {
 			for _, side := range cfg.Sides {
 				id++
@@ -260,16 +448,16 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 					return nil, err
 				}
 				rep.Samples = append(rep.Samples, s)
-				say("%-7s %-4s run %d: %6.2fs  %7.1f MB/s  %6.2f CPU s/GB  peak RSS %4d MiB",
-					side, top.Codec, run, s.Wall.Seconds(), s.MBps(), s.CPUPerGB(), s.MaxRSS>>20)
+				say("%-7s %-4s run %d: %6.2fs  %7.1f MB/s (steady %7.1f)  %6.2f CPU s/GB (steady %6.2f)  peak RSS %4d MiB",
+					side, top.Codec, run, s.Wall.Seconds(), s.MBps(), s.SteadyMBps(), s.CPUPerGB(), s.SteadyCPUPerGB(), s.MaxRSS>>20)
 			}
 		}
 	}
 	rep.LoadAfter = loadAvg()
-	if err = src.Stop(); err != nil {
+	if err = b.src.Stop(); err != nil {
 		return nil, err
 	}
-	if err = dst.Stop(); err != nil {
+	if err = b.dst.Stop(); err != nil {
 		return nil, err
 	}
 	if cfg.TransformBenchtime != "" {
@@ -279,6 +467,13 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 	}
 	return rep, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // stopCluster stops c when Run returns (Run stops both clusters itself
@@ -317,13 +512,17 @@ type bench struct {
 	dstCl    *kgo.Client // polls the destination
 	say      func(string, ...any)
 	rep      *Report
+	java     string          // for MirrorMaker
+	mm2Jars  *realkafka.Jars // MirrorMaker's classpath
 }
 
 // load fills the source and records each topic's size and end offsets.
 func (b *bench) load(ctx context.Context) error {
 	b.say("loading %d MiB of values into %d topics of %d partitions (%v)", b.cfg.Size>>20, len(b.cfg.Codecs), b.cfg.Partitions, b.cfg.Codecs)
 	start := time.Now()
-	topics, err := LoadSource(ctx, b.src, b.cfg.Codecs, b.cfg.Size, b.cfg.Partitions)
+	lc := load.Config{Codecs: b.cfg.Codecs, BytesPerTopic: b.cfg.Size / int64(len(b.cfg.Codecs)), Partitions: b.cfg.Partitions,
+		BatchMaxBytes: b.cfg.LoadBatchBytes, Linger: b.cfg.LoadLinger}
+	topics, err := LoadSourceWith(ctx, b.src, lc)
 	if err != nil {
 		return err
 	}
@@ -340,8 +539,12 @@ func (b *bench) load(ctx context.Context) error {
 // codec (see package load) and returns each topic with its stored size and
 // end offsets.
 func LoadSource(ctx context.Context, src *Cluster, codecs []string, size int64, partitions int32) ([]SourceTopic, error) {
-	per := size / int64(len(codecs))
-	topics, err := load.Run(ctx, load.Config{Codecs: codecs, BytesPerTopic: per, Partitions: partitions}, src.Opts())
+	return LoadSourceWith(ctx, src, load.Config{Codecs: codecs, BytesPerTopic: size / int64(len(codecs)), Partitions: partitions})
+}
+
+// LoadSourceWith is LoadSource with the whole load configuration.
+func LoadSourceWith(ctx context.Context, src *Cluster, cfg load.Config) ([]SourceTopic, error) {
+	topics, err := load.Run(ctx, cfg, src.Opts())
 	if err != nil {
 		return nil, err
 	}
@@ -397,16 +600,23 @@ func LoadSource(ctx context.Context, src *Cluster, codecs []string, size int64, 
 	return out, nil
 }
 
-// run mirrors one topic with one side into fresh destination topics named
-// after id, and measures it.
-func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id int) (Sample, error) {
+// mirrorCmd is how one run starts its mirror and what it leaves behind.
+type mirrorCmd struct {
+	bin      string
+	args     []string
+	dstTopic string
+	mm2      MM2Link          // MirrorMaker sides only
+	cleanOK  func(error) bool // accepts the exit of a clean stop; nil: exit 0 only
+	del      []string         // destination topics to delete after the run
+	delSrc   []string         // source topics to delete after the run
+}
+
+// command prepares side's run number id over top: its configuration files
+// in the work directory and its command line.
+func (b *bench) command(side string, top SourceTopic, id int) (mirrorCmd, error) {
 	dstTopic := fmt.Sprintf("%s.r%d", top.Name, id)
 	stateTopic := fmt.Sprintf("__mirror_state.r%d", id)
-	logPath := filepath.Join(b.cfg.WorkDir, "logs", fmt.Sprintf("r%d-%s-%s.log", id, side, top.Codec))
-	var (
-		bin  string
-		args []string
-	)
+	m := mirrorCmd{dstTopic: dstTopic, del: []string{dstTopic}}
 	switch side {
 	case Mirrord:
 		hcl := MirrordConfig(MirrordLink{
@@ -421,11 +631,12 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		})
 		path := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-mirrord.hcl", id))
 		if err := os.WriteFile(path, []byte(hcl), 0o644); err != nil {
-			return Sample{}, fmt.Errorf("bench: write %s: %w", path, err)
+			return m, fmt.Errorf("bench: write %s: %w", path, err)
 		}
-		bin, args = b.bins.Mirrord, []string{"run", "--config", path}
+		m.bin, m.args = b.bins.Mirrord, []string{"run", "--config", path}
+		m.del = append(m.del, stateTopic)
 	case Peer:
-		bin, args = b.bins.PeerMirror, []string{
+		m.bin, m.args = b.bins.PeerMirror, []string{
 			"-source", strings.Join(b.src.Addrs, ","),
 			"-destination", strings.Join(b.dst.Addrs, ","),
 			"-route", top.Name + "=" + dstTopic + "=" + top.Codec,
@@ -433,23 +644,90 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 			"-max-buffered-bytes", fmt.Sprint(b.cfg.MaxBufferedBytes),
 			"-log-level", b.cfg.LogLevel,
 		}
+	case MM2, MM2EOS:
+		port, err := freePort()
+		if err != nil {
+			return m, err
+		}
+		// IdentityReplicationPolicy: the destination topic has the
+		// source topic's name; the run deletes it, and waits until it is
+		// gone, before the next run.
+		m.dstTopic = top.Name
+		m.mm2 = MM2Link{
+			SourceAlias: fmt.Sprintf("s%d", id), TargetAlias: fmt.Sprintf("d%d", id),
+			Source: b.src.Addrs, Target: b.dst.Addrs,
+			Topic: top.Name, Codec: top.Codec, Tasks: b.cfg.MM2Tasks,
+			ExactlyOnce: side == MM2EOS, RESTPort: port, Extra: b.cfg.MM2Props,
+		}
+		props := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s.properties", id, side))
+		log4j := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-%s-log4j2.xml", id, side))
+		if err := os.WriteFile(props, []byte(MM2Config(m.mm2)), 0o644); err != nil {
+			return m, fmt.Errorf("bench: %w", err)
+		}
+		if err := os.WriteFile(log4j, []byte(mm2Log4j(b.cfg.LogLevel)), 0o644); err != nil {
+			return m, fmt.Errorf("bench: %w", err)
+		}
+		m.bin, m.args = b.java, MM2Args(b.mm2Jars, b.cfg.MM2Heap, log4j, props)
+		m.cleanOK = jvmStopped
+		tgt, srcTopics := m.mm2.InternalTopics()
+		m.del = append([]string{m.dstTopic}, tgt...)
+		m.delSrc = srcTopics
+	}
+	return m, nil
+}
+
+// cleanUp deletes what a run created, to free the clusters' disk and
+// memory for the next runs.
+func (b *bench) cleanUp(ctx context.Context, m mirrorCmd) error {
+	if err := deleteTopics(ctx, b.dstCl, m.del); err != nil {
+		return fmt.Errorf("bench: delete destination topics: %w", err)
+	}
+	if len(m.delSrc) > 0 {
+		srcCl, err := b.src.PollClient()
+		if err != nil {
+			return err
+		}
+		defer srcCl.Close()
+		if err := deleteTopics(ctx, srcCl, m.delSrc); err != nil {
+			return fmt.Errorf("bench: delete source topics: %w", err)
+		}
+	}
+	return nil
+}
+
+// run mirrors one topic with one side into fresh destination topics named
+// after id, and measures it.
+func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id int) (Sample, error) {
+	logPath := filepath.Join(b.cfg.WorkDir, "logs", fmt.Sprintf("r%d-%s-%s.log", id, side, top.Codec))
+	m, err := b.command(side, top, id)
+	if err != nil {
+		return Sample{}, err
+	}
+	dstTopic, mm2 := m.dstTopic, m.mm2
+	var offs *connectOffsets
+	if side == MM2EOS {
+		var err error
+		if offs, err = newConnectOffsets(b.dst.Opts(), mm2.OffsetsTopic(), mm2.SourceAlias, top.Name); err != nil {
+			return Sample{}, err
+		}
+		defer offs.close()
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.RunTimeout)
 	defer cancel()
 	t0 := time.Now()
 	srcCPU, dstCPU, allCPU := b.src.CPU(), b.dst.CPU(), machineCPU()
-	p, err := start(side, bin, args, logPath, nil, true)
+	p, err := start(side, m.bin, m.args, logPath, nil, true)
 	if err != nil {
 		return Sample{}, err
 	}
-	werr := WaitMirrored(rctx, b.dstCl, top, dstTopic, p.done)
+	w, werr := waitMirrored(rctx, b.dstCl, top, dstTopic, p, offs)
 	if werr != nil && p.exited() {
 		werr = fmt.Errorf("%w: %v", werr, p.err)
 	}
 	wall := time.Since(t0)
 	srcCPU, dstCPU, allCPU = b.src.CPU()-srcCPU, b.dst.CPU()-dstCPU, machineCPU()-allCPU
-	ps, serr := p.stop(b.cfg.StopTimeout)
+	ps, serr := p.stopAccepting(b.cfg.StopTimeout, m.cleanOK)
 	if werr != nil {
 		return Sample{}, fmt.Errorf("bench: %s run %d of %s into %s: %w; log %s:\n%s", side, run, top.Name, dstTopic, werr, logPath, tail(logPath))
 	}
@@ -462,6 +740,11 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		User: ps.UserTime(), Sys: ps.SystemTime(), MaxRSS: p.peakRSS(),
 		SourceBrokerCPU: srcCPU, DestBrokerCPU: dstCPU, MachineCPU: allCPU,
 	}
+	if !w.first.IsZero() && w.done.After(w.first) {
+		s.Steady = w.done.Sub(w.first)
+		s.SteadyBytes = float64(top.Bytes) * (1 - w.firstFrac)
+		s.SteadyCPU = w.doneCPU - w.firstCPU
+	}
 	if b.cfg.Verify {
 		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic)
 		if err != nil {
@@ -472,19 +755,172 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		}
 		b.say("%s run %d: %s holds the %d records of %s", side, run, dstTopic, n, top.Name)
 	}
-	// Free the destination's disk and memory for the next runs.
-	del := []string{dstTopic}
-	if side == Mirrord {
-		del = append(del, stateTopic)
-	}
-	resps, err := kadm.NewClient(b.dstCl).DeleteTopics(ctx, del...)
-	if err == nil {
-		err = resps.Error()
-	}
-	if err != nil {
-		return s, fmt.Errorf("bench: delete destination topics %v: %w", del, err)
+	if err := b.cleanUp(ctx, m); err != nil {
+		return s, err
 	}
 	return s, nil
+}
+
+// jvmStopped accepts how a JVM ends after SIGTERM: its shutdown hooks ran
+// and it exited with 128+15.
+func jvmStopped(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 143
+}
+
+// freePort is a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("bench: pick a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// deleteTopics deletes topics (those that exist) and waits until the
+// cluster no longer lists any of them, so that a later run can create a
+// topic of the same name.
+func deleteTopics(ctx context.Context, cl *kgo.Client, topics []string) error {
+	adm := kadm.NewClient(cl)
+	resps, err := adm.DeleteTopics(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	for _, r := range resps {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("delete %s: %w", r.Topic, r.Err)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		listed, err := adm.ListTopics(dctx, topics...)
+		if err == nil {
+			gone := true
+			for _, t := range topics {
+				if d, ok := listed[t]; ok && d.Err == nil {
+					gone = false
+				}
+			}
+			if gone {
+				return nil
+			}
+		}
+		select {
+		case <-dctx.Done():
+			return fmt.Errorf("topics %v still listed after their deletion: %w", topics, dctx.Err())
+		case <-time.After(DefaultPollInterval):
+		}
+	}
+}
+
+// watch is what waitMirrored saw of a run: when the destination first held
+// mirrored data, which share of the records it held then, and the mirror's
+// CPU time then and at the end.
+type watch struct {
+	first, done       time.Time
+	firstFrac         float64
+	firstCPU, doneCPU time.Duration
+}
+
+// waitMirrored polls the destination until it holds every record of top,
+// or the mirror p exits, or ctx ends. The destination's end offsets tell,
+// unless offs is set (a mirror that writes transactionally, whose end
+// offsets count transaction markers): then the committed Connect offsets
+// tell.
+func waitMirrored(ctx context.Context, dst *kgo.Client, top SourceTopic, dstTopic string, p *process, offs *connectOffsets) (watch, error) {
+	var w watch
+	var want int64
+	for _, e := range top.Ends {
+		want += e
+	}
+	adm := kadm.NewClient(dst)
+	t := time.NewTicker(DefaultPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return w, fmt.Errorf("destination not complete: %w", ctx.Err())
+		case <-p.done:
+			return w, errExited
+		case <-t.C:
+		}
+		var (
+			have     int64
+			complete bool
+			err      error
+		)
+		if offs != nil {
+			pctx, cancel := context.WithTimeout(ctx, DefaultPollInterval/2)
+			offs.poll(pctx)
+			cancel()
+			have, complete = offs.progress(top)
+		} else {
+			have, complete, err = endProgress(ctx, adm, top, dstTopic)
+			if err != nil {
+				if errors.Is(err, errDuplicates) {
+					return w, err
+				}
+				continue // the topic may not exist yet
+			}
+		}
+		now := time.Now()
+		if w.first.IsZero() && have > 0 {
+			w.first, w.firstFrac, w.firstCPU = now, float64(have)/float64(max(want, 1)), cpuTime(p.cmd.Process.Pid)
+		}
+		if complete {
+			w.done, w.doneCPU = now, cpuTime(p.cmd.Process.Pid)
+			return w, nil
+		}
+	}
+}
+
+// endProgress compares the destination's end offsets with the source's:
+// the records the destination holds (at most the source's per partition),
+// and whether it holds all.
+func endProgress(ctx context.Context, adm *kadm.Client, top SourceTopic, dstTopic string) (int64, bool, error) {
+	ends, err := adm.ListEndOffsets(ctx, dstTopic)
+	if err != nil {
+		return 0, false, err
+	}
+	var have int64
+	complete := true
+	for part, want := range top.Ends {
+		o, ok := ends.Lookup(dstTopic, int32(part))
+		if !ok || o.Err != nil {
+			complete = false
+			continue
+		}
+		if o.Offset > want {
+			return 0, false, fmt.Errorf("%s[%d] ends at %d, source %s[%d] at %d: %w", dstTopic, part, o.Offset, top.Name, part, want, errDuplicates)
+		}
+		have += o.Offset
+		if o.Offset < want {
+			complete = false
+		}
+	}
+	return have, complete, nil
+}
+
+// progress is the records the committed offsets cover, and whether they
+// cover every record of top (a source partition's last offset is its end
+// minus one: the bench's source holds no transaction markers).
+func (o *connectOffsets) progress(top SourceTopic) (int64, bool) {
+	var have int64
+	complete := true
+	for part, end := range top.Ends {
+		last, ok := o.last[int32(part)]
+		switch {
+		case end == 0:
+		case !ok:
+			complete = false
+		default:
+			have += min(last+1, end)
+			complete = complete && last+1 >= end
+		}
+	}
+	return have, complete
 }
 
 // errDuplicates says that a destination partition holds more records than

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigErrors guards validation: every problem at once, before any
@@ -14,7 +15,13 @@ func TestConfigErrors(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"codecs and sides", Config{Codecs: []string{"snappy"}, Sides: []string{"mm2"}}, []string{`codec "snappy"`, `side "mm2"`}},
+		{"codecs and sides", Config{Codecs: []string{"snappy"}, Sides: []string{"mm3"}}, []string{`codec "snappy"`, `side "mm3"`}},
+		{"MirrorMaker on kfake", Config{Sides: []string{MM2, MM2EOS}}, []string{`side "mm2" runs against real Kafka only`, `side "mm2-eos" runs against real Kafka only`}},
+		{"backend and profile", Config{Backend: "docker", Profile: "huge"}, []string{`backend "docker"`, `profile "huge"`}},
+		// The kafka backend's checks come before any JVM starts: the test
+		// needs no MIRRORD_TEST_KAFKA, java or mvn.
+		{"kafka backend", Config{Backend: BackendKafka, Brokers: 2, MM2Tasks: -1}, []string{"the kafka backend runs one broker per cluster", "mm2 tasks is -1"}},
+		{"latency profile", Config{Profile: ProfileLatency, LatencyRate: -5, LatencyWarmup: -time.Second}, []string{"latency profile: rate -5/s"}},
 		{"numbers", Config{Runs: -1, Size: 100, MaxBufferedBytes: 1000, PeerTasks: -2},
 			[]string{"runs is -1", "size 100 is below one value per topic", "max buffered bytes 1000", "peer tasks is -2"}},
 	} {

@@ -49,9 +49,59 @@ func TestSmoke(t *testing.T) {
 	var out bytes.Buffer
 	rep.Write(&out)
 	for _, codec := range load.Codecs {
-		if !strings.Contains(out.String(), "| "+codec+" | mirrord/peer |") {
-			t.Errorf("report has no mirrord/peer row for %s:\n%s", codec, out.String())
+		if !strings.Contains(out.String(), "| "+codec+" | "+sideName(Peer)+" |") {
+			t.Errorf("report has no mirrord ÷ peer row for %s:\n%s", codec, out.String())
 		}
+	}
+	t.Logf("\n%s", out.String())
+}
+
+// TestSmokeLatency runs the latency profile on kfake, briefly: for each of
+// mirrord and the peer one run whose steady producer's records all reach
+// the destination, are compared record by record, and are measured after
+// the warm-up. It guards the profile's path (the steady producer, the
+// destination consumer, the end of a run, the report) without a JVM;
+// nothing about the latencies themselves is asserted beyond their order.
+func TestSmokeLatency(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, Config{
+		Profile:         ProfileLatency,
+		Runs:            1,
+		Partitions:      2,
+		LatencyRate:     200,
+		LatencyDuration: time.Second,
+		LatencyWarmup:   200 * time.Millisecond,
+		Verify:          true,
+		WorkDir:         t.TempDir(),
+		Progress:        &progress,
+		LogLevel:        "warn",
+	})
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Samples) != 0 || len(rep.Latency) != 2 {
+		t.Fatalf("%d throughput samples and %d latency samples, want 0 and 2:\n%s", len(rep.Samples), len(rep.Latency), progress.String())
+	}
+	for i, l := range rep.Latency {
+		// 200 records/s for 1 s are measured; on a loaded machine the
+		// ticker may fall behind (fewer) and catch up in a burst after the
+		// warm-up (more).
+		if l.Side != []string{Mirrord, Peer}[i] || l.Codec != load.None || l.Records < 100 {
+			t.Errorf("latency sample %d: %+v; want %s, none, at least 100 of the about 200 records measured", i, l, []string{Mirrord, Peer}[i])
+		}
+		if l.P50 <= 0 || l.P50 > l.P99 || l.P99 > l.Max || l.SourceP50 <= 0 || l.SourceP50 > l.SourceP99 {
+			t.Errorf("latency sample %d: quantiles out of order: %+v", i, l)
+		}
+	}
+	if !strings.Contains(progress.String(), "holds the") {
+		t.Errorf("no destination was verified:\n%s", progress.String())
+	}
+	var out bytes.Buffer
+	rep.Write(&out)
+	if !strings.Contains(out.String(), "| none | mirrord | 1 |") || !strings.Contains(out.String(), "| none | peer | 1 |") {
+		t.Errorf("report has no latency rows:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())
 }

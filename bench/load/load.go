@@ -68,8 +68,14 @@ type Config struct {
 	Partitions    int32    // per topic; default 6
 	ValueSize     int      // default 1024
 	BatchMaxBytes int32    // producer batch limit before compression; default 1 MiB
-	Linger        time.Duration
-	Seed          uint64 // of the data; default 1
+	// Linger is the producers' linger: default 10ms; a negative value is
+	// no linger at all (a batch goes out as soon as the connection is
+	// free, so batches stay small).
+	Linger time.Duration
+	// TopicConfig is added to every topic's configuration
+	// (compression.type is always "producer").
+	TopicConfig map[string]*string
+	Seed        uint64 // of the data; default 1
 }
 
 func (c *Config) defaults() {
@@ -85,8 +91,11 @@ func (c *Config) defaults() {
 	if c.BatchMaxBytes == 0 {
 		c.BatchMaxBytes = DefaultBatchMaxBytes
 	}
-	if c.Linger == 0 {
+	switch {
+	case c.Linger == 0:
 		c.Linger = DefaultLinger
+	case c.Linger < 0:
+		c.Linger = 0 // kgo's "no linger"
 	}
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
@@ -144,13 +153,22 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 	topics := make([]Topic, len(cfg.Codecs))
 	for i, codec := range cfg.Codecs {
 		topics[i] = Topic{Name: TopicName(codec), Codec: codec, Partitions: cfg.Partitions}
-		resp, err := adm.CreateTopic(ctx, cfg.Partitions, 1, map[string]*string{"compression.type": kadm.StringPtr("producer")}, topics[i].Name)
+		tc := map[string]*string{"compression.type": kadm.StringPtr("producer")}
+		for k, v := range cfg.TopicConfig {
+			if k != "compression.type" {
+				tc[k] = v
+			}
+		}
+		resp, err := adm.CreateTopic(ctx, cfg.Partitions, 1, tc, topics[i].Name)
 		if err == nil {
 			err = resp.Err
 		}
 		if err != nil {
 			return nil, fmt.Errorf("load: create topic %s: %w", topics[i].Name, err)
 		}
+	}
+	if err := WaitLeaders(ctx, adm, topics); err != nil {
+		return nil, err
 	}
 	records := cfg.BytesPerTopic / int64(cfg.ValueSize)
 	g, gctx := errgroup.WithContext(ctx)
@@ -166,6 +184,42 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 		return nil, err
 	}
 	return topics, nil
+}
+
+// WaitLeaders waits until every partition of the topics has a leader: a
+// real broker creates a topic of a thousand partitions over a while, and a
+// producer that starts before gives up on the partitions not there yet.
+func WaitLeaders(ctx context.Context, adm *kadm.Client, topics []Topic) error {
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		details, err := adm.ListTopics(wctx, names...)
+		ready := err == nil
+		for _, t := range topics {
+			d, ok := details[t.Name]
+			if !ready || !ok || d.Err != nil || len(d.Partitions) != int(t.Partitions) {
+				ready = false
+				break
+			}
+			for _, p := range d.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					ready = false
+				}
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("load: partitions of %v without a leader: %w (last error: %v)", names, wctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // fill produces records records to t with an idempotent producer.

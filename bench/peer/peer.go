@@ -229,13 +229,16 @@ func (m *Mirror) task(gctx, ctx context.Context, id int, as []assignment, ntasks
 		}
 		consume[t][a.partition] = kgo.NewOffset().AtStart()
 	}
+	fetchMax := min(max(int64(len(as))*int64(m.cfg.FetchMaxPartitionBytes), 1<<20), 1<<30)
 	cons, err := kgo.NewClient(append(append([]kgo.Opt(nil), m.deps.SourceOpts...),
 		kgo.ConsumePartitions(consume),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxPartitionBytes(m.cfg.FetchMaxPartitionBytes),
 		// The request limit never binds before the partition limits
-		// (DESIGN §11's kfake caveat).
-		kgo.FetchMaxBytes(max(int32(len(as))*m.cfg.FetchMaxPartitionBytes, 1<<20)),
+		// (DESIGN §11's kfake caveat), up to 1 GiB; kgo refuses a read
+		// limit below it, and allocates only what a response holds.
+		kgo.FetchMaxBytes(int32(fetchMax)),
+		kgo.BrokerMaxReadBytes(int32(max(fetchMax+16<<20, 100<<20))),
 	)...)
 	if err != nil {
 		return fmt.Errorf("peer: task %d consumer: %w", id, err)
@@ -273,6 +276,9 @@ func (m *Mirror) task(gctx, ctx context.Context, id int, as []assignment, ntasks
 			kgo.MaxBufferedBytes(int(m.cfg.MaxBufferedBytes/int64(ntasks))),
 			kgo.MaxBufferedRecords(1<<30), // bytes bound the buffer, not records
 			kgo.RequiredAcks(kgo.AllISRAcks()),
+			// A real broker creates a topic of many partitions over a
+			// while; the destination topic exists (setup created it).
+			kgo.UnknownTopicRetries(-1),
 		)...)
 		if err != nil {
 			return fmt.Errorf("peer: task %d producer for %s: %w", id, r.Destination, err)

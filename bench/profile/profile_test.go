@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/bench/harness"
+	"github.com/seed83556561/mirrord/bench/load"
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
 )
 
 var (
@@ -29,6 +32,9 @@ var (
 	cpuFlag     = flag.String("profile.cpuprofile", "", "write a CPU profile of the mirroring only to this file")
 	logFlag     = flag.String("profile.log-level", "warn", "the agent's log level (stderr)")
 	clusterLogs = flag.String("profile.workdir", "", "directory for the clusters' files and logs (default: a temporary one)")
+	backendFlag = flag.String("profile.backend", harness.BackendKfake, "clusters: kfake or kafka (Apache Kafka brokers from realkafka, one JVM per cluster)")
+	batchFlag   = flag.Int("profile.load-batch-bytes", 0, "batch size of the producers that load the source (0: 1 MiB)")
+	lingerFlag  = flag.Duration("profile.load-linger", 0, "linger of the producers that load the source (0: 10ms; negative: none)")
 )
 
 func parseSize(s string) (int64, error) {
@@ -76,7 +82,13 @@ func BenchmarkMirrordRun(b *testing.B) {
 		if err := os.MkdirAll(data, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		c, err := harness.StartCluster(ctx, bin, name, newID(name), 1, data, filepath.Join(dir, name+".log"))
+		var c *harness.Cluster
+		var err error
+		if *backendFlag == harness.BackendKafka {
+			c, err = harness.StartKafka(ctx, name, newID(name), realkafka.Kafka4, "", data)
+		} else {
+			c, err = harness.StartCluster(ctx, bin, name, newID(name), 1, data, filepath.Join(dir, name+".log"))
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,7 +100,8 @@ func BenchmarkMirrordRun(b *testing.B) {
 		return c
 	}
 	src, dst := start("source"), start("destination")
-	topics, err := harness.LoadSource(ctx, src, codecs, size, int32(*partsFlag))
+	topics, err := harness.LoadSourceWith(ctx, src, load.Config{Codecs: codecs, BytesPerTopic: size / int64(len(codecs)),
+		Partitions: int32(*partsFlag), BatchMaxBytes: int32(*batchFlag), Linger: *lingerFlag})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,7 +156,8 @@ func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl 
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := agent.New(cfg, agent.Deps{Logger: hclog.New(&hclog.LoggerOptions{Name: "mirrord", Level: hclog.LevelFromString(*logFlag), Output: os.Stderr})})
+	reg := prometheus.NewRegistry()
+	a, err := agent.New(cfg, agent.Deps{Registry: reg, Logger: hclog.New(&hclog.LoggerOptions{Name: "mirrord", Level: hclog.LevelFromString(*logFlag), Output: os.Stderr})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,6 +176,7 @@ func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl 
 		b.Fatalf("mirror %s into %s: %v; agent: %v", top.Name, dstTopic, werr, runErr)
 	}
 	b.StopTimer()
+	reportFullness(b, reg)
 	resps, err := kadm.NewClient(dstCl).DeleteTopics(ctx, dstTopic, state)
 	if err == nil {
 		err = resps.Error()
@@ -170,6 +185,34 @@ func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl 
 		b.Fatalf("delete %s and %s: %v", dstTopic, state, err)
 	}
 	b.StartTimer()
+}
+
+// reportFullness reports how full the link's Produce requests and Fetch
+// responses were: batches per request, requests and fetches per second.
+func reportFullness(b *testing.B, reg *prometheus.Registry) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	val := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetHistogram() != nil:
+				val[mf.GetName()+"_sum"] += m.GetHistogram().GetSampleSum()
+				val[mf.GetName()+"_count"] += float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				val[mf.GetName()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if n := val["mirrord_produce_request_batches_count"]; n > 0 {
+		b.ReportMetric(val["mirrord_produce_request_batches_sum"]/n, "batches/produce")
+		b.ReportMetric(n, "produces/op")
+	}
+	if n := val["mirrord_fetch_requests_total"]; n > 0 {
+		b.ReportMetric(n, "fetches/op")
+	}
 }
 
 // newID is a fixed, valid cluster ID per role: real 22-character base64url

@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuantile guards the latency quantiles: nearest rank, whatever the
+// order of the samples.
+func TestQuantile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 50 * time.Millisecond}, {0.99, 99 * time.Millisecond}, {1, 100 * time.Millisecond}, {0, time.Millisecond}} {
+		if got := quantile(ds, tc.q); got != tc.want {
+			t.Errorf("quantile(%v) = %s, want %s", tc.q, got, tc.want)
+		}
+	}
+	if got := quantile(nil, 0.5); got != 0 {
+		t.Errorf("quantile of nothing = %s, want 0", got)
+	}
+}
+
+// TestReportVerdicts guards the targets of each backend: on kafka against
+// both MirrorMaker runs on the steady parts, every codec, and a latency
+// report without throughput runs prints only its latency table.
+func TestReportVerdicts(t *testing.T) {
+	top := SourceTopic{}
+	top.Name, top.Codec = "bench.none", "none"
+	sample := func(side string, mbps, cpuPerGB float64) Sample {
+		const bytes = 1e9
+		wall := time.Duration(bytes / 1e6 / mbps * float64(time.Second))
+		cpu := time.Duration(cpuPerGB * float64(time.Second))
+		return Sample{Side: side, Codec: "none", Wall: wall, SourceBytes: bytes, User: cpu,
+			Steady: wall, SteadyBytes: bytes, SteadyCPU: cpu}
+	}
+	rep := &Report{Config: Config{Backend: BackendKafka, Sides: []string{Mirrord, MM2EOS, MM2}}, Topics: []SourceTopic{top},
+		Samples: []Sample{sample(Mirrord, 200, 2), sample(MM2EOS, 20, 50), sample(MM2, 150, 10)}}
+	got := map[string]bool{}
+	for _, v := range rep.Verdicts() {
+		got[v.Other+" "+v.What] = v.Met
+	}
+	want := map[string]bool{"mm2-eos CPU per GB": true, "mm2-eos throughput": true, "mm2 CPU per GB": false, "mm2 throughput": false}
+	for k, w := range want {
+		if m, ok := got[k]; !ok || m != w {
+			t.Errorf("verdict %q = %v (present %v), want %v", k, m, ok, w)
+		}
+	}
+
+	lat := &Report{Config: Config{Backend: BackendKafka, Profile: ProfileLatency, Codecs: []string{"none"}, Sides: []string{Mirrord}},
+		Latency: []LatencySample{{Side: Mirrord, Codec: "none", Run: 1, Records: 10, P50: 3 * time.Millisecond, P99: 9 * time.Millisecond, Max: 12 * time.Millisecond}}}
+	var out bytes.Buffer
+	lat.Write(&out)
+	if !strings.Contains(out.String(), "| none | mirrord | 1 | 10 | 3.0 | 9.0 / 9.0 | 12.0 |") {
+		t.Errorf("latency table missing:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "loaded in") {
+		t.Errorf("latency report describes a load it did not do:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "MB/s steady") {
+		t.Errorf("latency report prints an empty throughput table:\n%s", out.String())
+	}
+}
