@@ -23,6 +23,36 @@ import (
 )
 
 // Guards construction: defaults filled in, every problem reported at once.
+// Guards how soon a failing partition is fetched again once its leader is
+// back: whenever a new leader becomes known (Kafka needs its 9 s broker
+// session timeout and an election after a broker dies), the next retry
+// comes within MaxRetryBackoff. With the old 10 s cap, an outage of 12 s
+// was retried only at 22.7 s.
+func TestRetryBackoffBounded(t *testing.T) {
+	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	cl := kafkatest.Client(t, c)
+	f, err := New(Config{}, Deps{Client: cl, Leaders: leaders.New(cl, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.backoff(1) != 100*time.Millisecond {
+		t.Errorf("first retry after %v, want 100ms", f.backoff(1))
+	}
+	for _, outage := range []time.Duration{time.Second, 5 * time.Second, 9 * time.Second, 12 * time.Second, 30 * time.Second, 5 * time.Minute} {
+		var at time.Duration
+		for n := 1; at < outage; n++ {
+			w := f.backoff(n)
+			if w > MaxRetryBackoff {
+				t.Fatalf("retry %d waits %v, more than %v", n, w, MaxRetryBackoff)
+			}
+			at += w
+		}
+		if at > outage+MaxRetryBackoff {
+			t.Errorf("a leader back after %v is fetched from at %v, more than %v later", outage, at, MaxRetryBackoff)
+		}
+	}
+}
+
 func TestNew(t *testing.T) {
 	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
 	cl := kafkatest.Client(t, c)
