@@ -14,17 +14,18 @@ func (r *Run) WriteReport(w io.Writer, res CheckResult, elapsed time.Duration) {
 	fmt.Fprintf(w, "fault run: %s, %d faults, %d agent kills, %d destination and %d source broker kills\n",
 		elapsed.Round(time.Second), len(r.Faults), r.AgentKills, r.BrokerKills[Destination], r.BrokerKills[Source])
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault\tside\ttook\tleaders moved\tstall p50\tstall max")
+	fmt.Fprintln(tw, "fault\tside\ttook\tleaders moved\tstall p50\tstall max\tlongest sampling gap")
 	for _, f := range r.Faults {
 		fg := figures(append([]time.Duration(nil), f.Stalls...))
-		p50, mx := "-", "-"
+		p50, mx, gap := "-", "-", "-"
 		if fg.Moves > 0 {
 			p50, mx = fg.P50.Round(10*time.Millisecond).String(), fg.Max.Round(10*time.Millisecond).String()
+			gap = f.Gap.Round(10 * time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.Name, f.Side, f.End.Sub(f.Start).Round(100*time.Millisecond), len(f.Moved), p50, mx)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", f.Name, f.Side, f.End.Sub(f.Start).Round(100*time.Millisecond), len(f.Moved), p50, mx, gap)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "stalls of moved destination partitions (time a moved partition did not append while the source had more):")
+	fmt.Fprintln(w, "stalls of moved destination partitions (time a moved partition did not append while the source had more; a stall is known to within the fault's longest sampling gap, the time the watcher could not list the partition's end offset):")
 	for _, row := range []struct{ name, prefix string }{
 		{"all destination leader moves", ""},
 		{"controlled restarts", "controlled restart"},

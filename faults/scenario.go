@@ -29,8 +29,11 @@ type Fault struct {
 	// time, such as too few in-sync replicas, is not).
 	LeaderMove bool
 	// Stalls are, per moved partition, how long it stopped appending
-	// (Watcher.Stall over the fault and the 60 s after it).
+	// (Watcher.Stall over the fault and the 60 s after it); Gap the
+	// longest time the watcher could not list a moved partition's end
+	// offset in that window, the precision of the stalls.
 	Stalls []time.Duration
+	Gap    time.Duration
 	Err    error
 }
 
@@ -134,7 +137,7 @@ func (r *Run) waitQuiet(ctx context.Context) {
 func (r *Run) FinishStalls() {
 	for i := range r.Faults {
 		f := &r.Faults[i]
-		f.Stalls = nil
+		f.Stalls, f.Gap = nil, 0
 		to := f.End.Add(settle)
 		if i+1 < len(r.Faults) && r.Faults[i+1].Start.Before(to) {
 			to = r.Faults[i+1].Start
@@ -143,6 +146,7 @@ func (r *Run) FinishStalls() {
 			if k.Topic == r.StateTopic {
 				continue
 			}
+			f.Gap = max(f.Gap, r.Watcher.Gap(k, f.Start, to))
 			if d, ok := r.Watcher.Stall(k, f.Start, to); ok {
 				f.Stalls = append(f.Stalls, d)
 			}

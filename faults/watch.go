@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -79,7 +80,10 @@ func (w *Watcher) run(ctx context.Context) {
 				}
 			}
 		}
-		if err != nil {
+		// A shard that failed (a broker down or slow) leaves its
+		// partitions out of this sample; the others are kept.
+		var shardErrs *kadm.ShardErrors
+		if err != nil && !errors.As(err, &shardErrs) {
 			continue
 		}
 		w.mu.Lock()
@@ -99,6 +103,25 @@ func (w *Watcher) run(ctx context.Context) {
 		})
 		w.mu.Unlock()
 	}
+}
+
+// Gap is the longest time within [from, to] between two samples of
+// partition k: a stall can only be measured to within it, since the
+// watcher does not see the partition while its end offset cannot be
+// listed (its leader down or moving).
+func (w *Watcher) Gap(k tp.Key, from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.series[k]
+	if s == nil {
+		return 0
+	}
+	i, _ := slices.BinarySearchFunc(s.at, from, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	for j := max(i, 1); j < len(s.at) && !s.at[j-1].After(to); j++ {
+		gap = max(gap, minTime(s.at[j], to).Sub(s.at[j-1]))
+	}
+	return gap
 }
 
 // Stall is the longest time within [from, to] that partition k's
@@ -145,4 +168,11 @@ func (w *Watcher) Stall(k tp.Key, from, to time.Time) (time.Duration, bool) {
 		worst = max(worst, end.Sub(start))
 	}
 	return worst, true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
