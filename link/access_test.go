@@ -160,3 +160,42 @@ func TestSameSource(t *testing.T) {
 		t.Error("a source partition whose ID is not known goes by name")
 	}
 }
+
+// Guards listLed: a partition whose leader is not there yet is listed
+// again until it answers; an error that no wait cures comes back at once
+// (for offsetOf to name the partition); a request that keeps failing as a
+// whole fails with its own error.
+func TestListLed(t *testing.T) {
+	was := metadataRetry
+	metadataRetry = backoff.Policy{First: time.Millisecond, Max: time.Millisecond} // no test in link runs in parallel
+	t.Cleanup(func() { metadataRetry = was })
+	ctx := context.Background()
+	parts := []tp.Partition{{Topic: "t", Partition: 0}}
+	listing := func(err error, offset int64) kadm.ListedOffsets {
+		return kadm.ListedOffsets{"t": {0: {Topic: "t", Partition: 0, Offset: offset, Err: err}}}
+	}
+	calls := 0
+	offs, err := listLed(ctx, parts, func() (kadm.ListedOffsets, error) {
+		calls++
+		if calls < 3 {
+			return listing(kerr.NotLeaderForPartition, 0), nil
+		}
+		return listing(nil, 7), nil
+	})
+	if o, oerr := offsetOf(offs, parts[0], "end"); err != nil || oerr != nil || o != 7 || calls != 3 {
+		t.Errorf("leader after two refusals: offset %d (%v, %v) after %d calls", o, err, oerr, calls)
+	}
+	calls = 0
+	offs, err = listLed(ctx, parts, func() (kadm.ListedOffsets, error) {
+		calls++
+		return listing(kerr.TopicAuthorizationFailed, 0), nil
+	})
+	if _, oerr := offsetOf(offs, parts[0], "end"); err != nil || !errors.Is(oerr, kerr.TopicAuthorizationFailed) || calls != 1 {
+		t.Errorf("a refusal no wait cures: %v, %v after %d calls", err, oerr, calls)
+	}
+	calls = 0
+	whole := errors.New("broker unreachable")
+	if _, err := listLed(ctx, parts, func() (kadm.ListedOffsets, error) { calls++; return nil, whole }); !errors.Is(err, whole) || calls != placeAttempts {
+		t.Errorf("a request failing as a whole: %v after %d calls, want it after %d", err, calls, placeAttempts)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -284,19 +285,24 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		srcOffs kadm.ListedOffsets
 		err     error
 	)
-	if s.l.cfg.Link.StartFrom == StartLatest {
-		srcOffs, err = s.srcAdm.ListCommittedOffsets(ctx, srcTopics...)
-	} else {
-		srcOffs, err = s.srcAdm.ListStartOffsets(ctx, srcTopics...)
+	srcParts, dstParts := make([]tp.Partition, len(pairs)), make([]tp.Partition, len(pairs))
+	for i, pr := range pairs {
+		srcParts[i], dstParts[i] = pr.Src, pr.Dst
 	}
+	srcOffs, err = listLed(ctx, srcParts, func() (kadm.ListedOffsets, error) {
+		if s.l.cfg.Link.StartFrom == StartLatest {
+			return s.srcAdm.ListCommittedOffsets(ctx, srcTopics...)
+		}
+		return s.srcAdm.ListStartOffsets(ctx, srcTopics...)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list source offsets: %w", err)
 	}
-	dstStarts, err := s.dstAdm.ListStartOffsets(ctx, dstTopics...)
+	dstStarts, err := listLed(ctx, dstParts, func() (kadm.ListedOffsets, error) { return s.dstAdm.ListStartOffsets(ctx, dstTopics...) })
 	if err != nil {
 		return nil, fmt.Errorf("list destination start offsets: %w", err)
 	}
-	dstEnds, err := s.dstAdm.ListEndOffsets(ctx, dstTopics...)
+	dstEnds, err := listLed(ctx, dstParts, func() (kadm.ListedOffsets, error) { return s.dstAdm.ListEndOffsets(ctx, dstTopics...) })
 	if err != nil {
 		return nil, fmt.Errorf("list destination end offsets: %w", err)
 	}
@@ -324,6 +330,41 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		out = append(out, pc)
 	}
 	return out, nil
+}
+
+// placeAttempts bounds how often placement lists offsets while partitions
+// answer a retriable error: with metadataRetry's waits, about 20 s.
+const placeAttempts = 10
+
+// listLed runs list until every partition of parts has a leader that
+// answers: a topic the link has just created answers NOT_LEADER_OR_FOLLOWER
+// (or UNKNOWN_TOPIC_OR_PARTITION) for a while as its brokers take up the
+// partitions, which is no reason to fail PREPARING. A retriable error left
+// after placeAttempts is reported by offsetOf, naming the partition; any
+// other error of a partition at once.
+func listLed(ctx context.Context, parts []tp.Partition, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
+	var (
+		offs    kadm.ListedOffsets
+		listErr error // of the request as a whole, in the last attempt
+	)
+	err := retry(ctx, placeAttempts, metadataRetry, func() error {
+		if offs, listErr = list(); listErr != nil {
+			return listErr
+		}
+		for _, p := range parts {
+			if o, ok := offs.Lookup(p.Topic, p.Partition); ok && o.Err != nil && kerr.IsRetriable(o.Err) {
+				return o.Err
+			}
+		}
+		return nil
+	})
+	switch {
+	case listErr != nil:
+		return nil, listErr
+	case err != nil && ctx.Err() != nil:
+		return nil, err
+	}
+	return offs, nil
 }
 
 // offsetOf is p's offset in a listing, or an error naming p.
