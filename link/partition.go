@@ -86,6 +86,8 @@ type partition struct {
 	ckSrc, ckDst     int64 // as last committed; -1 before the first checkpoint
 	hw, lso          int64 // the source's, as the last fetch reported them
 
+	win window // the batches appended last, for offset translation (window.go)
+
 	rc      *recon // phaseReconciling only
 	initial bool   // one of the partitions PREPARING found
 	gone    bool   // the source confirmed it gone: removed once nothing is in flight
