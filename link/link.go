@@ -156,6 +156,9 @@ type Link struct {
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64
+	// online is the running session's offer to other goroutines (offset
+	// translation), nil while no session's event loop runs.
+	online atomic.Pointer[online]
 }
 
 type control uint8
