@@ -3,6 +3,7 @@ package link
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -21,6 +22,7 @@ type Metrics struct {
 	destinationGaps, skipped, removed    *prometheus.CounterVec
 	lag, partitions                      *prometheus.GaugeVec
 	partitionLag                         *prometheus.GaugeVec
+	groups                               *groupMetrics // groupsync.go
 }
 
 // MaxPartitionLagSeries bounds mirrord_partition_lag_records: a link with
@@ -65,7 +67,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
 	}
+	m.groups = newGroupMetrics(counter, time.Now)
 	if reg != nil {
+		for _, c := range m.groups.collectors() {
+			reg.MustRegister(c)
+		}
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
