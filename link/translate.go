@@ -629,6 +629,19 @@ func (x *translation) earliest(cs []srcBatch) (int64, error) {
 // that is the twin of one of cands: its index, the position it was decided
 // from and its base offset; -1 when none is within the budget.
 func (x *translation) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j int, from, base int64, err error) {
+	// Each candidate is decided once, whole, and compared with every
+	// destination batch (twin rejects a batch of another length at once);
+	// the trimmed decision of mirrorFrom only for a batch of fewer records.
+	whole := make([][]byte, len(cands))
+	for i, c := range cands {
+		dec, err := decide(x.psm, x.source, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
+		if err != nil {
+			return -1, 0, 0, err
+		}
+		if dec.verdict == forward {
+			whole[i] = dec.out
+		}
+	}
 	for pos := r; !hi.known || pos < hi.d; {
 		ds, err := x.dstBatches(ctx, pos)
 		if errors.Is(err, errBudget) {
@@ -646,6 +659,12 @@ func (x *translation) scan(ctx context.Context, cands []srcBatch, r int64, hi cu
 				return -1, 0, 0, nil
 			}
 			for i, c := range cands {
+				if whole[i] != nil && twin(whole[i], d) {
+					return i, c.h.BaseOffset, dh.BaseOffset, nil
+				}
+				if int(dh.NumRecords) >= len(c.offsets) {
+					continue // not a trimmed twin of c
+				}
 				from, ok, err := x.mirrorFrom(c, d)
 				if err != nil {
 					return -1, 0, 0, err
@@ -723,19 +742,40 @@ func (x *translation) committed(ctx context.Context, pos int64) (read, error) {
 	if err != nil {
 		return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
 	}
-	fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-		IsolationLevel: kgo.ReadCommitted(), Topic: x.a.Src.Topic, Partition: x.a.Src.Partition,
-	}, rp, kgo.DefaultDecompressor(), nil)
-	if fp.Err != nil && len(fp.Records) == 0 {
-		return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, fp.Err)
-	}
-	recs := fp.Records
-	for _, raw := range raws {
-		h, err := transform.ParseHeader(raw)
-		if err != nil {
+	// A batch that is neither transactional nor a marker is never
+	// aborted, and a dense one holds every offset of its range: only the
+	// others need kgo to decide and decode them (an abort is decided by
+	// the producer's transactional batches and markers alone).
+	hs := make([]transform.Header, len(raws))
+	var hard []byte
+	for i, raw := range raws {
+		if hs[i], err = transform.ParseHeader(raw); err != nil {
 			return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
 		}
+		if !plainDense(hs[i]) {
+			hard = append(hard, raw...)
+		}
+	}
+	var recs []*kgo.Record
+	if len(hard) > 0 {
+		sub := *rp
+		sub.RecordBatches = hard
+		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			IsolationLevel: kgo.ReadCommitted(), Topic: x.a.Src.Topic, Partition: x.a.Src.Partition,
+		}, &sub, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil && len(fp.Records) == 0 {
+			return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, fp.Err)
+		}
+		recs = fp.Records
+	}
+	for i, raw := range raws {
+		h := hs[i]
 		var offs []int64
+		if plainDense(h) {
+			for o := h.BaseOffset; o < h.NextOffset(); o++ {
+				offs = append(offs, o)
+			}
+		}
 		for len(recs) > 0 && recs[0].Offset < h.BaseOffset {
 			recs = recs[1:]
 		}
@@ -754,6 +794,12 @@ func (x *translation) committed(ctx context.Context, pos int64) (read, error) {
 	}
 	x.last, x.lastPos = &r, pos
 	return r, nil
+}
+
+// plainDense reports whether a batch holds committed records at every
+// offset of its range: data, not transactional, no offset gaps.
+func plainDense(h transform.Header) bool {
+	return !h.Transactional() && !h.Control() && h.NumRecords > 0 && h.Dense()
 }
 
 // dstBatches reads the destination from pos (READ_UNCOMMITTED: the link's
