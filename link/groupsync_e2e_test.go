@@ -120,7 +120,10 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 // Guards against translations or commits that make a consumer re-read or
 // skip after it moved.
 func TestGroupsMoveWithTheMirror(t *testing.T) {
-	e := onKfake(t)
+	scenario(t, testGroupsMove)
+}
+
+func testGroupsMove(t *testing.T, e *env) {
 	src := e.cluster(t, "src", kafkatest.SourceClusterID)
 	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
 	txn, kv, plainT := e.topic("txn"), e.topic("kv"), e.topic("plain")
@@ -132,7 +135,7 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 	load(t, src, p, transactional, 0, e.topic("t2"), 60, txn)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for round := range 6 {
+	produceRound := func(round int) {
 		cl := src.NewClient(t)
 		var recs []*kgo.Record
 		for i := range 15 {
@@ -143,13 +146,20 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 		}
 		cl.Close()
 	}
-	compactSource(t, src, kv, 1, nil)
+	for round := range 6 {
+		produceRound(round)
+	}
+	compactSource(t, src, kv, 1, func() { time.Sleep(300 * time.Millisecond); produceRound(6) })
 	load(t, src, p, plain, 1, e.topic("p1"), 120, plainT)
 
 	cfg := e.linkConfig("groups", src, dst, "txn", "kv", "plain")
 	cfg.Link.Rename = "{source}.{topic}"
 	rename := func(s string) string { return src.Name + "." + s }
-	cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:app.*)$`)}, Exclude: []*regexp.Regexp{regexp.MustCompile(`^(?:app-skip)$`)}}
+	group := e.topic // group IDs are unique on a shared cluster like topics
+	cfg.Link.Groups = &config.Groups{
+		Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app")) + `.*)$`)},
+		Exclude: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app-skip")) + `)$`)},
+	}
 	cfg.Link.GroupSyncInterval = 300 * time.Millisecond
 	topics := []string{txn, kv, plainT}
 	parts := []tp.Key{{Topic: txn, Partition: 0}, {Topic: txn, Partition: 1}, {Topic: kv, Partition: 0}, {Topic: plainT, Partition: 0}, {Topic: plainT, Partition: 1}}
@@ -185,17 +195,17 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 	// Groups at the source: "app" moves; "app-active" has a member at the
 	// destination; "app-ahead" has read further at the destination by
 	// itself; "app-skip" is excluded.
-	app := &groupMove{group: "app", parts: parts, truth: tr, rename: rename, atSrc: readPart("app", 0.4)}
-	readPart("app-active", 0.3)
-	readPart("app-ahead", 0.3)
-	readPart("app-skip", 0.3)
+	app := &groupMove{group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
+	readPart(group("app-active"), 0.3)
+	readPart(group("app-ahead"), 0.3)
+	readPart(group("app-skip"), 0.3)
 	aheadAt := tr[parts[0]].dstEnd
 	ahead := kadm.Offsets{}
 	ahead.Add(kadm.Offset{Topic: rename(txn), Partition: 0, At: aheadAt, LeaderEpoch: -1})
-	if r, err := dst.Admin.CommitOffsets(ctx, "app-ahead", ahead); err != nil || r.Error() != nil {
+	if r, err := dst.Admin.CommitOffsets(ctx, group("app-ahead"), ahead); err != nil || r.Error() != nil {
 		t.Fatalf("commit app-ahead at the destination: %v %v", err, r.Error())
 	}
-	member := dst.NewClient(t, kgo.ConsumerGroup("app-active"), kgo.ConsumeTopics(rename(plainT)), kgo.DisableAutoCommit())
+	member := dst.NewClient(t, kgo.ConsumerGroup(group("app-active")), kgo.ConsumeTopics(rename(plainT)), kgo.DisableAutoCommit())
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -207,17 +217,21 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 		}
 	}
 	waitFor("app-active to have a member at the destination", func() bool {
-		d, err := dst.Admin.DescribeGroups(ctx, "app-active")
-		return err == nil && len(d["app-active"].Members) > 0 && d["app-active"].State == "Stable"
+		d, err := dst.Admin.DescribeGroups(ctx, group("app-active"))
+		return err == nil && len(d[group("app-active")].Members) > 0 && d[group("app-active")].State == "Stable"
 	})
 	_ = member.PollFetches(ctx) // joined
 
 	// A sync round that saw every group.
-	byGroup := func() map[string]GroupStatus {
+	byGroup := func() map[string]GroupStatus { // by group ID without the scenario's prefix
 		m := map[string]GroupStatus{}
 		if gs := l.Status().GroupSync; gs != nil {
 			for _, g := range gs.Groups {
-				m[g.Group] = g
+				for _, base := range []string{"app", "app-active", "app-ahead", "app-skip", "app-late"} {
+					if g.Group == group(base) {
+						m[base] = g
+					}
+				}
 			}
 		}
 		return m
@@ -242,7 +256,7 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 	if st := l.Status().GroupSync; st.LastSuccess.IsZero() || st.LastError != "" {
 		t.Errorf("group sync status %+v, want a success and no error", st)
 	}
-	offs, err := dst.Admin.FetchOffsets(ctx, "app-active")
+	offs, err := dst.Admin.FetchOffsets(ctx, group("app-active"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +264,7 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 		t.Errorf("the group active at the destination got offsets committed: %+v", offs)
 	}
 	member.Close()
-	offs, err = dst.Admin.FetchOffsets(ctx, "app-ahead")
+	offs, err = dst.Admin.FetchOffsets(ctx, group("app-ahead"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +286,7 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 	for _, lt := range tr {
 		total += len(lt.src)
 	}
-	late := &groupMove{group: "app-late", parts: parts, truth: tr, rename: rename, atSrc: readPart("app-late", 0.7)}
+	late := &groupMove{group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
 	load(t, src, p, plain, 0, e.topic("p3"), 30, plainT) // the link has more to mirror when the failover starts
 	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -295,7 +309,7 @@ func TestGroupsMoveWithTheMirror(t *testing.T) {
 	}
 	var reported bool
 	for _, g := range f.Groups {
-		if g.Group != "app-late" {
+		if g.Group != group("app-late") {
 			continue
 		}
 		reported = len(g.Partitions) == len(parts)
