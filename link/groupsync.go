@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -183,14 +184,20 @@ func (g *groupSync) close() {
 	g.dst.Close()
 }
 
-// run syncs every interval until ctx ends.
+// run syncs every interval until ctx ends, and brings the age of the last
+// successful round up to date every second.
 func (g *groupSync) run(ctx context.Context) {
 	t := time.NewTicker(g.l.cfg.Link.GroupSyncInterval)
 	defer t.Stop()
+	age := time.NewTicker(time.Second)
+	defer age.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-age.C:
+			g.met.refreshAge(g.l.deps.Now())
+			continue
 		case <-t.C:
 		}
 		if _, err := g.round(ctx); err != nil && ctx.Err() == nil {
@@ -224,8 +231,9 @@ func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 		ok = ok && s.State != GroupFailed
 	}
 	if ok {
-		g.met.lastSuccess(now)
+		g.met.lastSuccess.Store(now.UnixNano())
 	}
+	g.met.refreshAge(now)
 	g.l.setStatus(func(s *Status) {
 		gs := s.GroupSync
 		if gs == nil {
@@ -383,16 +391,18 @@ func (l *Link) roundTranslator(ctx context.Context) (translateFunc, func(), erro
 // groupMetrics are the group offset sync's metrics, labelled by link.
 type groupMetrics struct {
 	synced, translated, errors *prometheus.CounterVec
-	age                        *ageCollector
+	age                        *prometheus.GaugeVec
 }
 
-func newGroupMetrics(counter func(name, help string, labels ...string) *prometheus.CounterVec, now func() time.Time) *groupMetrics {
+func newGroupMetrics(counter func(name, help string, labels ...string) *prometheus.CounterVec,
+	gauge func(name, help string, labels ...string) *prometheus.GaugeVec,
+) *groupMetrics {
 	return &groupMetrics{
 		synced:     counter("group_sync_groups_synced_total", "Consumer groups whose round of the group offset sync ended without an error (offsets committed, or nothing to move forward)."),
 		translated: counter("group_sync_partitions_translated_total", "Committed offsets of source groups translated by the group offset sync."),
 		errors:     counter("group_sync_translation_errors_total", "Group offset sync failures: offsets that could not be translated, and groups that could not be read or committed."),
-		age: &ageCollector{now: now, last: map[string]time.Time{}, desc: prometheus.NewDesc("mirrord_group_sync_last_success_age_seconds",
-			"Seconds since the last round of the group offset sync in which every selected group synced without an error (absent before the first).", []string{"link"}, nil)},
+		age: gauge("group_sync_last_success_age_seconds",
+			"Seconds since the last round of the group offset sync in which every selected group synced without an error, refreshed every second (absent before the first)."),
 	}
 }
 
@@ -403,38 +413,21 @@ func (m *groupMetrics) collectors() []prometheus.Collector {
 // groupLinkMetrics are one link's.
 type groupLinkMetrics struct {
 	synced, translated, errors prometheus.Counter
-	lastSuccess                func(time.Time)
+	age                        *prometheus.GaugeVec
+	link                       string
+	lastSuccess                atomic.Int64 // unix nanoseconds; 0: none yet
 }
 
 func (m *groupMetrics) forLink(name string) *groupLinkMetrics {
 	return &groupLinkMetrics{
 		synced: m.synced.WithLabelValues(name), translated: m.translated.WithLabelValues(name), errors: m.errors.WithLabelValues(name),
-		lastSuccess: func(t time.Time) { m.age.set(name, t) },
+		age: m.age, link: name,
 	}
 }
 
-// ageCollector serves the age of each link's last successful round,
-// computed when scraped.
-type ageCollector struct {
-	desc *prometheus.Desc
-	now  func() time.Time
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (c *ageCollector) set(link string, t time.Time) {
-	c.mu.Lock()
-	c.last[link] = t
-	c.mu.Unlock()
-}
-
-func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	for l, t := range c.last {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, now.Sub(t).Seconds(), l)
+// refreshAge sets the age gauge from the last success, once there is one.
+func (m *groupLinkMetrics) refreshAge(now time.Time) {
+	if last := m.lastSuccess.Load(); last != 0 {
+		m.age.WithLabelValues(m.link).Set(now.Sub(time.Unix(0, last)).Seconds())
 	}
 }

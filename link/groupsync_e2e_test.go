@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -255,6 +256,12 @@ func testGroupsMove(t *testing.T, e *env) {
 	}
 	if st := l.Status().GroupSync; st.LastSuccess.IsZero() || st.LastError != "" {
 		t.Errorf("group sync status %+v, want a success and no error", st)
+	}
+	gm := l.groups.Load().met
+	if synced, translated, errs, age := testutil.ToFloat64(gm.synced), testutil.ToFloat64(gm.translated), testutil.ToFloat64(gm.errors),
+		testutil.ToFloat64(gm.age.WithLabelValues(gm.link)); synced < 2 || translated < float64(len(parts)) || errs != 0 || age < 0 || age > 5 {
+		t.Errorf("metrics: %v groups synced, %v partitions translated, %v errors, last success %vs ago; want groups and partitions, no error, a recent success",
+			synced, translated, errs, age)
 	}
 	offs, err := dst.Admin.FetchOffsets(ctx, group("app-active"))
 	if err != nil {

@@ -3,7 +3,6 @@ package link
 import (
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -67,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
 	}
-	m.groups = newGroupMetrics(counter, time.Now)
+	m.groups = newGroupMetrics(counter, gauge)
 	if reg != nil {
 		for _, c := range m.groups.collectors() {
 			reg.MustRegister(c)
