@@ -291,7 +291,11 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 	st := GroupStatus{Group: name, At: g.l.deps.Now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
 	fail := func(err error) GroupStatus {
 		st.State, st.Error = GroupFailed, err.Error()
+		if ctx.Err() != nil {
+			return st // the link stops: not a failure of the group
+		}
 		g.met.errors.Inc()
+		g.log.Warn("group offset sync: group not synced this round", "group", name, "error", err)
 		return st
 	}
 	if errors.Is(d.Err, kerr.GroupIDNotFound) {
