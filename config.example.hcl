@@ -320,4 +320,20 @@ link "dc1_to_cloud" {
   # this catches it one step earlier at the cost of a checksum per batch.
   # Default: false.
   check_crcs = false
+
+  # Group offset sync (README "Failover and migration"): the source consumer
+  # groups whose committed offsets the link translates, exactly, to the
+  # destination and commits to the same group there (with the committed
+  # metadata, topics renamed as the link renames them), for the partitions it
+  # mirrors. A group is left alone while it has active members at the
+  # destination, and a destination group is never moved back. Patterns are
+  # Go RE2, matched against whole group IDs; an exclude match always wins.
+  # Default: no groups block, no sync.
+  groups {
+    include = ["billing-.*", "audit"]
+    exclude = [".*-test"]
+  }
+
+  # How often the selected groups are synced. Default: "10s".
+  group_sync_interval = "10s"
 }

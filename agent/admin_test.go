@@ -115,7 +115,8 @@ func TestAdminAccessMatrix(t *testing.T) {
 		{"GET", "/v1/links/l/history", 200}, // likewise
 		{"POST", "/v1/links/l/pause", 202},
 		{"POST", "/v1/links/l/resume", 202},
-		{"POST", "/v1/links/l/failover", 404}, // not written yet: covered anyway
+		{"GET", "/v1/links/l/translate", 400}, // no query: refused before any I/O
+		{"POST", "/v1/links/l/failover", 409}, // the link is not mirroring
 		{"DELETE", "/v1/links/l", 405},
 		{"HEAD", "/v1/links", 200},
 		{"GET", "/v1", 404},

@@ -165,15 +165,7 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	}
 
 	for _, l := range cfg.Links {
-		lc := link.Config{
-			Link:        linkSettings(l),
-			Source:      linkCluster(cfg.Clusters[l.Source]),
-			Destination: linkCluster(cfg.Clusters[l.Destination]),
-			// A link's stop drains for up to ShutdownTimeout and then
-			// commits its final checkpoint within ShutdownTimeout:
-			// half each keeps the whole stop within the agent's.
-			ShutdownTimeout: cfg.Agent.ShutdownTimeout / 2,
-		}
+		lc := LinkConfig(cfg, l)
 		if deps.Tune != nil {
 			deps.Tune(&lc)
 		}

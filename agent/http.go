@@ -26,6 +26,8 @@ func (a *Agent) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/links/{name}", a.getLink)
 	mux.HandleFunc("POST /v1/links/{name}/pause", a.control((*link.Link).Pause))
 	mux.HandleFunc("POST /v1/links/{name}/resume", a.control((*link.Link).Resume))
+	mux.HandleFunc("GET /v1/links/{name}/translate", a.translate)
+	mux.HandleFunc("POST /v1/links/{name}/failover", a.failover)
 	// The status page (agent/ui.go) and what it reads.
 	mux.HandleFunc("GET /{$}", a.page)
 	mux.HandleFunc("GET /ui/{file}", a.uiAsset)
@@ -49,6 +51,10 @@ GET  /v1/links/{name}           one link's status
 GET  /v1/links/{name}/history   the link's recent throughput, lag and state (an hour by default)
 POST /v1/links/{name}/pause     stop mirroring after a final checkpoint
 POST /v1/links/{name}/resume    prepare and mirror again
+GET  /v1/links/{name}/translate?topic=T&partition=P&offset=O
+                                the destination offset of source position O of T[P] (offset translation)
+POST /v1/links/{name}/failover?timeout=5m&allow_lag=false
+                                catch up, sync groups a last time, pause; progress in the link's status
 `)
 }
 

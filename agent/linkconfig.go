@@ -7,11 +7,25 @@ import (
 	"github.com/seed83556561/mirrord/link"
 )
 
+// LinkConfig is the configuration of link l of cfg as package link takes
+// it (the agent's, and the offline commands' such as mirrord offsets).
+func LinkConfig(cfg *config.Config, l *config.Link) link.Config {
+	return link.Config{
+		Link:        linkSettings(l),
+		Source:      linkCluster(cfg.Clusters[l.Source]),
+		Destination: linkCluster(cfg.Clusters[l.Destination]),
+		// A link's stop drains for up to ShutdownTimeout and then
+		// commits its final checkpoint within ShutdownTimeout: half
+		// each keeps the whole stop within the agent's.
+		ShutdownTimeout: cfg.Agent.ShutdownTimeout / 2,
+	}
+}
+
 // linkSettings copies a validated link block into the link's own
 // settings: package link takes its own config struct and never imports
 // package config (internal/layout keeps that direction).
 func linkSettings(l *config.Link) link.Settings {
-	return link.Settings{
+	s := link.Settings{
 		Name:                         l.Name,
 		Include:                      l.Include,
 		Exclude:                      l.Exclude,
@@ -30,7 +44,12 @@ func linkSettings(l *config.Link) link.Settings {
 		DiscoveryInterval:            l.DiscoveryInterval,
 		DestinationReplicationFactor: l.DestinationReplicationFactor,
 		CheckCRCs:                    l.CheckCRCs,
+		GroupSyncInterval:            l.GroupSyncInterval,
 	}
+	if l.Groups != nil { // a nil *config.Groups would make a non-nil selector
+		s.Groups = l.Groups
+	}
+	return s
 }
 
 // linkCluster is what a link needs of a cluster block; the credentials

@@ -25,6 +25,11 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]*regexp.Regexp{regexp.MustCompile(v.Type().Field(i).Name)}))
+		case reflect.Pointer:
+			if f.Type() != reflect.TypeFor[*config.Groups]() {
+				t.Fatalf("config.Link.%s: a pointer of type %s the test does not fill", v.Type().Field(i).Name, f.Type())
+			}
+			f.Set(reflect.ValueOf(&config.Groups{Include: []*regexp.Regexp{regexp.MustCompile("billing")}}))
 		default:
 			t.Fatalf("config.Link.%s: a field of kind %s the test does not fill", v.Type().Field(i).Name, f.Kind())
 		}
@@ -40,5 +45,13 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 		if g := got.Field(i); !reflect.DeepEqual(g.Interface(), want.Convert(g.Type()).Interface()) {
 			t.Errorf("link.Settings.%s = %v, want config.Link's %v", name, g, want)
 		}
+	}
+}
+
+// A link without a groups block syncs no group: its selector is nil, not
+// an interface holding a nil *config.Groups.
+func TestLinkSettingsWithoutGroups(t *testing.T) {
+	if s := linkSettings(&config.Link{}); s.Groups != nil {
+		t.Errorf("no groups block: Groups = %#v, want nil", s.Groups)
 	}
 }

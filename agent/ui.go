@@ -134,7 +134,7 @@ func serveAsset(w http.ResponseWriter, r *http.Request, as asset) {
 // accepts, as GET /v1/status lists them; the page shows a button for
 // each (a failover button appears once "failover" is here). A test
 // holds this list to the routes.
-var linkCommands = []string{"pause", "resume"}
+var linkCommands = []string{"pause", "resume", "failover"}
 
 // Overview is the body of GET /v1/status, what the status page reads.
 type Overview struct {

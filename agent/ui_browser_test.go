@@ -318,8 +318,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// Pause and resume from the buttons.
 	pause, resume := card("l", `button[data-command="pause"]`), card("l", `button[data-command="resume"]`)
-	if !eval[bool](b, card("l", `button[data-command="failover"]`)+".hidden") {
-		t.Error("the failover button shows, but the API offers no failover")
+	if eval[bool](b, card("l", `button[data-command="failover"]`)+".hidden") {
+		t.Error("the failover button is hidden, but the API offers failover")
 	}
 	b.waitFor("pause enabled", pause+"&& !"+pause+".disabled && "+resume+".disabled")
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="l"] button[data-command="pause"]`)))

@@ -211,7 +211,7 @@ func TestLinkView(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"name": `"l"`, "state": `"MIRRORING"`, "partitions": `[]`, "source_region": `"0x71720375"`,
-		"destination_region_hashed": `true`, "commands": `["pause","resume"]`,
+		"destination_region_hashed": `true`, "commands": `["pause","resume","failover"]`,
 	} {
 		got, _ := json.Marshal(m[k])
 		if string(got) != want {

@@ -31,6 +31,7 @@ const (
 	DefaultSettleDelay                  = 5 * time.Second
 	DefaultProduceTimeout               = 30 * time.Second
 	DefaultDiscoveryInterval            = 30 * time.Second
+	DefaultGroupSyncInterval            = 10 * time.Second
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
 	DefaultCheckCRCs                    = false
 	DefaultShutdownTimeout              = 15 * time.Second
@@ -274,6 +275,37 @@ type Link struct {
 	// CheckCRCs validates the CRC of every fetched batch before it is
 	// forwarded (the destination broker checks it anyway).
 	CheckCRCs bool
+	// Groups selects the source consumer groups whose committed offsets
+	// the link translates and commits to the destination (the groups
+	// block); nil: no group offset sync.
+	Groups *Groups
+	// GroupSyncInterval is how often the selected groups are synced.
+	GroupSyncInterval time.Duration
+}
+
+// Groups is a groups block: anchored patterns over group IDs.
+type Groups struct {
+	Include []*regexp.Regexp
+	Exclude []*regexp.Regexp
+}
+
+// Selects reports whether group g is synced: any exclude pattern wins,
+// then any include pattern selects.
+func (g *Groups) Selects(group string) bool {
+	if g == nil {
+		return false
+	}
+	for _, re := range g.Exclude {
+		if re.MatchString(group) {
+			return false
+		}
+	}
+	for _, re := range g.Include {
+		if re.MatchString(group) {
+			return true
+		}
+	}
+	return false
 }
 
 // Selects reports whether the link mirrors topic: internal topics (names
@@ -330,6 +362,7 @@ func Default() *Config {
 			ProduceTimeout:               DefaultProduceTimeout,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
+			GroupSyncInterval:            DefaultGroupSyncInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 			CheckCRCs:                    DefaultCheckCRCs,
 		}},

@@ -218,6 +218,7 @@ link "back" {
 			DiscoveryInterval:            time.Minute,
 			DestinationReplicationFactor: 3,
 			CheckCRCs:                    true,
+			GroupSyncInterval:            DefaultGroupSyncInterval,
 		}, {
 			Name: "back", Source: "dst", Destination: "src",
 			Include:                      patterns(t, ".*"),
@@ -235,6 +236,7 @@ link "back" {
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
+			GroupSyncInterval:            DefaultGroupSyncInterval,
 		}},
 		File: "t.hcl",
 	}

@@ -210,6 +210,8 @@ type fileLink struct {
 	DiscoveryInterval            *time.Duration `koanf:"discovery_interval"`
 	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
 	CheckCRCs                    *bool          `koanf:"check_crcs"`
+	Groups                       fileTopics     `koanf:"groups"`
+	GroupSyncInterval            *time.Duration `koanf:"group_sync_interval"`
 }
 
 type fileTopics struct {
@@ -435,6 +437,13 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),
 		DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 		CheckCRCs:                    or(fl.CheckCRCs, DefaultCheckCRCs),
+		GroupSyncInterval:            or(fl.GroupSyncInterval, DefaultGroupSyncInterval),
+	}
+	if _, ok := d.origins[key+".groups"]; ok {
+		l.Groups = &Groups{
+			Include: d.groupPatterns(key+".groups.include", fl.Groups.Include),
+			Exclude: d.groupPatterns(key+".groups.exclude", fl.Groups.Exclude),
+		}
 	}
 	if p := fl.StateTopicPartitions; p != nil {
 		if *p < 1 || *p > math.MaxInt32 {
@@ -473,6 +482,23 @@ func (d *decoder) patterns(key string, exprs []string) []*regexp.Regexp {
 			ekey := fmt.Sprintf("%s[%d]", key, i)
 			d.ps.add(d.whereAny(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
 				"use Go RE2 syntax; the pattern is matched against the whole topic name")
+			d.ps.fail(key)
+			continue
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// groupPatterns compiles groups include or exclude patterns.
+func (d *decoder) groupPatterns(key string, exprs []string) []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for i, expr := range exprs {
+		re, err := TopicPattern(expr)
+		if err != nil {
+			ekey := fmt.Sprintf("%s[%d]", key, i)
+			d.ps.add(d.whereAny(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
+				"use Go RE2 syntax; the pattern is matched against the whole group ID")
 			d.ps.fail(key)
 			continue
 		}

@@ -80,6 +80,10 @@ var (
 		{name: "include", kind: kindList},
 		{name: "exclude", kind: kindList},
 	}}
+	groupsSpec = &blockSpec{typ: "groups", keys: []keySpec{
+		{name: "include", kind: kindList},
+		{name: "exclude", kind: kindList},
+	}}
 	agentSpec = &blockSpec{typ: "agent", keys: []keySpec{
 		{name: "name"},
 		{name: "listen"},
@@ -110,7 +114,8 @@ var (
 		{name: "discovery_interval", kind: kindDuration},
 		{name: "destination_replication_factor", kind: kindInt},
 		{name: "check_crcs", kind: kindBool},
-	}, blocks: []*blockSpec{topicsSpec}}
+		{name: "group_sync_interval", kind: kindDuration},
+	}, blocks: []*blockSpec{topicsSpec, groupsSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )
 

@@ -365,6 +365,10 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		c.report(key+".produce_timeout", fmt.Sprintf("%v is longer than a Produce request can say (%v)", l.ProduceTimeout, math.MaxInt32*time.Millisecond), "use a few seconds to a few minutes")
 	}
 	c.positive(key+".discovery_interval", l.DiscoveryInterval)
+	c.positive(key+".group_sync_interval", l.GroupSyncInterval)
+	if l.Groups != nil && len(l.Groups.Include) == 0 {
+		c.report(key+".groups.include", "at least one pattern is required", `to sync every group write include = [".*"]; to sync none, leave the groups block out`)
+	}
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
 		// Reported at whichever of the two was set, checkpoint_interval first.
 		at := ci

@@ -82,4 +82,15 @@
 // the link goroutine through a mailbox (internal/mailbox) and never touch
 // the pipeline. Pause, Resume and Status are safe from any goroutine:
 // commands go to Run over a channel, Status reads a snapshot under a mutex.
+//
+// Beside the lifecycle, Run starts and waits for the group offset sync
+// (groupsync.go, with a groups block: one round every group_sync_interval,
+// rounds serialised, its own clients) and the goroutine that carries out
+// failovers (failover.go, one at a time). Offset translation (translate.go)
+// starts no goroutine: Link.Translate runs on the caller's, asks the link
+// goroutine for a copy of the partition's Anchor (a query its event loop
+// answers between events) and reads both clusters through clients the
+// session keeps for translations, so that they never queue behind the
+// fetcher's long polls; with no session running it reads the state topic
+// (Translator).
 package link

@@ -74,6 +74,17 @@ type Settings struct {
 	// CheckCRCs validates the CRC of every fetched batch before it is
 	// forwarded.
 	CheckCRCs bool
+	// Groups selects the source consumer groups whose committed offsets
+	// the link translates and commits to the destination; nil: no group
+	// offset sync. GroupSyncInterval is how often they are synced.
+	Groups            GroupSelector
+	GroupSyncInterval time.Duration
+}
+
+// GroupSelector says which consumer groups a link syncs (the config's
+// groups block: anchored include and exclude patterns).
+type GroupSelector interface {
+	Selects(group string) bool
 }
 
 // StartFrom is where a partition without a checkpoint starts.
@@ -222,6 +233,15 @@ type Link struct {
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64
+	// online is the running session's offer to other goroutines (offset
+	// translation), nil while no session's event loop runs.
+	online atomic.Pointer[online]
+	// groups is the group offset sync while Run runs (nil without a
+	// groups block); failovers carries a failover request to the
+	// goroutine that runs it, and failing is set while one runs.
+	groups    atomic.Pointer[groupSync]
+	failovers chan FailoverOptions
+	failing   atomic.Bool
 }
 
 type control uint8
@@ -255,6 +275,8 @@ func New(cfg Config, deps Deps) (*Link, error) {
 		log:  deps.Logger.Named("link").With("link", cfg.Link.Name),
 		met:  deps.Metrics.forLink(cfg.Link.Name),
 		ctl:  make(chan control, 4),
+
+		failovers: make(chan FailoverOptions, 1),
 	}
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}
 	return l, nil
@@ -293,8 +315,33 @@ type handover struct {
 
 // Run drives the lifecycle until ctx ends, then stops the link (drain, final
 // checkpoint) and returns nil. It returns an error only for a broken
-// internal invariant.
+// internal invariant. Beside the lifecycle it runs, and waits for, the
+// group offset sync (with a groups block, groupsync.go) and the goroutine
+// that carries out failovers (failover.go).
 func (l *Link) Run(ctx context.Context) error {
+	aux, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		if g := l.groups.Swap(nil); g != nil {
+			g.close()
+		}
+	}()
+	if l.cfg.Link.Groups != nil {
+		g, err := newGroupSync(l)
+		if err != nil {
+			return err
+		}
+		l.groups.Store(g)
+		wg.Go(func() { g.run(aux) })
+	}
+	wg.Go(func() { l.runFailovers(aux) })
+	return l.lifecycle(ctx)
+}
+
+// lifecycle is the link goroutine's state loop.
+func (l *Link) lifecycle(ctx context.Context) error {
 	state := Stopped
 	move := func(e Event, cause error) error {
 		next, err := Next(state, e)

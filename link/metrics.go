@@ -21,6 +21,7 @@ type Metrics struct {
 	destinationGaps, skipped, removed    *prometheus.CounterVec
 	lag, lagSeconds, partitions          *prometheus.GaugeVec
 	partitionLag                         *prometheus.GaugeVec
+	groups                               *groupMetrics // groupsync.go
 }
 
 // MaxPartitionLagSeries bounds mirrord_partition_lag_records: a link with
@@ -67,7 +68,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
 	}
+	m.groups = newGroupMetrics(counter, gauge)
 	if reg != nil {
+		for _, c := range m.groups.collectors() {
+			reg.MustRegister(c)
+		}
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,

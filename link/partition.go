@@ -89,6 +89,8 @@ type partition struct {
 	// partition finished (appended or found at the destination); 0 none.
 	doneAt int64
 
+	win window // the batches appended last, for offset translation (window.go)
+
 	rc      *recon // phaseReconciling only
 	initial bool   // one of the partitions PREPARING found
 	gone    bool   // the source confirmed it gone: removed once nothing is in flight

@@ -583,9 +583,12 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	case base < p.dstNext:
 		pl.log(hclog.Error, "append landed below the partition's known end; the destination was truncated or the topic recreated",
 			"destination", p.Dst.String(), "offset", base, "expected", p.dstNext)
+		p.win.reset()
 	}
 	p.psm.Commit(d.psm, pl.now)
 	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
+	it := &p.queue[p.head]
+	p.win.add(Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: base, DstEnd: p.dstNext})
 	s := &pl.stats
 	s.Records += int64(oh.NumRecords) // what was appended: a trimmed batch holds fewer than its source
 	s.Bytes += int64(len(d.out))

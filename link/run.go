@@ -43,6 +43,12 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 		stopped  bool
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
+	o := &online{queries: s.queries, done: make(chan struct{}), tr: s.tr}
+	l.online.Store(o)
+	defer func() {
+		l.online.Store(nil)
+		close(o.done)
+	}()
 	drainTimer := time.NewTimer(time.Hour)
 	drainTimer.Stop()
 	defer drainTimer.Stop()
@@ -96,6 +102,10 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 					}
 				}
 			}
+			continue
+		case q := <-s.queries:
+			q.fn(s.pipe)
+			close(q.done)
 			continue
 		case <-ck.C:
 			ev = InCheckpointDue{}

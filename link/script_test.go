@@ -789,6 +789,8 @@ func (s *script) state(part string, kv map[string]string) {
 			got = strconv.Itoa(p.pending())
 		case "gen":
 			got = strconv.FormatUint(p.gen, 10)
+		case "window":
+			got = windowString(p.win.list())
 		default:
 			s.fatalf("state: unknown key %q", k)
 		}
@@ -796,6 +798,22 @@ func (s *script) state(part string, kv map[string]string) {
 			s.fatalf("%s: %s is %s, want %s", part, k, got, v)
 		}
 	}
+}
+
+// windowString writes spans as a script states them: FROM..END>DSTBASE,
+// with BASE: before FROM when the batch began before it; "none" for none.
+func windowString(spans []Span) string {
+	if len(spans) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(spans))
+	for i, sp := range spans {
+		if sp.Base != sp.From {
+			parts[i] = fmt.Sprintf("%d:", sp.Base)
+		}
+		parts[i] += fmt.Sprintf("%d..%d>%d", sp.From, sp.End, sp.DstBase)
+	}
+	return strings.Join(parts, ",")
 }
 
 // stats checks counters by their Stats field names, lower-cased.

@@ -54,6 +54,12 @@ type session struct {
 	// one tail read and one source lookup per reconciling partition.
 	events  *mailbox.Box[Input]
 	commits chan DoCommit // to the committer; the pipeline keeps one in flight
+	// queries are other goroutines' reads of the pipeline (online.ask),
+	// run by the event loop; tr translates offsets over the session's
+	// clients.
+	queries      chan query
+	tr           *translator
+	trSrc, trDst *kgo.Client // tr's
 
 	reported  Stats // the pipeline's counters already added to the metrics
 	published int   // partitions in the last published status
@@ -72,6 +78,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		log:     l.log,
 		events:  mailbox.New[Input](),
 		commits: make(chan DoCommit, 1),
+		queries: make(chan query),
 	}
 	// The session's goroutines outlive ctx: when the agent stops, appends
 	// in flight drain and a final checkpoint commits before close cancels
@@ -108,6 +115,16 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
 	}
 	s.log = l.log.With("source_cluster_id", s.srcID)
+	// Translations get clients of their own: on the session's, a fetch
+	// would queue behind the fetcher's long polls on the same connection.
+	if s.trSrc, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
+		return nil, fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
+	}
+	if s.trDst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	s.tr = &translator{src: s.trSrc, dst: s.trDst, srcLeaders: leaders.New(s.trSrc, 0), dstLeaders: leaders.New(s.trDst, 0),
+		source: source{cluster: s.srcID, region: s.region}, now: l.deps.Now}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
 
 	s.store, err = statestore.New(statestore.Config{
@@ -450,6 +467,11 @@ func (s *session) close() {
 	}
 	if s.dst != nil {
 		s.dst.Close()
+	}
+	for _, cl := range []*kgo.Client{s.trSrc, s.trDst} {
+		if cl != nil {
+			cl.Close()
+		}
 	}
 	if s.pipe != nil {
 		for _, p := range s.pipe.Partitions(s.l.deps.Now()) {

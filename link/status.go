@@ -29,6 +29,11 @@ type Status struct {
 	// Counters are the link's totals since the process started, the
 	// values of its mirrord_* counters.
 	Counters Counters `json:"counters"`
+
+	// GroupSync is the group offset sync's last round (nil: the link has
+	// no groups block); Failover the last failover (nil: none).
+	GroupSync *GroupSyncStatus `json:"group_sync,omitempty"`
+	Failover  *FailoverStatus  `json:"failover,omitempty"`
 }
 
 // Counters are a link's running totals since the process started: the
@@ -86,6 +91,14 @@ func (l *Link) Status() Status {
 	defer l.mu.Unlock()
 	s := l.status
 	s.Partitions = slices.Clone(s.Partitions)
+	if s.GroupSync != nil {
+		gs := *s.GroupSync
+		s.GroupSync = &gs
+	}
+	if s.Failover != nil {
+		f := *s.Failover
+		s.Failover = &f
+	}
 	s.Counters = l.met.counters()
 	return s
 }

@@ -280,6 +280,16 @@ func (p *PSM) Salt(o Origin) (int64, bool) {
 	return s.value, true
 }
 
+// Salts returns every salt the PSM holds, by origin: what a fresh PSM
+// needs (AddSalt) to map the partition's producers as this one does.
+func (p *PSM) Salts() map[Origin]int64 {
+	out := make(map[Origin]int64, len(p.salts))
+	for o, s := range p.salts {
+		out[o] = s.value
+	}
+	return out
+}
+
 // Commit applies a decision whose batch was appended (or, for
 // KindDuplicate, skipped) at time now.
 func (p *PSM) Commit(d Decision, now time.Time) {

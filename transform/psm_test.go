@@ -384,6 +384,10 @@ func TestPSMResetMirrored(t *testing.T) {
 	if s, ok := p.Salt(Origin{cB, 5}); !ok || s != 10 {
 		t.Errorf("salt after reset = %d, %v; want 10, true", s, ok)
 	}
+	// Salts lists them for a fresh PSM that must map as this one does.
+	if all := p.Salts(); len(all) != 1 || all[Origin{cB, 5}] != 10 {
+		t.Errorf("Salts() = %v, want only %v: 10", all, Origin{cB, 5})
+	}
 	// After the reset the same sequence is not a duplicate any more: the
 	// barrier is where a new session starts clean.
 	appended, salts := drive(t, p, []fwd{{cB, 42, 5, 0, 0, 1}, {cA, 42, 5, 0, 0, 1}})

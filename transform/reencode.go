@@ -151,6 +151,43 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 	return out, offsets, nil
 }
 
+// MinTimestamp returns the earliest create time among the records of batch
+// b (which must have passed Validate): its first timestamp plus the
+// smallest timestamp delta of its records, the earliest timestamp a
+// consumer of a CreateTime topic holding b sees. A batch without records
+// gives ErrEmptyBatch; records that do not decode a *CorruptError.
+func (r *Reencoder) MinTimestamp(b []byte) (int64, error) {
+	h, err := ParseHeader(b)
+	if err != nil {
+		return 0, err
+	}
+	if h.NumRecords <= 0 {
+		return 0, fmt.Errorf("%w: batch at offset %d", ErrEmptyBatch, h.BaseOffset)
+	}
+	codec := h.Compression()
+	if codec > 4 {
+		return 0, corrupt(b, -1, CheckCodec, "unknown compression codec %d", codec)
+	}
+	raw, err := r.dec.Decompress(b[BatchHeaderSize:], kgo.CompressionCodecType(codec))
+	if err != nil {
+		return 0, corrupt(b, -1, CheckCodec, "decompress %s records: %v", codecNames[codec], err)
+	}
+	rec := kmsg.NewRecord()
+	least := int64(math.MaxInt64)
+	for i := range int(h.NumRecords) {
+		length, n := kbin.Varint(raw)
+		if n <= 0 || length < 0 || int(length) > len(raw)-n {
+			return 0, corrupt(b, -1, CheckRecords, "record %d of %d: bad length prefix", i, h.NumRecords)
+		}
+		if err := rec.ReadFrom(raw[:n+int(length)]); err != nil {
+			return 0, corrupt(b, -1, CheckRecords, "record %d of %d: %v", i, h.NumRecords, err)
+		}
+		raw = raw[n+int(length):]
+		least = min(least, rec.TimestampDelta64)
+	}
+	return h.FirstTimestamp + least, nil
+}
+
 // renumber parses the NumRecords records of raw (the batch's decompressed
 // records) into r.raw with dense offset deltas, leaving out records before
 // offset from, and returns the offset map of those kept.

@@ -91,3 +91,25 @@ func recordLen(raw []byte) int {
 	}
 	return len(raw)
 }
+
+// Guards the timestamp offset translation asks the destination for: the
+// earliest create time of a batch's records, also when a later record is
+// older than the first (a negative delta), in every codec.
+func TestMinTimestamp(t *testing.T) {
+	deltas := []int64{3, 0, -7, 12, 5}
+	for codec := int8(0); codec <= 4; codec++ {
+		var recs []batchtest.Record
+		for i, d := range deltas {
+			recs = append(recs, batchtest.Record{OffsetDelta: -1, TimestampDelta: d, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
+		}
+		b := batchtest.Build(batchtest.Spec{BaseOffset: 10, PID: 7, Codec: codec, FirstTimestamp: 1000, Records: recs})
+		got, err := transform.NewReencoder().MinTimestamp(b)
+		if err != nil || got != 993 {
+			t.Errorf("codec %d: MinTimestamp = %d, %v; want 993", codec, got, err)
+		}
+	}
+	empty := batchtest.Build(batchtest.Spec{BaseOffset: 10, PID: 7, FirstTimestamp: 1000})
+	if _, err := transform.NewReencoder().MinTimestamp(empty); !errors.Is(err, transform.ErrEmptyBatch) {
+		t.Errorf("batch without records: %v, want ErrEmptyBatch", err)
+	}
+}

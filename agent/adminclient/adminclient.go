@@ -395,6 +395,19 @@ func (c *Client) Resume(ctx context.Context, name string) (link.Status, error) {
 	return c.command(ctx, name, "resume")
 }
 
+// Failover starts a failover of the link (POST
+// /v1/links/{name}/failover); the status returned shows it running, and
+// the link's status (Link) its progress and outcome.
+func (c *Client) Failover(ctx context.Context, name string, o link.FailoverOptions) (link.Status, error) {
+	var out link.Status
+	p, err := linkPath(name, "failover")
+	if err == nil {
+		p += fmt.Sprintf("?timeout=%s&allow_lag=%t", o.Timeout, o.AllowLag)
+		err = c.call(ctx, http.MethodPost, p, &out)
+	}
+	return out, err
+}
+
 func (c *Client) command(ctx context.Context, name, cmd string) (link.Status, error) {
 	var out link.Status
 	p, err := linkPath(name, cmd)

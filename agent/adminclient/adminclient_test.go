@@ -19,6 +19,7 @@ import (
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/tlstest"
+	"github.com/seed83556561/mirrord/link"
 )
 
 const token = "client-test-token-0123456789"
@@ -131,9 +132,16 @@ func TestClientCallsTheAgent(t *testing.T) {
 	if _, err := c.Pause(ctx, "../l"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `no link can be called "../l"`) {
 		t.Errorf("Pause of a path: %v", err)
 	}
-	status, body, err := c.Do(ctx, http.MethodPost, "/v1/links/l/failover", []byte(`{}`))
+	status, body, err := c.Do(ctx, http.MethodPost, "/v1/links/l/stop", []byte(`{}`))
 	if err != nil || status != http.StatusNotFound || !errors.Is(c.Check(status, body), ErrNotFound) {
 		t.Errorf("Do of an endpoint that does not exist yet: %d %s %v", status, body, err)
+	}
+	// The link's clusters do not run: it never mirrors, and a failover
+	// is refused with the API's reason.
+	var apiErr *APIError
+	if _, err := c.Failover(ctx, "l", link.FailoverOptions{Timeout: time.Minute}); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict ||
+		!strings.Contains(apiErr.Message, "a failover starts from MIRRORING") {
+		t.Errorf("Failover of a link that is not mirroring: %v", err)
 	}
 	if err := c.Check(503, []byte(`{"error": "busy"}`)); !errors.Is(err, ErrAPI) || err.Error() != "the agent answered 503 Service Unavailable: busy" {
 		t.Errorf("Check 503: %v", err)

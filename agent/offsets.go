@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/seed83556561/mirrord/link"
+)
+
+// translateTimeout bounds one translation served over HTTP (a translation
+// reads at most 16 MiB from each cluster, link/translate.go).
+const translateTimeout = 30 * time.Second
+
+// TranslateError is the body of a translation the link could not make:
+// the message, and a reason a caller can branch on (not_mirrored,
+// below_destination_start, ahead_of_link, past_source_end,
+// untranslatable, failed).
+type TranslateError struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// translateReasons maps link's translation errors to their reason and
+// HTTP status; any other error (a cluster that did not answer) is
+// "failed", 502.
+var translateReasons = []struct {
+	err    error
+	reason string
+	code   int
+}{
+	{link.ErrNotMirrored, "not_mirrored", http.StatusNotFound},
+	{link.ErrBelowDestinationStart, "below_destination_start", http.StatusUnprocessableEntity},
+	{link.ErrAheadOfLink, "ahead_of_link", http.StatusConflict},
+	{link.ErrPastSourceEnd, "past_source_end", http.StatusUnprocessableEntity},
+	{link.ErrUntranslatable, "untranslatable", http.StatusUnprocessableEntity},
+}
+
+// TranslateReason is the reason and HTTP status of a translation error.
+func TranslateReason(err error) (string, int) {
+	for _, r := range translateReasons {
+		if errors.Is(err, r.err) {
+			return r.reason, r.code
+		}
+	}
+	return "failed", http.StatusBadGateway
+}
+
+// translate answers GET /v1/links/{name}/translate?topic=&partition=&offset=
+// with the link.Translation of a source position: 400 for a missing or
+// malformed parameter, 404 for a partition the link does not mirror, and
+// the statuses of TranslateReason for the rest.
+func (a *Agent) translate(w http.ResponseWriter, r *http.Request) {
+	l := a.link(w, r)
+	if l == nil {
+		return
+	}
+	q := r.URL.Query()
+	topic := q.Get("topic")
+	part, perr := strconv.ParseInt(q.Get("partition"), 10, 32)
+	off, oerr := strconv.ParseInt(q.Get("offset"), 10, 64)
+	switch {
+	case topic == "":
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "the query needs topic, partition and offset: ?topic=T&partition=P&offset=O"})
+		return
+	case perr != nil || part < 0:
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("partition %q is not a partition number", q.Get("partition"))})
+		return
+	case oerr != nil || off < 0 || off == math.MaxInt64:
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("offset %q is not a source offset (0 or more)", q.Get("offset"))})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), translateTimeout)
+	defer cancel()
+	tr, err := l.Translate(ctx, topic, int32(part), off)
+	if err != nil {
+		reason, code := TranslateReason(err)
+		writeJSON(w, code, TranslateError{Error: err.Error(), Reason: reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, tr)
+}
+
+// failover answers POST /v1/links/{name}/failover?timeout=5m&allow_lag=true:
+// it starts the link's failover (link.StartFailover) and answers 202 with
+// the link's status, whose failover field shows its progress and outcome;
+// 409 if the link is not mirroring or a failover runs; 400 for a bad
+// parameter.
+func (a *Agent) failover(w http.ResponseWriter, r *http.Request) {
+	l := a.link(w, r)
+	if l == nil {
+		return
+	}
+	q := r.URL.Query()
+	o := link.FailoverOptions{Timeout: link.DefaultFailoverTimeout}
+	if s := q.Get("timeout"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("timeout %q is not a positive duration (e.g. 5m)", s)})
+			return
+		}
+		o.Timeout = d
+	}
+	if s := q.Get("allow_lag"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("allow_lag %q is not true or false", s)})
+			return
+		}
+		o.AllowLag = b
+	}
+	if err := l.StartFailover(o); err != nil {
+		writeJSON(w, http.StatusConflict, apiError{Error: err.Error()})
+		return
+	}
+	a.log.Info("operator command", "link", l.Name(), "command", "failover", "timeout", o.Timeout, "allow_lag", o.AllowLag, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusAccepted, status(l))
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/seed83556561/mirrord/agent"
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/link"
+)
+
+// TestFailoverCommand drives `mirrord failover` against an agent in this
+// process, with the admin token from the agent's token file: it waits for
+// the link, syncs group g (committed at source offset 12 of orders[0],
+// inside the last transaction, with metadata) to destination offset 7,
+// pauses the link and prints the report; a second failover of the paused
+// link is exit 1 and leaves it paused; usage errors are exit 2.
+func TestFailoverCommand(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	srcCl := manualProducer(t, srcC)
+	createTopics(t, srcCl, 1, "orders")
+	produceTxns(t, srcC, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 12, LeaderEpoch: -1, Metadata: "m12"})
+	if r, err := kadm.NewClient(srcCl).CommitOffsets(ctx, "g", offs); err != nil || r.Error() != nil {
+		t.Fatalf("commit: %v %v", err, r.Error())
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("failover-admin-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hcl := strings.Replace(linkHCL(srcC, dstC, fmt.Sprintf("admin { token_file = %q }", tokenFile)), `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", freeAddr(t)), 1)
+	hcl = strings.Replace(hcl, `destination_replication_factor = 1`, "destination_replication_factor = 1\n  groups { include = [\"g\"] }\n  group_sync_interval = \"1h\"", 1)
+	cfgPath := writeFile(t, "mirrord.hcl", hcl)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
+		c.Tuning.FetchMaxWait = 100 * time.Millisecond
+		c.Tuning.BackoffBase = 50 * time.Millisecond
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	defer func() {
+		acancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	<-a.Ready()
+	waitState(t, cfgPath, "MIRRORING")
+
+	code, out, errs := runCmd("failover", "--config", cfgPath, "--link", "l", "--timeout", "30s")
+	if code != exitOK {
+		t.Fatalf("mirrord failover: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("mirrord failover --config mirrord.hcl --link l --timeout 30s:\n%s%s", out, errs)
+	for _, re := range []string{
+		`(?m)^link l: failover done \(lag 0 records\)$`,
+		`(?m)^SOURCE\s+DESTINATION\s+SOURCE LAST STABLE\s+LINK POSITION\s+DESTINATION OFFSET\s+LAG$`,
+		`(?m)^orders\[0\]\s+orders\[0\]\s+15\s+1[45]\s+9\s+0$`,
+		`(?m)^g\s+synced\s+orders\[0\]\s+12\s+orders\[0\]\s+7\s+committed\s*$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("report does not match %s:\n%s", re, out)
+		}
+	}
+	if !strings.Contains(errs, "link l is paused") {
+		t.Errorf("stderr %q", errs)
+	}
+	dstOffs, err := kadm.NewClient(kafkatest.Client(t, dstC)).FetchOffsets(ctx, "g")
+	if o, _ := dstOffs.Lookup("orders", 0); err != nil || o.At != 7 || o.Metadata != "m12" {
+		t.Errorf("group g at the destination: %+v, %v; want orders[0] at 7 with metadata m12", o, err)
+	}
+	waitState(t, cfgPath, "PAUSED")
+
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"paused link", []string{"--config", cfgPath, "--link", "l"}, exitError, "the link is not mirroring (it is PAUSED)"},
+		{"unknown link", []string{"--config", cfgPath, "--link", "nope"}, exitUsage, `no link "nope"`},
+		{"no link", []string{"--config", cfgPath}, exitUsage, "need --config FILE, --link NAME"},
+		{"bad timeout", []string{"--config", cfgPath, "--link", "l", "--timeout", "0s"}, exitUsage, "a positive --timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := runCmd(append([]string{"failover"}, tc.args...)...)
+			if code != tc.code || out != "" || !strings.Contains(errs, tc.stderr) {
+				t.Errorf("exit %d, want %d; stdout %q; stderr %q, want it to contain %q", code, tc.code, out, errs, tc.stderr)
+			}
+		})
+	}
+	waitState(t, cfgPath, "PAUSED")
+}

@@ -1,0 +1,78 @@
+package link
+
+import (
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+)
+
+// A failover whose link cannot catch up within the timeout (an append held
+// in the destination broker) ends not_caught_up with the lag reported and
+// leaves the link MIRRORING; once the append goes through, a failover
+// completes and pauses the link; --allow-lag fails over behind the source.
+// Guards against a failover that moves consumers to a destination that
+// lacks records, or that stops a link it did not fail over.
+func TestFailoverNotCaughtUp(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	topic := e.topic("t")
+	src.CreateTopic(t, topic, 1, nil)
+	p := newProduced()
+	load(t, src, p, transactional, 0, e.topic("a"), 40, topic)
+	cfg := e.linkConfig("fo", src, dst, "t")
+	cfg.Link.ProduceTimeout = 30 * time.Second // the held append stays unanswered, not settled
+	l := startLink(t, cfg, src, dst, "fo")
+	waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 60*time.Second)
+
+	held, release := holdOnce(t, dst)
+	load(t, src, p, plain, 0, e.topic("b"), 25, topic)
+	waitClosed(t, held, "an append held at the destination")
+	end := func() (f *FailoverStatus) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if f = l.Status().Failover; f != nil && f.Outcome != FailoverRunning {
+				return f
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the failover did not end: %+v", f)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := l.StartFailover(FailoverOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f := end()
+	if f.Outcome != FailoverNotCaughtUp || f.Lag != 25 || len(f.Partitions) != 1 || f.Partitions[0].CaughtUp || f.Partitions[0].Lag != 25 {
+		t.Errorf("failover %+v, want not_caught_up with a lag of 25 records", f)
+	}
+	if st := l.Status().State; st != Mirroring {
+		t.Errorf("after a failover that did not catch up the link is %s, want MIRRORING (left as it was)", st)
+	}
+
+	// With the lag allowed, it fails over behind the source...
+	if err := l.StartFailover(FailoverOptions{Timeout: 500 * time.Millisecond, AllowLag: true}); err != nil {
+		t.Fatal(err)
+	}
+	if f = end(); f.Outcome != FailoverDoneWithLag || f.Lag != 25 {
+		t.Errorf("failover with allow_lag: %+v, want done_with_lag, 25 records", f)
+	}
+	l.waitState(t, Paused, 30*time.Second)
+	release()
+	l.Resume()
+	l.waitState(t, Mirroring, 30*time.Second)
+
+	// ...and once the link caught up, a failover completes.
+	if err := l.StartFailover(FailoverOptions{Timeout: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f = end()
+	if want := endOffset(t, dst, topic, 0); f.Outcome != FailoverDone || f.Lag != 0 || !f.Partitions[0].CaughtUp || f.Partitions[0].DestinationNext != want {
+		t.Errorf("failover after the release: %+v, want done without lag, the source's last stable offset at destination offset %d", f, want)
+	}
+	l.waitState(t, Paused, 30*time.Second)
+	exactlyOnce(t, dst, p, topic)
+}

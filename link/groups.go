@@ -1,0 +1,92 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// Translation of a consumer group's committed offsets (DESIGN §13): each
+// offset the source group committed on a partition the link mirrors,
+// translated as any other position. `mirrord offsets translate --group`
+// and the group offset sync use it.
+
+// GroupOffset is a source group's committed offset on one partition and
+// its translation; Error is set instead when it could not be translated.
+type GroupOffset struct {
+	Translation
+	// Metadata is what the group committed with the offset.
+	Metadata string `json:"metadata"`
+	// LeaderEpoch is the source leader epoch committed with it (-1:
+	// none); it means nothing at the destination and is not carried over.
+	LeaderEpoch int32  `json:"source_leader_epoch"`
+	Error       string `json:"error,omitempty"`
+	err         error
+}
+
+// Err is the translation's error, nil if it was translated.
+func (g GroupOffset) Err() error { return g.err }
+
+// GroupTranslation is a group's committed offsets on the partitions a link
+// mirrors, by topic and partition.
+type GroupTranslation struct {
+	Group      string        `json:"group"`
+	Partitions []GroupOffset `json:"partitions"`
+}
+
+// Failed counts the offsets that were not translated.
+func (g GroupTranslation) Failed() int {
+	n := 0
+	for _, p := range g.Partitions {
+		if p.err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// translateGroup fetches group's committed offsets at the source and
+// translates those on topics the link selects with tr. An offset committed
+// as -1 (none) is left out.
+func translateGroup(ctx context.Context, adm *kadm.Client, group string, selects func(string) bool,
+	tr func(ctx context.Context, topic string, partition int32, offset int64) (Translation, error),
+) (GroupTranslation, error) {
+	out := GroupTranslation{Group: group, Partitions: []GroupOffset{}}
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return out, fmt.Errorf("fetch the committed offsets of group %q at the source: %w", group, err)
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if !selects(o.Topic) || o.At < 0 {
+			return
+		}
+		t, err := tr(ctx, o.Topic, o.Partition, o.At)
+		g := GroupOffset{Translation: t, Metadata: o.Metadata, LeaderEpoch: o.LeaderEpoch, err: err}
+		g.SourceTopic, g.Partition, g.SourceOffset = o.Topic, o.Partition, o.At
+		if err != nil {
+			g.Error = err.Error()
+		}
+		out.Partitions = append(out.Partitions, g)
+	})
+	slices.SortFunc(out.Partitions, func(a, b GroupOffset) int {
+		if a.SourceTopic != b.SourceTopic {
+			if a.SourceTopic < b.SourceTopic {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Partition - b.Partition)
+	})
+	return out, nil
+}
+
+// TranslateGroup translates the committed offsets of source group group on
+// the partitions the link mirrors.
+func (t *Translator) TranslateGroup(ctx context.Context, group string) (GroupTranslation, error) {
+	return translateGroup(ctx, t.srcAdm, group, t.cfg.Link.Selects, t.Translate)
+}

@@ -1,0 +1,437 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+)
+
+// Group offset sync (DESIGN §13). For each source consumer group the link's
+// groups block selects, every group_sync_interval: its committed offsets on
+// the partitions the link mirrors are translated (translate.go) and
+// committed to the group of the same ID at the destination, on the
+// destination topic the link mirrors into, with the committed metadata.
+// Two rules keep it from harming consumers:
+//
+//   - a group with active members at the destination is left alone (its
+//     consumers commit for themselves; a commit from outside would race
+//     them), and so is one whose state the destination does not report as
+//     Empty or Dead;
+//   - an offset is committed only if it moves the destination group
+//     forward: one that read past the translation at the destination by
+//     itself, or was synced from a source commit later reset back, keeps
+//     its offset.
+//
+// The decisions are planGroup, a pure function; groupSync does the I/O. Its
+// goroutine (run) is started and waited for by Link.Run, which also closes
+// its clients; rounds are serialised by a mutex, so that the final sync of
+// a failover (Link.SyncGroups) never runs beside a periodic one.
+
+// GroupSyncStatus is the group offset sync's part of a link's status.
+type GroupSyncStatus struct {
+	Interval time.Duration `json:"interval"`
+	// LastRound is when the last round ended; LastSuccess when the last
+	// round in which every selected group synced without an error ended.
+	LastRound   time.Time     `json:"last_round,omitzero"`
+	LastSuccess time.Time     `json:"last_success,omitzero"`
+	LastError   string        `json:"last_error,omitempty"`
+	Groups      []GroupStatus `json:"groups"`
+}
+
+// GroupStatus is one group after the last round.
+type GroupStatus struct {
+	Group string `json:"group"`
+	// State: synced (offsets committed this round), up_to_date (nothing
+	// to move forward), active (members at the destination: left alone),
+	// failed (see Error; partitions that translated may still have been
+	// committed).
+	State      string               `json:"state"`
+	Error      string               `json:"error,omitempty"`
+	Partitions []GroupPartitionSync `json:"partitions"`
+	At         time.Time            `json:"at"`
+	Members    int                  `json:"destination_members"`
+	DstState   string               `json:"destination_state,omitempty"`
+}
+
+// Group states.
+const (
+	GroupSynced   = "synced"
+	GroupUpToDate = "up_to_date"
+	GroupActive   = "active"
+	GroupFailed   = "failed"
+)
+
+// GroupPartitionSync is one partition of a group after a round.
+type GroupPartitionSync struct {
+	SourceTopic      string `json:"source_topic"`
+	DestinationTopic string `json:"destination_topic"`
+	Partition        int32  `json:"partition"`
+	// SourceCommitted is the source group's committed offset;
+	// Translation its translation (-1: none, see Error).
+	SourceCommitted int64 `json:"source_committed_offset"`
+	Translation     int64 `json:"translated_offset"`
+	// DestinationCommitted is the destination group's offset after the
+	// round (-1: none).
+	DestinationCommitted int64 `json:"destination_committed_offset"`
+	// Action: committed, kept (the destination group is at or past the
+	// translation), skipped (the group is active at the destination),
+	// failed.
+	Action string `json:"action"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Partition actions.
+const (
+	ActionCommitted = "committed"
+	ActionKept      = "kept"
+	ActionSkipped   = "skipped"
+	ActionFailed    = "failed"
+)
+
+// planGroup decides one group's round: from the source group's translated
+// offsets gt, the destination group's committed offsets dst (by
+// destination topic and partition) and whether the group is active at the
+// destination, the offsets to commit and each partition's outcome. It
+// does no I/O.
+func planGroup(gt GroupTranslation, dst map[tp.Key]int64, active bool) (commits []kadm.Offset, parts []GroupPartitionSync, state string) {
+	state = GroupUpToDate
+	if active {
+		state = GroupActive
+	}
+	for _, g := range gt.Partitions {
+		p := GroupPartitionSync{
+			SourceTopic: g.SourceTopic, DestinationTopic: g.DestinationTopic, Partition: g.Partition,
+			SourceCommitted: g.SourceOffset, Translation: -1, DestinationCommitted: -1,
+		}
+		if cur, ok := dst[tp.Key{Topic: g.DestinationTopic, Partition: g.Partition}]; ok && g.DestinationTopic != "" {
+			p.DestinationCommitted = cur
+		}
+		switch {
+		case g.err != nil:
+			p.Action, p.Error = ActionFailed, g.err.Error()
+			if !active {
+				state = GroupFailed
+			}
+		case active:
+			p.Translation, p.Action = g.DestinationOffset, ActionSkipped
+		case p.DestinationCommitted >= g.DestinationOffset:
+			p.Translation, p.Action = g.DestinationOffset, ActionKept
+		default:
+			p.Translation, p.Action, p.DestinationCommitted = g.DestinationOffset, ActionCommitted, g.DestinationOffset
+			commits = append(commits, kadm.Offset{
+				Topic: g.DestinationTopic, Partition: g.Partition, At: g.DestinationOffset,
+				LeaderEpoch: -1, Metadata: g.Metadata,
+			})
+			if state == GroupUpToDate {
+				state = GroupSynced
+			}
+		}
+		parts = append(parts, p)
+	}
+	return commits, parts, state
+}
+
+// groupInactive reports whether a destination group may be committed to
+// from outside: it has no members and its state is Empty or Dead (a group
+// that does not exist is Dead).
+func groupInactive(d kadm.DescribedGroup) bool {
+	return d.Err == nil && len(d.Members) == 0 && (d.State == "Empty" || d.State == "Dead" || d.State == "")
+}
+
+// groupSync runs a link's group offset sync.
+type groupSync struct {
+	l        *Link
+	log      hclog.Logger
+	src, dst *kgo.Client
+	srcAdm   *kadm.Client
+	dstAdm   *kadm.Client
+	met      *groupLinkMetrics
+
+	mu sync.Mutex // one round at a time
+}
+
+func newGroupSync(l *Link) (*groupSync, error) {
+	g := &groupSync{l: l, log: l.log.Named("groups"), met: l.deps.Metrics.groups.forLink(l.Name())}
+	var err error
+	if g.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
+		return nil, fmt.Errorf("group sync: source cluster %s client: %w", l.cfg.Source.Name, err)
+	}
+	if g.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+		g.src.Close()
+		return nil, fmt.Errorf("group sync: destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	g.srcAdm, g.dstAdm = kadm.NewClient(g.src), kadm.NewClient(g.dst)
+	l.setStatus(func(s *Status) {
+		s.GroupSync = &GroupSyncStatus{Interval: l.cfg.Link.GroupSyncInterval, Groups: []GroupStatus{}}
+	})
+	return g, nil
+}
+
+func (g *groupSync) close() {
+	g.src.Close()
+	g.dst.Close()
+}
+
+// run syncs every interval until ctx ends, and brings the age of the last
+// successful round up to date every second.
+func (g *groupSync) run(ctx context.Context) {
+	t := time.NewTicker(g.l.cfg.Link.GroupSyncInterval)
+	defer t.Stop()
+	age := time.NewTicker(time.Second)
+	defer age.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-age.C:
+			g.met.refreshAge(g.l.deps.Now())
+			continue
+		case <-t.C:
+		}
+		if _, err := g.round(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("group offset sync round failed", "error", err)
+		}
+	}
+}
+
+// errNoGroupSync: the link has no groups block (or is not running).
+var errNoGroupSync = errors.New("the link syncs no groups (no groups block)")
+
+// SyncGroups runs one round of the group offset sync now and returns each
+// group's outcome; errNoGroupSync-wrapped if the link has no groups block
+// or does not run.
+func (l *Link) SyncGroups(ctx context.Context) ([]GroupStatus, error) {
+	g := l.groups.Load()
+	if g == nil {
+		return nil, fmt.Errorf("link %s: %w", l.Name(), errNoGroupSync)
+	}
+	return g.round(ctx)
+}
+
+// round syncs every selected group once.
+func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out, err := g.sync(ctx)
+	now := g.l.deps.Now()
+	ok := err == nil
+	for _, s := range out {
+		ok = ok && s.State != GroupFailed
+	}
+	if ok {
+		g.met.lastSuccess.Store(now.UnixNano())
+	}
+	g.met.refreshAge(now)
+	g.l.setStatus(func(s *Status) {
+		gs := s.GroupSync
+		if gs == nil {
+			gs = &GroupSyncStatus{Interval: g.l.cfg.Link.GroupSyncInterval}
+		}
+		c := *gs
+		c.LastRound, c.Groups, c.LastError = now, out, ""
+		if ok {
+			c.LastSuccess = now
+		}
+		if err != nil {
+			c.LastError = err.Error()
+		}
+		s.GroupSync = &c
+	})
+	return out, err
+}
+
+func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
+	listed, err := g.srcAdm.ListGroups(ctx)
+	if err != nil {
+		return []GroupStatus{}, fmt.Errorf("list the source's groups: %w", err)
+	}
+	var names []string
+	for _, n := range listed.Groups() {
+		if g.l.cfg.Link.Groups.Selects(n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	out := []GroupStatus{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	described, err := g.dstAdm.DescribeGroups(ctx, names...)
+	if err != nil && len(described) == 0 {
+		return out, fmt.Errorf("describe the groups at the destination: %w", err)
+	}
+	tr, done, err := g.l.roundTranslator(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer done()
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, g.group(ctx, name, described[name], tr))
+	}
+	return out, nil
+}
+
+// group syncs one group.
+func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGroup, tr translateFunc) GroupStatus {
+	st := GroupStatus{Group: name, At: g.l.deps.Now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
+	fail := func(err error) GroupStatus {
+		st.State, st.Error = GroupFailed, err.Error()
+		if ctx.Err() != nil {
+			return st // the link stops: not a failure of the group
+		}
+		g.met.errors.Inc()
+		g.log.Warn("group offset sync: group not synced this round", "group", name, "error", err)
+		return st
+	}
+	if errors.Is(d.Err, kerr.GroupIDNotFound) {
+		d.Err, d.State = nil, "Dead"
+	}
+	if d.Err != nil {
+		// Not knowing whether it is active, it is left alone.
+		return fail(fmt.Errorf("describe group %q at the destination: %w", name, d.Err))
+	}
+	active := !groupInactive(d)
+	gt, err := translateGroup(ctx, g.srcAdm, name, g.l.cfg.Link.Selects, tr)
+	if err != nil {
+		return fail(err)
+	}
+	for _, p := range gt.Partitions {
+		if p.err != nil {
+			g.met.errors.Inc()
+		} else {
+			g.met.translated.Inc()
+		}
+	}
+	dst := map[tp.Key]int64{}
+	if !active {
+		offs, err := g.dstAdm.FetchOffsets(ctx, name)
+		if err == nil {
+			err = offs.Error()
+		}
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			offs, err = nil, nil // nothing committed there yet
+		}
+		if err != nil {
+			return fail(fmt.Errorf("fetch the committed offsets of group %q at the destination: %w", name, err))
+		}
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.At >= 0 {
+				dst[tp.Key{Topic: o.Topic, Partition: o.Partition}] = o.At
+			}
+		})
+	}
+	commits, parts, state := planGroup(gt, dst, active)
+	st.Partitions, st.State = parts, state
+	for _, p := range parts {
+		if p.Error != "" && st.Error == "" {
+			st.Error = fmt.Sprintf("%s[%d]: %s", p.SourceTopic, p.Partition, p.Error)
+		}
+	}
+	if len(commits) > 0 {
+		os := kadm.Offsets{}
+		for _, o := range commits {
+			os.Add(o)
+		}
+		resp, err := g.dstAdm.CommitOffsets(ctx, name, os)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			// The group may have become active in between: the
+			// coordinator refuses a commit from outside then.
+			for i := range st.Partitions {
+				if st.Partitions[i].Action == ActionCommitted {
+					st.Partitions[i].Action, st.Partitions[i].Error = ActionFailed, err.Error()
+					st.Partitions[i].DestinationCommitted = dst[tp.Key{Topic: st.Partitions[i].DestinationTopic, Partition: st.Partitions[i].Partition}]
+					if _, ok := dst[tp.Key{Topic: st.Partitions[i].DestinationTopic, Partition: st.Partitions[i].Partition}]; !ok {
+						st.Partitions[i].DestinationCommitted = -1
+					}
+				}
+			}
+			return fail(fmt.Errorf("commit the offsets of group %q at the destination: %w", name, err))
+		}
+		g.log.Info("group offsets synced", "group", name, "partitions", len(commits))
+	}
+	if st.State != GroupFailed {
+		g.met.synced.Inc()
+	}
+	return st
+}
+
+// translateFunc translates one position.
+type translateFunc func(ctx context.Context, topic string, partition int32, offset int64) (Translation, error)
+
+// roundTranslator is how a round translates: through the running
+// session's window and positions, or, with no session running, with one
+// Translator over the state topic for the whole round.
+func (l *Link) roundTranslator(ctx context.Context) (translateFunc, func(), error) {
+	if l.online.Load() != nil {
+		return l.Translate, func() {}, nil
+	}
+	t, err := NewTranslator(ctx, l.cfg, l.deps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("group sync: %w", err)
+	}
+	return t.Translate, t.Close, nil
+}
+
+// ---- metrics ----
+
+// groupMetrics are the group offset sync's metrics, labelled by link.
+type groupMetrics struct {
+	synced, translated, errors *prometheus.CounterVec
+	age                        *prometheus.GaugeVec
+}
+
+func newGroupMetrics(counter func(name, help string, labels ...string) *prometheus.CounterVec,
+	gauge func(name, help string, labels ...string) *prometheus.GaugeVec,
+) *groupMetrics {
+	return &groupMetrics{
+		synced:     counter("group_sync_groups_synced_total", "Consumer groups whose round of the group offset sync ended without an error (offsets committed, or nothing to move forward)."),
+		translated: counter("group_sync_partitions_translated_total", "Committed offsets of source groups translated by the group offset sync."),
+		errors:     counter("group_sync_translation_errors_total", "Group offset sync failures: offsets that could not be translated, and groups that could not be read or committed."),
+		age: gauge("group_sync_last_success_age_seconds",
+			"Seconds since the last round of the group offset sync in which every selected group synced without an error, refreshed every second (absent before the first)."),
+	}
+}
+
+func (m *groupMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.synced, m.translated, m.errors, m.age}
+}
+
+// groupLinkMetrics are one link's.
+type groupLinkMetrics struct {
+	synced, translated, errors prometheus.Counter
+	age                        *prometheus.GaugeVec
+	link                       string
+	lastSuccess                atomic.Int64 // unix nanoseconds; 0: none yet
+}
+
+func (m *groupMetrics) forLink(name string) *groupLinkMetrics {
+	return &groupLinkMetrics{
+		synced: m.synced.WithLabelValues(name), translated: m.translated.WithLabelValues(name), errors: m.errors.WithLabelValues(name),
+		age: m.age, link: name,
+	}
+}
+
+// refreshAge sets the age gauge from the last success, once there is one.
+func (m *groupLinkMetrics) refreshAge(now time.Time) {
+	if last := m.lastSuccess.Load(); last != 0 {
+		m.age.WithLabelValues(m.link).Set(now.Sub(time.Unix(0, last)).Seconds())
+	}
+}

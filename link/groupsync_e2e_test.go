@@ -1,0 +1,341 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+)
+
+// readGroup reads topics as a member of group until stop says so, then
+// commits what it polled and leaves the group. It returns the records read,
+// by topic and partition, in order.
+func readGroup(t *testing.T, c *cluster, group string, topics []string, stop func(n int, got map[tp.Key][]*kgo.Record) bool) map[tp.Key][]*kgo.Record {
+	t.Helper()
+	cl := c.NewClient(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topics...), kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond), kgo.FetchMaxPartitionBytes(2<<10))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := map[tp.Key][]*kgo.Record{}
+	n := 0
+	for !stop(n, got) {
+		pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		fs := cl.PollRecords(pctx, 7)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("group %s: read %d records and gave up", group, n)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			k := tp.Key{Topic: r.Topic, Partition: r.Partition}
+			got[k] = append(got[k], r)
+			n++
+		})
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("group %s: commit: %v", group, err)
+	}
+	cl.Close()
+	return got
+}
+
+// groupMove is a consumer group's move from the source to the destination.
+type groupMove struct {
+	group  string
+	parts  []tp.Key // source partitions
+	truth  map[tp.Key]logTruth
+	atSrc  map[tp.Key][]*kgo.Record
+	rename func(string) string
+}
+
+// check reads the rest of every partition at the destination as the same
+// group and checks that what was read at the source and what is read now
+// are exactly the committed source records, each once, in order.
+func (m *groupMove) check(t *testing.T, dst *cluster) {
+	t.Helper()
+	var topics []string
+	ends := map[tp.Key]int64{}
+	for _, k := range m.parts {
+		topics = append(topics, m.rename(k.Topic))
+		ends[tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}] = m.truth[k].dstEnd
+	}
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	committed, err := dst.Admin.FetchOffsets(ctx, m.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := map[tp.Key]int64{}
+	for dk := range ends {
+		o, ok := committed.Lookup(dk.Topic, dk.Partition)
+		if !ok || o.At < 0 {
+			t.Fatalf("group %s has no committed offset on %s[%d] at the destination: %+v", m.group, dk.Topic, dk.Partition, committed)
+		}
+		start[dk] = o.At
+	}
+	atDst := readGroup(t, dst, m.group, topics, func(_ int, got map[tp.Key][]*kgo.Record) bool {
+		for dk, end := range ends {
+			if rs := got[dk]; start[dk] < end && (len(rs) == 0 || rs[len(rs)-1].Offset+1 < end) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range m.parts {
+		dk := tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}
+		read := append(slices.Clone(m.atSrc[k]), atDst[dk]...)
+		want := m.truth[k].src
+		if len(read) != len(want) {
+			t.Errorf("group %s, %s[%d]: %d records read at the source and %d at the destination (from offset %d); the source committed %d",
+				m.group, k.Topic, k.Partition, len(m.atSrc[k]), len(atDst[dk]), start[dk], len(want))
+		}
+		for i := range min(len(read), len(want)) {
+			if string(read[i].Key) != string(want[i].Key) || string(read[i].Value) != string(want[i].Value) {
+				t.Errorf("group %s, %s[%d]: record %d read is %q (offset %d), want %q (source offset %d): re-read or skipped",
+					m.group, k.Topic, k.Partition, i, read[i].Key, read[i].Offset, want[i].Key, want[i].Offset)
+				break
+			}
+		}
+	}
+}
+
+// The consumers move with the mirror: a kgo consumer group reads part of a
+// transactional topic with aborts, a compacted topic and a plain topic at
+// the source, commits and stops; after the link's group offset sync, and
+// after a failover, the same group at the destination reads the rest.
+// What it read at both is exactly the committed source records, each once,
+// in order per partition. A group active at the destination is left alone,
+// and a destination group ahead of the translation is not moved back.
+// Guards against translations or commits that make a consumer re-read or
+// skip after it moved.
+func TestGroupsMoveWithTheMirror(t *testing.T) {
+	scenario(t, testGroupsMove)
+}
+
+func testGroupsMove(t *testing.T, e *env) {
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	txn, kv, plainT := e.topic("txn"), e.topic("kv"), e.topic("plain")
+	src.CreateTopic(t, txn, 2, nil)
+	src.CreateTopic(t, kv, 1, compactedConfig)
+	src.CreateTopic(t, plainT, 2, nil)
+	p := newProduced()
+	load(t, src, p, transactional, 3, e.topic("t1"), 180, txn)
+	load(t, src, p, transactional, 0, e.topic("t2"), 60, txn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	produceRound := func(round int) {
+		cl := src.NewClient(t)
+		var recs []*kgo.Record
+		for i := range 15 {
+			recs = append(recs, &kgo.Record{Topic: kv, Key: fmt.Appendf(nil, "k%02d", (i*3+round*5)%19), Value: fmt.Appendf(nil, "r%d-%d", round, i)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+	}
+	for round := range 6 {
+		produceRound(round)
+	}
+	compactSource(t, src, kv, 1, func() { time.Sleep(300 * time.Millisecond); produceRound(6) })
+	load(t, src, p, plain, 1, e.topic("p1"), 120, plainT)
+
+	cfg := e.linkConfig("groups", src, dst, "txn", "kv", "plain")
+	cfg.Link.Rename = "{source}.{topic}"
+	rename := func(s string) string { return src.Name + "." + s }
+	group := e.topic // group IDs are unique on a shared cluster like topics
+	cfg.Link.Groups = &config.Groups{
+		Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app")) + `.*)$`)},
+		Exclude: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app-skip")) + `)$`)},
+	}
+	cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+	topics := []string{txn, kv, plainT}
+	parts := []tp.Key{{Topic: txn, Partition: 0}, {Topic: txn, Partition: 1}, {Topic: kv, Partition: 0}, {Topic: plainT, Partition: 0}, {Topic: plainT, Partition: 1}}
+	l := startLink(t, cfg, src, dst, "groups")
+	mirrored := map[string]string{}
+	for _, tpc := range topics {
+		mirrored[tpc] = rename(tpc)
+	}
+	waitMirrored(t, src, dst, e.stateTopic(), mirrored, 90*time.Second)
+	truth := func() map[tp.Key]logTruth {
+		m := map[tp.Key]logTruth{}
+		for _, k := range parts {
+			m[k] = readTruth(t, src, dst, k.Topic, rename(k.Topic), k.Partition)
+		}
+		return m
+	}
+	tr := truth()
+	var total int
+	for _, lt := range tr {
+		total += len(lt.src)
+	}
+	readPart := func(group string, frac float64) map[tp.Key][]*kgo.Record {
+		return readGroup(t, src, group, topics, func(n int, got map[tp.Key][]*kgo.Record) bool {
+			for _, k := range parts {
+				if len(got[k]) == 0 {
+					return false // every partition has a committed offset to move
+				}
+			}
+			return n >= int(float64(total)*frac)
+		})
+	}
+
+	// Groups at the source: "app" moves; "app-active" has a member at the
+	// destination; "app-ahead" has read further at the destination by
+	// itself; "app-skip" is excluded.
+	app := &groupMove{group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
+	readPart(group("app-active"), 0.3)
+	readPart(group("app-ahead"), 0.3)
+	readPart(group("app-skip"), 0.3)
+	aheadAt := tr[parts[0]].dstEnd
+	ahead := kadm.Offsets{}
+	ahead.Add(kadm.Offset{Topic: rename(txn), Partition: 0, At: aheadAt, LeaderEpoch: -1})
+	if r, err := dst.Admin.CommitOffsets(ctx, group("app-ahead"), ahead); err != nil || r.Error() != nil {
+		t.Fatalf("commit app-ahead at the destination: %v %v", err, r.Error())
+	}
+	member := dst.NewClient(t, kgo.ConsumerGroup(group("app-active")), kgo.ConsumeTopics(rename(plainT)), kgo.DisableAutoCommit())
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s; group sync status: %+v", what, l.Status().GroupSync)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("app-active to have a member at the destination", func() bool {
+		d, err := dst.Admin.DescribeGroups(ctx, group("app-active"))
+		return err == nil && len(d[group("app-active")].Members) > 0 && d[group("app-active")].State == "Stable"
+	})
+	_ = member.PollFetches(ctx) // joined
+
+	// A sync round that saw every group.
+	byGroup := func() map[string]GroupStatus { // by group ID without the scenario's prefix
+		m := map[string]GroupStatus{}
+		if gs := l.Status().GroupSync; gs != nil {
+			for _, g := range gs.Groups {
+				for _, base := range []string{"app", "app-active", "app-ahead", "app-skip", "app-late"} {
+					if g.Group == group(base) {
+						m[base] = g
+					}
+				}
+			}
+		}
+		return m
+	}
+	waitFor("a round that synced app and saw app-active active", func() bool {
+		m := byGroup()
+		return m["app"].State == GroupUpToDate && m["app-active"].State == GroupActive && m["app-ahead"].At.After(time.Time{})
+	})
+	m := byGroup()
+	if _, ok := m["app-skip"]; ok {
+		t.Error("the excluded group app-skip was synced")
+	}
+	for _, p := range m["app"].Partitions {
+		k := tp.Key{Topic: p.SourceTopic, Partition: p.Partition}
+		if want := tr[k].want(p.SourceCommitted); p.DestinationCommitted != want || p.Translation != want || p.DestinationTopic != rename(p.SourceTopic) {
+			t.Errorf("app %s[%d]: %+v, want destination committed %d", p.SourceTopic, p.Partition, p, want)
+		}
+	}
+	if len(m["app"].Partitions) != len(parts) {
+		t.Errorf("app: %d partitions synced, want %d", len(m["app"].Partitions), len(parts))
+	}
+	if st := l.Status().GroupSync; st.LastSuccess.IsZero() || st.LastError != "" {
+		t.Errorf("group sync status %+v, want a success and no error", st)
+	}
+	gm := l.groups.Load().met
+	if synced, translated, errs, age := testutil.ToFloat64(gm.synced), testutil.ToFloat64(gm.translated), testutil.ToFloat64(gm.errors),
+		testutil.ToFloat64(gm.age.WithLabelValues(gm.link)); synced < 2 || translated < float64(len(parts)) || age < 0 || age > 5 {
+		t.Errorf("metrics: %v groups synced, %v partitions translated, last success %vs ago; want groups and partitions and a recent success",
+			synced, translated, age)
+	} else {
+		// Rounds that met a group mid-rebalance count errors; the last
+		// one succeeded.
+		t.Logf("metrics: %v groups synced, %v partitions translated, %v errors", synced, translated, errs)
+	}
+	offs, err := dst.Admin.FetchOffsets(ctx, group("app-active"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(offs); n != 0 {
+		t.Errorf("the group active at the destination got offsets committed: %+v", offs)
+	}
+	member.Close()
+	offs, err = dst.Admin.FetchOffsets(ctx, group("app-ahead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup(rename(txn), 0); o.At != aheadAt {
+		t.Errorf("app-ahead at the destination: %s[0] at %d, want %d (never moved back)", rename(txn), o.At, aheadAt)
+	}
+	if o, _ := offs.Lookup(rename(txn), 1); o.At < 0 {
+		t.Errorf("app-ahead at the destination: %s[1] not synced", rename(txn))
+	}
+	app.check(t, dst)
+
+	// Failover: more data while a second group reads part of it, then the
+	// failover waits for the link, syncs, pauses and reports.
+	load(t, src, p, transactional, 2, e.topic("t3"), 70, txn)
+	load(t, src, p, plain, 4, e.topic("p2"), 50, plainT)
+	waitMirrored(t, src, dst, e.stateTopic(), mirrored, 90*time.Second)
+	tr = truth()
+	total = 0
+	for _, lt := range tr {
+		total += len(lt.src)
+	}
+	late := &groupMove{group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
+	load(t, src, p, plain, 0, e.topic("p3"), 30, plainT) // the link has more to mirror when the failover starts
+	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err == nil {
+		t.Error("a second failover started while one runs")
+	}
+	waitFor("the failover to end", func() bool { f := l.Status().Failover; return f != nil && f.Outcome != FailoverRunning })
+	f := l.Status().Failover
+	if f.Outcome != FailoverDone || f.Lag != 0 || l.Status().State != Paused {
+		t.Fatalf("failover %+v, link %s; want done, no lag, PAUSED", f, l.Status().State)
+	}
+	tr = truth()
+	late.truth = tr
+	for _, fp := range f.Partitions {
+		k := tp.Key{Topic: fp.SourceTopic, Partition: fp.Partition}
+		if !fp.CaughtUp || fp.DestinationNext != tr[k].dstEnd {
+			t.Errorf("failover %s[%d]: %+v, want caught up at destination offset %d", fp.SourceTopic, fp.Partition, fp, tr[k].dstEnd)
+		}
+	}
+	var reported bool
+	for _, g := range f.Groups {
+		if g.Group != group("app-late") {
+			continue
+		}
+		reported = len(g.Partitions) == len(parts)
+		for _, gp := range g.Partitions {
+			k := tp.Key{Topic: gp.SourceTopic, Partition: gp.Partition}
+			if want := tr[k].want(gp.SourceCommitted); gp.DestinationCommitted != want {
+				t.Errorf("failover report, app-late %s[%d]: %+v, want destination committed %d", gp.SourceTopic, gp.Partition, gp, want)
+			}
+		}
+	}
+	if !reported {
+		t.Errorf("the failover's report does not show app-late's %d partitions: %+v", len(parts), f.Groups)
+	}
+	late.check(t, dst)
+	if err := l.StartFailover(FailoverOptions{}); err == nil {
+		t.Error("a failover started on a paused link")
+	}
+}

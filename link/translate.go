@@ -1,0 +1,964 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Offset translation (DESIGN §13). A source position p of a mirrored
+// partition (the next offset a consumer would read) translates to the
+// destination offset of the first mirrored record whose source offset is at
+// least p; when p is at or past the link's position and nothing lies
+// between, to the destination offset the next mirrored record will get.
+// Records the link does not mirror (aborted transactions, transaction
+// markers, records compaction removed, duplicates) translate to the next
+// mirrored one, so a consumer that moves neither re-reads nor skips a
+// record.
+//
+// Every destination batch the link wrote is the twin (decide.go) of one
+// committed source batch. A translation reads the committed source batches
+// from p (read_committed, the batches a consumer would get), finds the
+// twin of the first one the link mirrored, and adds p's place among the
+// records the twin holds. Where to look for the twin comes from the nearest
+// pair of positions known, tried in this order:
+//
+//   - head: p at or past the link's position (the anchor's SrcNext with
+//     Head): the destination offset the next record gets, after checking
+//     that the source holds no committed record between the two;
+//   - window: p inside the window of recently mirrored batches: the span of
+//     the batch says where its twin is (one source and one destination
+//     fetch);
+//   - checkpoint: p at or past a checkpoint: a walk from the checkpoint's
+//     pair, source and destination in step, as reconciliation walks (the
+//     walker of walk.go, with the producer state saved with the checkpoint);
+//   - timestamp: anything else, and a walk that meets a batch it cannot
+//     place: the destination's first offset at or after the earliest create
+//     time of the source batch (ListOffsets), scanned forward for the twin.
+//     Twins carry the source's create times, so nothing of the link's at
+//     or after the twin lies before that offset.
+//
+// Cost, per translation: a head or window translation reads one chunk from
+// each cluster (translateChunk, 1 MiB); a checkpoint walk reads what lies
+// between the checkpoint and p; a timestamp translation makes one
+// ListOffsets request and reads from there to the twin. No translation
+// reads more than translateBudget (16 MiB) from either cluster: past it, it
+// answers ErrUntranslatable.
+//
+// A position below the source's log start translates as the log start (a
+// consumer there would be reset to it); one whose translation lies below
+// the destination's log start is ErrBelowDestinationStart.
+
+// Errors of offset translation, matched with errors.Is; each comes wrapped
+// with the partition and offsets it concerns.
+var (
+	// ErrNotMirrored: the link does not mirror that partition (its topic
+	// is not selected, the partition does not exist, or the link has not
+	// mirrored it yet).
+	ErrNotMirrored = errors.New("not a partition the link mirrors")
+	// ErrBelowDestinationStart: the records at and after the position are
+	// no longer, or never were, at the destination: destination retention
+	// deleted them, or the link began mirroring after them.
+	ErrBelowDestinationStart = errors.New("below the destination's log start")
+	// ErrAheadOfLink: the source holds committed records between the
+	// link's position and the position asked for; the link has not
+	// mirrored them yet (or they are not yet stable at the source).
+	ErrAheadOfLink = errors.New("past the link's position")
+	// ErrPastSourceEnd: the position is past the source partition's high
+	// watermark.
+	ErrPastSourceEnd = errors.New("past the source partition's end")
+	// ErrUntranslatable: no destination batch that mirrors the source
+	// batch was found within the translation's budget.
+	ErrUntranslatable = errors.New("no mirror of the source batch found")
+)
+
+// Translation is where a consumer at source position SourceOffset resumes at
+// the destination.
+type Translation struct {
+	SourceTopic       string `json:"source_topic"`
+	DestinationTopic  string `json:"destination_topic"`
+	Partition         int32  `json:"partition"`
+	SourceOffset      int64  `json:"source_offset"`
+	DestinationOffset int64  `json:"destination_offset"`
+	// Via says how it was found: head, window, checkpoint or timestamp.
+	Via string `json:"via"`
+	// SourceLogStart is set when SourceOffset lay below the source's log
+	// start: the translation is the log start's.
+	SourceLogStart int64 `json:"source_log_start,omitempty"`
+	// SourceBatch and DestinationBatch are the base offsets of the first
+	// mirrored source batch with a record at or after SourceOffset and of
+	// its twin; -1 for a head translation.
+	SourceBatch      int64 `json:"source_batch_offset"`
+	DestinationBatch int64 `json:"destination_batch_offset"`
+	// Requests and Bytes are what the translation cost: Kafka requests
+	// sent and record bytes read, both clusters together.
+	Requests int   `json:"requests"`
+	Bytes    int64 `json:"bytes_read"`
+}
+
+// Bounds of one translation.
+const (
+	// translateChunk is the partition limit of a translation's fetches
+	// (a broker returns a larger first batch whole, KIP-74).
+	translateChunk = 1 << 20
+	// translateBudget is the most a translation reads from each cluster.
+	translateBudget = 16 << 20
+	// translateAttempts bounds the tries of one request that fails
+	// retriably (a leader moved, a connection dropped).
+	translateAttempts = 6
+)
+
+var translateRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
+
+// translator translates positions of one link's partitions through the
+// clients it is given: one request at a time, one partition per request.
+// It keeps nothing between translations but the leader caches, and is safe
+// for concurrent use (each translation has its own re-encoder and
+// producer state).
+type translator struct {
+	src, dst               *kgo.Client
+	srcLeaders, dstLeaders *leaders.Cache
+	source                 source
+	now                    func() time.Time
+	budget                 int64 // per cluster and translation; 0: translateBudget
+}
+
+// translate translates source position p of the partition a describes.
+func (tr *translator) translate(ctx context.Context, a Anchor, p int64) (Translation, error) {
+	x := &translation{
+		translator: tr,
+		a:          a,
+		reenc:      transform.NewReencoder(),
+		psm:        saltedPSM(a.Salts),
+		dstStart:   -1,
+		out: Translation{
+			SourceTopic: a.Src.Topic, DestinationTopic: a.Dst.Topic, Partition: a.Src.Partition,
+			SourceOffset: p, SourceBatch: -1, DestinationBatch: -1,
+		},
+	}
+	if x.budget <= 0 {
+		x.budget = translateBudget
+	}
+	err := x.run(ctx, p)
+	x.out.Bytes = x.srcRead + x.dstRead
+	if errors.Is(err, errBudget) {
+		err = fmt.Errorf("%w: %w", ErrUntranslatable, err)
+	}
+	if err != nil {
+		return x.out, fmt.Errorf("translate %s offset %d: %w", a.Src, p, err)
+	}
+	return x.out, nil
+}
+
+// saltedPSM is a producer state that maps producers as the partition's
+// does and holds no producer: decide on it forwards every batch.
+func saltedPSM(salts map[transform.Origin]int64) *transform.PSM {
+	psm := transform.NewPSM(transform.PSMConfig{})
+	for o, s := range salts {
+		psm.AddSalt(o, s, time.Time{})
+	}
+	return psm
+}
+
+// translation is one translation in progress.
+type translation struct {
+	*translator
+	a     Anchor
+	reenc *transform.Reencoder
+	psm   *transform.PSM // salts only: decide, never commit
+	out   Translation
+
+	srcRead, dstRead int64
+	dstStart         int64 // the destination's log start as a fetch reported it; -1 unknown
+
+	last    *read // the last source read, at lastPos: reading the same position twice costs nothing
+	lastPos int64
+}
+
+// cut is a pair of positions: every batch the link mirrored from below s is
+// below d at the destination, and every one from s on is at d or later.
+type cut struct {
+	s, d      int64
+	producers []transform.ProducerEntry // the producer state at the cut, if known
+	known     bool
+}
+
+func (x *translation) run(ctx context.Context, p int64) error {
+	a := x.a
+	if p < 0 {
+		return fmt.Errorf("source offset %d is negative", p)
+	}
+	if a.Head && p >= a.SrcNext {
+		return x.head(ctx, p, a.SrcNext, a.DstNext)
+	}
+	// A position below the source's log start is the log start's.
+	if _, err := x.committed(ctx, p); err != nil {
+		var re *rangeError
+		switch {
+		case !errors.As(err, &re):
+			return err
+		case p > re.end:
+			return fmt.Errorf("%w: the source's high watermark is %d", ErrPastSourceEnd, re.end)
+		case p >= re.start:
+			return err
+		}
+		x.out.SourceLogStart = re.start
+		p = re.start
+		if a.Head && p >= a.SrcNext {
+			return x.head(ctx, p, a.SrcNext, a.DstNext)
+		}
+	}
+	if n := len(a.Spans); n > 0 && a.Head && p >= a.Spans[0].From {
+		err := x.viaWindow(ctx, p)
+		if !errors.Is(err, errWindowStale) {
+			return err
+		}
+	}
+	if lo := x.lower(p); lo.known {
+		err := x.viaWalk(ctx, lo, x.upper(p), p)
+		if !errors.Is(err, errWalkLost) {
+			return err
+		}
+	} else if !a.Head && a.CkSrc < 0 {
+		return fmt.Errorf("%w: the link has no checkpoint of %s yet", ErrNotMirrored, a.Src)
+	}
+	return x.viaTimestamp(ctx, p, x.upper(p))
+}
+
+// errWindowStale: the destination no longer holds a span's batch where the
+// window says; errWalkLost: a walk met a batch it cannot place. Both hand
+// the translation to the timestamp search.
+var (
+	errWindowStale = errors.New("the destination does not hold the window's batch")
+	errWalkLost    = errors.New("the walk met a destination batch it cannot place")
+)
+
+// lower is the greatest pair of positions at or below p that a walk can
+// start from: the checkpoint, or a reconciling partition's position.
+func (x *translation) lower(p int64) cut {
+	a := x.a
+	var c cut
+	if a.CkSrc >= 0 && a.CkSrc <= p {
+		c = cut{s: a.CkSrc, d: a.CkDst, producers: a.Producers, known: true}
+	}
+	if !a.Head && a.SrcNext >= 0 && a.SrcNext <= p && (!c.known || a.SrcNext > c.s) {
+		c = cut{s: a.SrcNext, d: a.DstNext, known: true}
+	}
+	return c
+}
+
+// upper is the least pair of positions above p: the window's first span,
+// the head, or the checkpoint. Without one (known false) the destination's
+// high watermark bounds the reads.
+func (x *translation) upper(p int64) cut {
+	a := x.a
+	var c cut
+	consider := func(s, d int64) {
+		if s > p && (!c.known || s < c.s) {
+			c = cut{s: s, d: d, known: true}
+		}
+	}
+	if len(a.Spans) > 0 && a.Head {
+		consider(a.Spans[0].From, a.Spans[0].DstBase)
+	}
+	if a.Head {
+		consider(a.SrcNext, a.DstNext)
+	}
+	if a.CkSrc >= 0 {
+		consider(a.CkSrc, a.CkDst)
+	}
+	return c
+}
+
+// head translates p at or past the pair (s, d) beyond which the destination
+// holds nothing of the link's: d, if the source has no committed record from
+// s up to p.
+func (x *translation) head(ctx context.Context, p, s, d int64) error {
+	x.out.Via = "head"
+	for pos := s; pos < p; {
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			var re *rangeError
+			if errors.As(err, &re) && pos > re.end {
+				return fmt.Errorf("%w: the source's high watermark is %d", ErrPastSourceEnd, re.end)
+			}
+			return err
+		}
+		for _, c := range r.batches {
+			if o := c.firstFrom(pos); o >= 0 && o < p {
+				return fmt.Errorf("%w: the link has mirrored %s up to offset %d, and the source holds committed records from offset %d on",
+					ErrAheadOfLink, x.a.Src, s, o)
+			}
+		}
+		if r.next > pos {
+			pos = r.next
+			continue
+		}
+		if p > r.hw {
+			return fmt.Errorf("%w: the source's high watermark is %d", ErrPastSourceEnd, r.hw)
+		}
+		if p > r.lso {
+			return fmt.Errorf("%w: the source's records from its last stable offset %d up to %d are not decided yet (an open transaction)",
+				ErrAheadOfLink, r.lso, p)
+		}
+		break
+	}
+	x.out.DestinationOffset = d
+	return nil
+}
+
+// viaWindow translates p inside the window: the first committed source
+// batch from p with a span is the first mirrored one (the pipeline made a
+// span of every batch it appended), and its twin must be where the span
+// says.
+func (x *translation) viaWindow(ctx context.Context, p int64) error {
+	x.out.Via = "window"
+	spans := x.a.Spans
+	for pos := p; pos < x.a.SrcNext; {
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			return err
+		}
+		for _, c := range r.batches {
+			if c.h.NextOffset() > x.a.SrcNext {
+				// Not mirrored yet: nothing between p and the head is.
+				x.out.DestinationOffset = x.a.DstNext
+				return nil
+			}
+			i, found := slices.BinarySearchFunc(spans, c.h.BaseOffset, func(sp Span, base int64) int { return cmpInt(sp.Base, base) })
+			if !found {
+				continue // a batch the pipeline skipped (a duplicate)
+			}
+			sp := spans[i]
+			ds, err := x.dstBatches(ctx, sp.DstBase)
+			if err != nil {
+				return err
+			}
+			if len(ds) == 0 {
+				return errWindowStale
+			}
+			_, ok, err := x.mirror(c, sp.From, ds[0])
+			if err != nil {
+				return err
+			}
+			if dh, _ := transform.ParseHeader(ds[0]); dh.BaseOffset != sp.DstBase || !ok {
+				return errWindowStale
+			}
+			return x.found(c, sp.From, sp.DstBase, p)
+		}
+		if r.next <= pos {
+			break
+		}
+		pos = r.next
+	}
+	x.out.DestinationOffset = x.a.DstNext
+	return nil
+}
+
+// found ends a translation at the twin of source batch c (mirrored from
+// from) at destination offset base: p's place among the records the twin
+// holds.
+func (x *translation) found(c srcBatch, from, base, p int64) error {
+	t := base
+	for _, o := range c.offsets {
+		if o >= from && o < p {
+			t++
+		}
+	}
+	x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, base, t
+	if x.dstStart >= 0 && t < x.dstStart {
+		return fmt.Errorf("%w: the mirror of source offset %d is destination offset %d, and the destination's log starts at %d",
+			ErrBelowDestinationStart, max(p, from), t, x.dstStart)
+	}
+	return nil
+}
+
+// mirror decides source batch c from position from as the pipeline does
+// (decide, with the partition's salts), and reports whether destination
+// batch d is its twin. A destination batch with fewer records may be the
+// twin of c trimmed: the link began mirroring inside c, at the record that
+// leaves as many as d holds.
+func (x *translation) mirror(c srcBatch, from int64, d []byte) (decision, bool, error) {
+	dec, err := decide(x.psm, x.source, x.reenc, nil, c.raw, c.h, from, true)
+	if err != nil || dec.verdict != forward {
+		return dec, false, err
+	}
+	if twin(dec.out, d) {
+		return dec, true, nil
+	}
+	return dec, false, nil
+}
+
+// mirrorFrom is mirror trying c whole and, failing that, trimmed to the
+// records d holds; it returns the position the twin was decided from.
+func (x *translation) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err error) {
+	if _, ok, err := x.mirror(c, c.h.BaseOffset, d); ok || err != nil {
+		return c.h.BaseOffset, ok, err
+	}
+	dh, err := transform.ParseHeader(d)
+	if err != nil {
+		return 0, false, err
+	}
+	if n := int(dh.NumRecords); n > 0 && n < len(c.offsets) {
+		from = c.offsets[len(c.offsets)-n]
+		_, ok, err = x.mirror(c, from, d)
+		return from, ok, err
+	}
+	return 0, false, nil
+}
+
+// viaWalk walks from the pair lo up to p, source and destination in step,
+// as reconciliation does (walker), with the producer state saved at lo:
+// the first matched source batch with a record at or after p gives the
+// translation. A destination batch the walk cannot place (the link owns
+// its destination, so this means the walk's producer state is not the
+// pipeline's) hands the translation to the timestamp search.
+func (x *translation) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
+	x.out.Via = "checkpoint"
+	psm := saltedPSM(x.a.Salts)
+	psm.Restore(lo.producers)
+	w := newWalker(psm, x.source, x.reenc, lo.s, lo.d)
+	var (
+		srcQ             []srcBatch
+		dstQ             [][]byte
+		srcPos, dstPos   = lo.s, lo.d
+		srcDone, dstDone bool
+	)
+	for {
+		if len(dstQ) == 0 && !dstDone {
+			if hi.known && dstPos >= hi.d {
+				dstDone = true
+			} else {
+				ds, err := x.dstBatches(ctx, dstPos)
+				if err != nil {
+					return err
+				}
+				for _, b := range ds {
+					h, _ := transform.ParseHeader(b)
+					if hi.known && h.BaseOffset >= hi.d {
+						break
+					}
+					dstQ = append(dstQ, b)
+					dstPos = h.NextOffset()
+				}
+				dstDone = len(dstQ) == 0
+			}
+		}
+		if len(dstQ) == 0 {
+			break
+		}
+		if len(srcQ) == 0 && !srcDone {
+			r, err := x.committed(ctx, srcPos)
+			if err != nil {
+				return err
+			}
+			srcQ = r.batches
+			srcDone = r.next <= srcPos
+			srcPos = r.next
+		}
+		if len(srcQ) == 0 {
+			if srcDone {
+				return errWalkLost // destination batches the source does not account for
+			}
+			continue
+		}
+		c := srcQ[0]
+		from := max(c.from, lo.s)
+		st, err := w.compare(c.raw, c.h, from, dstQ[0], x.now())
+		if err != nil {
+			return err
+		}
+		switch st {
+		case stepMatch:
+			if c.h.NextOffset() > p {
+				dh, _ := transform.ParseHeader(dstQ[0])
+				return x.found(c, from, dh.BaseOffset, p)
+			}
+			srcQ, dstQ = srcQ[1:], dstQ[1:]
+		case stepSkip:
+			srcQ = srcQ[1:]
+		default:
+			return errWalkLost
+		}
+	}
+	// The destination holds nothing more of the link's below the upper
+	// pair (or its high watermark): p lies where nothing was mirrored.
+	if hi.known {
+		x.out.DestinationOffset = hi.d
+		return nil
+	}
+	if w.srcNext > p {
+		x.out.DestinationOffset = w.dstNext
+		return nil
+	}
+	err := x.head(ctx, p, w.srcNext, w.dstNext)
+	x.out.Via = "checkpoint"
+	return err
+}
+
+// viaTimestamp finds the twin of the first committed source batch with a
+// record at or after p by its create times: the destination's first offset
+// at or after the batch's earliest create time lies at or before the twin
+// (the twin holds the same records with the same timestamps), so a scan from
+// there meets it first, before the twin of any later batch. A candidate the
+// scan meets after a later one's twin was not mirrored; the search then
+// starts again from the earlier of their create times, and if that is the
+// destination's log start, what was not found lies below it.
+func (x *translation) viaTimestamp(ctx context.Context, p int64, hi cut) error {
+	x.out.Via = "timestamp"
+	var cands []srcBatch
+	for pos := p; len(cands) == 0; {
+		if hi.known && pos >= hi.s {
+			x.out.DestinationOffset = hi.d // nothing committed from p up to the pair above
+			return nil
+		}
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			return err
+		}
+		for _, c := range r.batches {
+			if hi.known && c.h.BaseOffset >= hi.s {
+				break
+			}
+			cands = append(cands, c)
+		}
+		if r.next <= pos {
+			if len(cands) == 0 {
+				if hi.known {
+					x.out.DestinationOffset = hi.d
+					return nil
+				}
+				return fmt.Errorf("%w: the source holds no committed record at or after offset %d", ErrUntranslatable, p)
+			}
+			break
+		}
+		pos = r.next
+	}
+	least, err := x.earliest(cands[:1])
+	if err != nil {
+		return err
+	}
+	for pass := 0; ; pass++ {
+		r, err := x.offsetAfter(ctx, least)
+		if err != nil {
+			return err
+		}
+		j, from, base, err := x.scan(ctx, cands, r, hi)
+		if err != nil {
+			return err
+		}
+		if j < 0 {
+			// Every batch mirrored from below hi is below hi.d: one not
+			// found from the destination's log start on is below it.
+			if start, err := x.destinationStart(ctx); err != nil {
+				return err
+			} else if hi.known && r <= start {
+				return fmt.Errorf("%w: no destination batch from its log start %d up to %s mirrors the source batches from offset %d to %d (destination retention deleted them, or the link began mirroring after them)",
+					ErrBelowDestinationStart, start, x.bound(hi), cands[0].h.BaseOffset, cands[len(cands)-1].h.NextOffset())
+			}
+			return fmt.Errorf("%w: no destination batch from offset %d (the first with a timestamp at or after %d) up to %s mirrors the source batches from offset %d to %d (destination log start %d)",
+				ErrUntranslatable, r, least, x.bound(hi), cands[0].h.BaseOffset, cands[len(cands)-1].h.NextOffset(), x.dstStart)
+		}
+		if j > 0 && pass == 0 {
+			// Candidates before j were not met: search again from the
+			// earliest create time of all of them.
+			if l, err := x.earliest(cands[:j+1]); err != nil {
+				return err
+			} else if l < least {
+				least = l
+				continue
+			}
+		}
+		if j > 0 && r <= x.dstStart {
+			c := cands[0]
+			return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
+				ErrBelowDestinationStart, c.firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
+		}
+		return x.found(cands[j], from, base, p)
+	}
+}
+
+// destinationStart is the destination partition's log start.
+func (x *translation) destinationStart(ctx context.Context) (int64, error) {
+	if x.dstStart >= 0 {
+		return x.dstStart, nil
+	}
+	start, err := x.listOffset(ctx, false, -2)
+	if err == nil {
+		x.dstStart = start
+	}
+	return start, err
+}
+
+func (x *translation) bound(hi cut) string {
+	if hi.known {
+		return fmt.Sprintf("offset %d (the mirror of source offset %d)", hi.d, hi.s)
+	}
+	return "the high watermark"
+}
+
+// earliest is the least create time of the records of cs.
+func (x *translation) earliest(cs []srcBatch) (int64, error) {
+	least := int64(math.MaxInt64)
+	for _, c := range cs {
+		if err := transform.Validate(c.raw); err != nil {
+			return 0, fmt.Errorf("source batch at offset %d: %w", c.h.BaseOffset, err)
+		}
+		ts, err := x.reenc.MinTimestamp(c.raw)
+		if err != nil {
+			return 0, fmt.Errorf("source batch at offset %d: %w", c.h.BaseOffset, err)
+		}
+		least = min(least, ts)
+	}
+	return least, nil
+}
+
+// scan reads the destination from offset r up to hi for the first batch
+// that is the twin of one of cands: its index, the position it was decided
+// from and its base offset; -1 when none is within the budget.
+func (x *translation) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j int, from, base int64, err error) {
+	// Each candidate is decided once, whole, and compared with every
+	// destination batch (twin rejects a batch of another length at once);
+	// the trimmed decision of mirrorFrom only for a batch of fewer records.
+	whole := make([][]byte, len(cands))
+	for i, c := range cands {
+		dec, err := decide(x.psm, x.source, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
+		if err != nil {
+			return -1, 0, 0, err
+		}
+		if dec.verdict == forward {
+			whole[i] = dec.out
+		}
+	}
+	for pos := r; !hi.known || pos < hi.d; {
+		ds, err := x.dstBatches(ctx, pos)
+		if errors.Is(err, errBudget) {
+			return -1, 0, 0, nil
+		}
+		if err != nil {
+			return -1, 0, 0, err
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			dh, _ := transform.ParseHeader(d)
+			if hi.known && dh.BaseOffset >= hi.d {
+				return -1, 0, 0, nil
+			}
+			for i, c := range cands {
+				if whole[i] != nil && twin(whole[i], d) {
+					return i, c.h.BaseOffset, dh.BaseOffset, nil
+				}
+				if int(dh.NumRecords) >= len(c.offsets) {
+					continue // not a trimmed twin of c
+				}
+				from, ok, err := x.mirrorFrom(c, d)
+				if err != nil {
+					return -1, 0, 0, err
+				}
+				if ok {
+					return i, from, dh.BaseOffset, nil
+				}
+			}
+			pos = dh.NextOffset()
+		}
+	}
+	return -1, 0, 0, nil
+}
+
+// ---- reading ----
+
+// srcBatch is a committed source batch: one a read_committed consumer gets
+// records of.
+type srcBatch struct {
+	raw     []byte
+	h       transform.Header
+	from    int64   // the read's position if the batch begins before it, else its base offset
+	offsets []int64 // the offsets of its records, in order
+}
+
+// firstFrom is the first record offset of c at or after pos, or -1.
+func (c srcBatch) firstFrom(pos int64) int64 {
+	for _, o := range c.offsets {
+		if o >= pos {
+			return o
+		}
+	}
+	return -1
+}
+
+// read is one read of the source.
+type read struct {
+	batches []srcBatch // committed data batches with a record at or after the position
+	next    int64      // the offset after the last batch examined (control and aborted ones too)
+	lso, hw int64      // last stable offset and high watermark, as the fetch reported them
+}
+
+// rangeError is a fetch at an offset outside the partition's log.
+type rangeError struct {
+	side       string
+	offset     int64
+	start, end int64
+}
+
+func (e *rangeError) Error() string {
+	return fmt.Sprintf("%s offset %d is outside the log (log start %d, high watermark %d)", e.side, e.offset, e.start, e.end)
+}
+
+func (e *rangeError) Unwrap() error { return kerr.OffsetOutOfRange }
+
+// errBudget: a translation read translateBudget from one cluster.
+var errBudget = errors.New("translation read budget spent")
+
+// committed reads the source from pos with READ_COMMITTED and returns the
+// committed data batches, as a read_committed consumer finds them: which
+// batches are committed is decided by kgo.ProcessFetchPartition, the code
+// kgo's own consumer runs, over the fetch response's aborted transactions
+// (DESIGN §1). Batches that hold no committed record (aborted ones,
+// transaction markers, batches compaction emptied) are not returned.
+func (x *translation) committed(ctx context.Context, pos int64) (read, error) {
+	if x.last != nil && x.lastPos == pos {
+		return *x.last, nil
+	}
+	rp, err := x.fetch(ctx, true, pos)
+	if err != nil {
+		return read{}, err
+	}
+	r := read{next: pos, lso: rp.LastStableOffset, hw: rp.HighWatermark}
+	raws, _, err := transform.Split(rp.RecordBatches, nil)
+	if err != nil {
+		return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
+	}
+	// A batch that is neither transactional nor a marker is never
+	// aborted, and a dense one holds every offset of its range: only the
+	// others need kgo to decide and decode them (an abort is decided by
+	// the producer's transactional batches and markers alone).
+	hs := make([]transform.Header, len(raws))
+	var hard []byte
+	for i, raw := range raws {
+		if hs[i], err = transform.ParseHeader(raw); err != nil {
+			return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
+		}
+		if !plainDense(hs[i]) {
+			hard = append(hard, raw...)
+		}
+	}
+	var recs []*kgo.Record
+	if len(hard) > 0 {
+		sub := *rp
+		sub.RecordBatches = hard
+		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			IsolationLevel: kgo.ReadCommitted(), Topic: x.a.Src.Topic, Partition: x.a.Src.Partition,
+		}, &sub, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil && len(fp.Records) == 0 {
+			return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, fp.Err)
+		}
+		recs = fp.Records
+	}
+	for i, raw := range raws {
+		h := hs[i]
+		var offs []int64
+		if plainDense(h) {
+			for o := h.BaseOffset; o < h.NextOffset(); o++ {
+				offs = append(offs, o)
+			}
+		}
+		for len(recs) > 0 && recs[0].Offset < h.BaseOffset {
+			recs = recs[1:]
+		}
+		for len(recs) > 0 && recs[0].Offset < h.NextOffset() {
+			offs = append(offs, recs[0].Offset)
+			recs = recs[1:]
+		}
+		if h.NextOffset() <= pos {
+			continue
+		}
+		r.next = max(r.next, h.NextOffset())
+		if len(offs) == 0 || offs[len(offs)-1] < pos {
+			continue
+		}
+		r.batches = append(r.batches, srcBatch{raw: raw, h: h, from: max(pos, h.BaseOffset), offsets: offs})
+	}
+	x.last, x.lastPos = &r, pos
+	return r, nil
+}
+
+// plainDense reports whether a batch holds committed records at every
+// offset of its range: data, not transactional, no offset gaps.
+func plainDense(h transform.Header) bool {
+	return !h.Transactional() && !h.Control() && h.NumRecords > 0 && h.Dense()
+}
+
+// dstBatches reads the destination from pos (READ_UNCOMMITTED: the link's
+// batches are not transactional): its batches with offsets at or after pos,
+// in order. A position below the log start reads from the log start.
+func (x *translation) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
+	rp, err := x.fetch(ctx, false, pos)
+	var re *rangeError
+	if errors.As(err, &re) && pos < re.start {
+		x.dstStart = re.start
+		rp, err = x.fetch(ctx, false, re.start)
+	}
+	if err != nil {
+		return nil, err
+	}
+	x.dstStart = rp.LogStartOffset
+	raws, _, err := transform.Split(rp.RecordBatches, nil)
+	if err != nil {
+		return nil, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+	}
+	out := raws[:0]
+	for _, b := range raws {
+		h, err := transform.ParseHeader(b)
+		if err != nil {
+			return nil, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+		}
+		if h.NextOffset() > pos {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// fetch is one raw fetch of the partition at pos from its leader,
+// following leader moves; an offset outside the log is a *rangeError.
+func (x *translation) fetch(ctx context.Context, source bool, pos int64) (*kmsg.FetchResponseTopicPartition, error) {
+	cl, cache, p, used, side := x.dst, x.dstLeaders, x.a.Dst, &x.dstRead, "destination"
+	if source {
+		cl, cache, p, used, side = x.src, x.srcLeaders, x.a.Src, &x.srcRead, "source"
+	}
+	if *used >= x.budget {
+		return nil, fmt.Errorf("%w: %d bytes read from the %s", errBudget, *used, side)
+	}
+	var last error
+	for attempt := range translateAttempts {
+		if attempt > 0 && !sleep(ctx, translateRetry.Wait(attempt)) {
+			return nil, ctx.Err()
+		}
+		ld, err := cache.Lookup(ctx, p.Key())
+		if err != nil {
+			last = err
+			continue
+		}
+		q := p
+		q.ID = ld.ID
+		x.out.Requests++
+		rp, err := rawfetch.Do(ctx, cl, ld.Broker, rawfetch.Request{
+			Partition: q, Offset: pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: translateChunk, ReadCommitted: source,
+		})
+		if err == nil {
+			err = kerr.ErrorForCode(rp.ErrorCode)
+		}
+		switch {
+		case err == nil:
+			*used += int64(len(rp.RecordBatches))
+			return rp, nil
+		case errors.Is(err, kerr.OffsetOutOfRange):
+			// Kafka answers an offset out of range without the log's
+			// bounds (-1): ask for them.
+			start, err := x.listOffset(ctx, source, -2)
+			if err != nil {
+				return nil, err
+			}
+			end, err := x.listOffset(ctx, source, -1)
+			if err != nil {
+				return nil, err
+			}
+			return nil, &rangeError{side: side, offset: pos, start: start, end: end}
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, kerr.UnknownTopicOrPartition) && attempt >= 2:
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrNotMirrored, side, p, err)
+		}
+		last = err
+		cache.Invalidate(p.Key())
+	}
+	return nil, fmt.Errorf("fetch %s %s at offset %d: %w", p.String(), side, pos, last)
+}
+
+// offsetAfter is the destination's first offset whose timestamp is at or
+// after ms, or its high watermark if there is none.
+func (x *translation) offsetAfter(ctx context.Context, ms int64) (int64, error) {
+	o, err := x.listOffset(ctx, false, ms)
+	if err == nil && o < 0 {
+		return x.listOffset(ctx, false, -1)
+	}
+	return o, err
+}
+
+// listOffset sends ListOffsets for the partition to its leader: ts -2 is
+// the log start, -1 the high watermark, else the first offset whose
+// timestamp is at or after ts (-1 if there is none).
+func (x *translation) listOffset(ctx context.Context, source bool, ts int64) (int64, error) {
+	cl, cache, p := x.dst, x.dstLeaders, x.a.Dst
+	if source {
+		cl, cache, p = x.src, x.srcLeaders, x.a.Src
+	}
+	var last error
+	for attempt := range translateAttempts {
+		if attempt > 0 && !sleep(ctx, translateRetry.Wait(attempt)) {
+			return 0, ctx.Err()
+		}
+		ld, err := cache.Lookup(ctx, p.Key())
+		if err != nil {
+			last = err
+			continue
+		}
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = p.Topic
+		rq := kmsg.NewListOffsetsRequestTopicPartition()
+		rq.Partition = p.Partition
+		rq.CurrentLeaderEpoch = ld.Epoch
+		rq.Timestamp = ts
+		rt.Partitions = append(rt.Partitions, rq)
+		req.Topics = append(req.Topics, rt)
+		x.out.Requests++
+		kresp, err := cl.Broker(int(ld.Broker)).RetriableRequest(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			last = err
+			cache.Invalidate(p.Key())
+			continue
+		}
+		last = errors.New("the answer does not hold the partition")
+		for _, t := range kresp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, rp := range t.Partitions {
+				if t.Topic != p.Topic || rp.Partition != p.Partition {
+					continue
+				}
+				if last = kerr.ErrorForCode(rp.ErrorCode); last == nil {
+					return rp.Offset, nil
+				}
+				cache.Invalidate(p.Key())
+			}
+		}
+	}
+	return 0, fmt.Errorf("list offsets of %s at timestamp %d: %w", p, ts, last)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

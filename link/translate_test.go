@@ -1,0 +1,522 @@
+package link
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// ---- the answer found by reading both logs in full ----
+
+// logTruth is one mirrored partition read whole by kgo consumers: the
+// committed source records (read_committed), every source offset with what
+// it holds, and the destination's records.
+type logTruth struct {
+	src, dst       []*kgo.Record
+	srcEnd, dstEnd int64 // high watermarks
+	// markers are the offsets of transaction markers (commit: true);
+	// aborted the offsets of data records a read_committed consumer does
+	// not get (aborted transactions).
+	markers map[int64]bool
+	aborted []int64
+	// batches are the source's batches as stored.
+	batches []transform.Header
+}
+
+// readTruth reads source partition (srcTopic, part) and its mirror in full
+// and checks that the mirror holds the committed source records record by
+// record, in order: the i-th committed source record is the i-th
+// destination record.
+func readTruth(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32) logTruth {
+	t.Helper()
+	var lt logTruth
+	lt.srcEnd = endOffset(t, src, srcTopic, part)
+	lt.dstEnd = endOffset(t, dst, dstTopic, part)
+	lt.src = readPartition(t, src, srcTopic, part, true, lt.srcEnd)
+	all := readPartition(t, src, srcTopic, part, false, lt.srcEnd)
+	lt.dst = readPartition(t, dst, dstTopic, part, false, lt.dstEnd)
+	lt.markers = map[int64]bool{}
+	committed := map[int64]bool{}
+	for _, r := range lt.src {
+		committed[r.Offset] = true
+	}
+	for _, r := range all {
+		switch {
+		case r.Attrs.IsControl():
+			lt.markers[r.Offset] = len(r.Key) >= 4 && r.Key[3] == 1
+		case !committed[r.Offset]:
+			lt.aborted = append(lt.aborted, r.Offset)
+		}
+	}
+	for _, b := range mirrortest.RawBatches(t, src, srcTopic, part) {
+		h, err := transform.ParseHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lt.batches = append(lt.batches, h)
+	}
+	if len(lt.src) != len(lt.dst) {
+		t.Fatalf("%s[%d]: %d committed source records, %d at the destination %s", srcTopic, part, len(lt.src), len(lt.dst), dstTopic)
+	}
+	for i, s := range lt.src {
+		d := lt.dst[i]
+		if !bytes.Equal(s.Key, d.Key) || !bytes.Equal(s.Value, d.Value) || !s.Timestamp.Equal(d.Timestamp) || len(s.Headers) != len(d.Headers) {
+			t.Fatalf("%s[%d]: committed record %d (source offset %d, key %q) is not destination record %d (offset %d, key %q)",
+				srcTopic, part, i, s.Offset, s.Key, i, d.Offset, d.Key)
+		}
+	}
+	return lt
+}
+
+// want is the translation of p by definition (DESIGN §13): the destination
+// offset of the first mirrored record whose source offset is at least p;
+// with none, the destination offset the next one gets (the end).
+func (lt logTruth) want(p int64) int64 {
+	i, _ := slices.BinarySearchFunc(lt.src, p, func(r *kgo.Record, p int64) int { return cmpInt(r.Offset, p) })
+	if i == len(lt.src) {
+		return lt.dstEnd
+	}
+	return lt.dst[i].Offset
+}
+
+// pairAt is a pair of positions at a batch boundary about a fraction f
+// into the log: the base offset of a committed source batch and the
+// destination offset of its first record's mirror.
+func (lt logTruth) pairAt(t *testing.T, f float64) (s, d int64) {
+	t.Helper()
+	i := int(float64(len(lt.src)) * f)
+	for ; i < len(lt.src); i++ {
+		o := lt.src[i].Offset
+		for _, h := range lt.batches {
+			if h.BaseOffset <= o && o < h.NextOffset() && (i == 0 || lt.src[i-1].Offset < h.BaseOffset) {
+				return h.BaseOffset, lt.dst[i].Offset
+			}
+		}
+	}
+	t.Fatalf("no batch boundary past %.0f%% of %d records", f*100, len(lt.src))
+	return 0, 0
+}
+
+// points are the positions a translation of the partition is tried at:
+// every interesting one (0, the log start, each batch's first and last
+// offset, every marker, every aborted record, the end and past it) and n
+// random ones.
+func (lt logTruth) points(rng *rand.Rand, n int, start int64) []int64 {
+	set := map[int64]bool{0: true, start: true, lt.srcEnd: true, lt.srcEnd + 1: true}
+	for _, h := range lt.batches {
+		set[h.BaseOffset], set[h.NextOffset()-1] = true, true
+	}
+	for o := range lt.markers {
+		set[o] = true
+	}
+	for _, o := range lt.aborted {
+		set[o] = true
+	}
+	for range n {
+		set[rng.Int64N(lt.srcEnd+1)] = true
+	}
+	var out []int64
+	for o := range set {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func endOffset(t *testing.T, c *cluster, topic string, part int32) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := c.Admin.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := ends.Lookup(topic, part)
+	if !ok || o.Err != nil {
+		t.Fatalf("end offset of %s[%d]: %v", topic, part, o.Err)
+	}
+	return o.Offset
+}
+
+// readPartition reads a partition from its start with a kgo consumer: with
+// committed, as read_committed (until polls find nothing more for a
+// second: a source ends in markers a consumer never sees); otherwise every
+// record and transaction marker up to end.
+func readPartition(t *testing.T, c *cluster, topic string, part int32, committed bool, end int64) []*kgo.Record {
+	t.Helper()
+	opts := []kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxWait(100 * time.Millisecond),
+	}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	} else {
+		opts = append(opts, kgo.KeepControlRecords())
+	}
+	cl := c.NewClient(t, opts...)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []*kgo.Record
+	began, idle := time.Now(), time.Now()
+	for {
+		if !committed && (end == 0 || len(out) > 0 && out[len(out)-1].Offset+1 >= end) {
+			return out
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("read %s[%d]: %v after %d records", topic, part, ctx.Err(), len(out))
+		}
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		if n > 0 {
+			idle = time.Now()
+		} else if committed && time.Since(idle) > 2*time.Second && (len(out) > 0 || time.Since(began) > 15*time.Second) {
+			return out // a slow first fetch (-race on two cores) is not the end
+		}
+	}
+}
+
+// ---- the translations under test ----
+
+// liveAnchor is what the running session of l knows of a source partition.
+func liveAnchor(t *testing.T, l *testLink, k tp.Key) (Anchor, *translator) {
+	t.Helper()
+	o := l.online.Load()
+	if o == nil {
+		t.Fatalf("link %s runs no session", l.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		a  Anchor
+		ok bool
+	)
+	if err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(k) }); err != nil || !ok {
+		t.Fatalf("anchor of %v: %v (mirrored: %v)", k, err, ok)
+	}
+	return a, o.tr
+}
+
+// way is one way to translate: the running link's, the offline
+// Translator's, or the translation from an anchor reduced to one starting
+// point, so that every strategy is tried at every position.
+type way struct {
+	name string
+	fn   func(ctx context.Context, p int64) (Translation, error)
+	// must is the strategy that has to answer some of the positions.
+	must string
+}
+
+func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt logTruth) []way {
+	t.Helper()
+	a, tr := liveAnchor(t, l, k)
+	if !a.Head || len(a.Spans) == 0 {
+		t.Fatalf("anchor of %v: %+v, want the head and a window", k, a)
+	}
+	off, err := NewTranslator(context.Background(), cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(off.Close)
+	from := func(a Anchor) func(ctx context.Context, p int64) (Translation, error) {
+		return func(ctx context.Context, p int64) (Translation, error) { return tr.translate(ctx, a, p) }
+	}
+	noWindow := a
+	noWindow.Spans = nil
+	walk := noWindow
+	walk.CkSrc, walk.CkDst = lt.pairAt(t, 0.3)
+	walk.Producers = nil
+	stamp := noWindow
+	stamp.CkSrc, stamp.CkDst, stamp.Producers = -1, -1, nil
+	return []way{
+		{name: "link", must: "window", fn: func(ctx context.Context, p int64) (Translation, error) {
+			return l.Translate(ctx, k.Topic, k.Partition, p)
+		}},
+		{name: "offline", must: "timestamp", fn: func(ctx context.Context, p int64) (Translation, error) {
+			return off.Translate(ctx, k.Topic, k.Partition, p)
+		}},
+		{name: "anchor", must: "head", fn: from(a)},
+		{name: "walk", must: "checkpoint", fn: from(walk)},
+		{name: "timestamp", must: "timestamp", fn: from(stamp)},
+	}
+}
+
+// checkTranslations translates every point each way and compares with the
+// answer read from both logs; it returns how often each strategy answered.
+func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart int64) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	vias := map[string]int{}
+	for _, w := range ws {
+		seen := map[string]int{}
+		began := time.Now()
+		for _, p := range ps {
+			got, err := w.fn(ctx, p)
+			if p > lt.srcEnd {
+				if !errors.Is(err, ErrPastSourceEnd) {
+					t.Errorf("%s: translate %d past the source's end %d: %+v, %v; want ErrPastSourceEnd", w.name, p, lt.srcEnd, got, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s: translate %d: %v", w.name, p, err)
+				continue
+			}
+			want := lt.want(max(p, srcStart))
+			if got.DestinationOffset != want {
+				t.Errorf("%s: translate %d: destination offset %d via %s (source batch %d, destination batch %d), want %d",
+					w.name, p, got.DestinationOffset, got.Via, got.SourceBatch, got.DestinationBatch, want)
+			}
+			if p < srcStart && got.SourceLogStart != srcStart {
+				t.Errorf("%s: translate %d below the source's log start %d: SourceLogStart %d", w.name, p, srcStart, got.SourceLogStart)
+			}
+			seen[got.Via]++
+			vias[got.Via]++
+		}
+		if seen[w.must] == 0 {
+			t.Errorf("%s: no translation went via %s (%v): the strategy is untested", w.name, w.must, seen)
+		}
+		t.Logf("%s: %d positions in %s, via %v", w.name, len(ps), time.Since(began).Round(time.Millisecond), seen)
+	}
+	return vias
+}
+
+// ---- the tests ----
+
+// The property of offset translation: for every position p, interesting or
+// random, every way of translating (the running link's window, walks from a
+// checkpoint, the timestamp search, the offline Translator over the state
+// topic) gives the answer found by reading both logs in full: the
+// destination offset of the first mirrored record whose source offset is
+// at least p. The source holds idempotent, transactional (a third aborted)
+// and plain producers' batches, a compacted topic, and a topic whose log
+// starts inside a batch (the link trims and re-encodes it); the link
+// renames every topic. Guards against a translation that makes a consumer
+// re-read or skip a record after it moves.
+func TestTranslateProperty(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", kafkatest.SourceClusterID)
+	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
+	mixed, kv, cut, private := e.topic("mixed"), e.topic("kv"), e.topic("cut"), e.topic("private")
+	src.CreateTopic(t, mixed, 2, nil)
+	src.CreateTopic(t, kv, 1, compactedConfig)
+	src.CreateTopic(t, cut, 1, nil)
+	src.CreateTopic(t, private, 1, nil)
+	p := newProduced()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	load(t, src, p, idempotent, 3, e.topic("idem"), 120, mixed)
+	load(t, src, p, transactional, 0, e.topic("txn"), 140, mixed)
+	load(t, src, p, plain, 1, e.topic("plain"), 60, mixed)
+	load(t, src, p, transactional, 4, e.topic("txn2"), 70, mixed)
+	load(t, src, p, plain, 0, e.topic("private"), 5, private)
+
+	// Compacted: rounds that overwrite keys, then kfake's compaction, which
+	// leaves batches with gaps (re-encoded by the link).
+	for round := range 8 {
+		cl := src.NewClient(t, kgo.ProducerBatchCompression(kgo.SnappyCompression()))
+		var recs []*kgo.Record
+		for i := range 12 {
+			recs = append(recs, &kgo.Record{Topic: kv, Key: fmt.Appendf(nil, "key-%02d", (i*5+round*3)%17), Value: fmt.Appendf(nil, "round %d", round)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+	}
+	if gappy, _ := compactSource(t, src, kv, 1, nil); gappy == 0 {
+		t.Fatal("no gaps")
+	}
+
+	// Cut: batches of 10; the log then starts at 15, inside the second.
+	cl := src.NewClient(t)
+	for b := range 4 {
+		var recs []*kgo.Record
+		for i := range 10 {
+			recs = append(recs, &kgo.Record{Topic: cut, Key: fmt.Appendf(nil, "cut-%d-%d", b, i), Value: []byte("v")})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: cut, Partition: 0, At: 15})
+	if _, err := src.Admin.DeleteRecords(ctx, offs); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := e.linkConfig("translate", src, dst, "mixed", "kv", "cut")
+	cfg.Link.Rename = "{source}.{topic}"
+	renamed := func(s string) string { return src.Name + "." + s }
+	l := startLink(t, cfg, src, dst, "translate")
+	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed), kv: renamed(kv), cut: renamed(cut)}, 90*time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	if got := testutil.ToFloat64(l.met.reencoded); got == 0 {
+		t.Fatal("the link re-encoded no batch: the compacted and cut topics do not exercise the re-encode path")
+	}
+
+	rng := rand.New(rand.NewPCG(12, uint64(time.Now().UnixNano())))
+	vias := map[string]int{}
+	var markers, commits, aborted int
+	for _, c := range []struct {
+		topic    string
+		part     int32
+		srcStart int64
+	}{{mixed, 0, 0}, {mixed, 1, 0}, {kv, 0, 0}, {cut, 0, 15}} {
+		t.Run(fmt.Sprintf("%s-%d", c.topic, c.part), func(t *testing.T) {
+			lt := readTruth(t, src, dst, c.topic, renamed(c.topic), c.part)
+			ps := lt.points(rng, 60, c.srcStart)
+			for _, p := range ps {
+				if commit, ok := lt.markers[p]; ok {
+					markers++
+					if commit {
+						commits++
+					}
+				}
+			}
+			aborted += len(lt.aborted)
+			for v, n := range checkTranslations(t, ways(t, l, cfg, src, dst, tp.Key{Topic: c.topic, Partition: c.part}, lt), lt, ps, c.srcStart) {
+				vias[v] += n
+			}
+		})
+	}
+	if commits == 0 || markers == commits || aborted == 0 {
+		t.Errorf("positions tried: %d markers, %d of them commits, %d aborted records; want commit and abort markers and aborted records", markers, commits, aborted)
+	}
+	t.Logf("translations by strategy: %v", vias)
+
+	// Edge cases on the same link.
+	t.Run("not-mirrored", func(t *testing.T) {
+		off, err := NewTranslator(ctx, cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer off.Close()
+		for _, c := range []struct {
+			topic string
+			part  int32
+		}{{private, 0}, {mixed, 7}, {"no-such-topic", 0}} {
+			for name, fn := range map[string]func(context.Context, string, int32, int64) (Translation, error){"link": l.Translate, "offline": off.Translate} {
+				if got, err := fn(ctx, c.topic, c.part, 0); !errors.Is(err, ErrNotMirrored) {
+					t.Errorf("%s: translate %s[%d]: %+v, %v; want ErrNotMirrored", name, c.topic, c.part, got, err)
+				} else {
+					t.Logf("%s: %v", name, err)
+				}
+			}
+		}
+	})
+
+	t.Run("ahead-of-link", func(t *testing.T) {
+		k := tp.Key{Topic: mixed, Partition: 0}
+		a, tr := liveAnchor(t, l, k)
+		// The anchor is a copy: to it, what is produced now lies past
+		// the link's position.
+		more := src.NewClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		var recs []*kgo.Record
+		for i := range 5 {
+			recs = append(recs, &kgo.Record{Topic: mixed, Partition: 0, Key: fmt.Appendf(nil, "late-%d", i), Value: []byte("late")})
+		}
+		if err := more.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		end := endOffset(t, src, mixed, 0)
+		if got, err := tr.translate(ctx, a, end); !errors.Is(err, ErrAheadOfLink) {
+			t.Errorf("translate %d with the link at %d: %+v, %v; want ErrAheadOfLink", end, a.SrcNext, got, err)
+		}
+		if got, err := tr.translate(ctx, a, a.SrcNext); err != nil || got.DestinationOffset != a.DstNext || got.Via != "head" {
+			t.Errorf("translate the link's position %d: %+v, %v; want %d via head", a.SrcNext, got, err, a.DstNext)
+		}
+		// Once mirrored, the same position translates to the first late
+		// record's mirror.
+		waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed)}, 30*time.Second)
+		lt := readTruth(t, src, dst, mixed, renamed(mixed), 0)
+		for _, p := range []int64{a.SrcNext, end - 3, end} {
+			if got, err := l.Translate(ctx, mixed, 0, p); err != nil || got.DestinationOffset != lt.want(p) {
+				t.Errorf("translate %d after the late records were mirrored: %+v, %v; want %d", p, got, err, lt.want(p))
+			}
+		}
+	})
+
+	t.Run("below-destination-start", func(t *testing.T) {
+		k := tp.Key{Topic: mixed, Partition: 1}
+		lt := readTruth(t, src, dst, mixed, renamed(mixed), 1)
+		// Delete the destination's records below a point inside a batch
+		// about half-way: positions whose mirror lies below it are
+		// errors, the others still translate.
+		_, d := lt.pairAt(t, 0.5)
+		del := d + 2
+		offs := kadm.Offsets{}
+		offs.Add(kadm.Offset{Topic: renamed(mixed), Partition: 1, At: del})
+		if rs, err := dst.Admin.DeleteRecords(ctx, offs); err != nil || rs.Error() != nil {
+			t.Fatalf("delete records: %v %v", err, rs.Error())
+		}
+		ws := ways(t, l, cfg, src, dst, k, lt)
+		var below int
+		for _, w := range ws {
+			for _, p := range lt.points(rng, 30, 0) {
+				if p > lt.srcEnd {
+					continue
+				}
+				got, err := w.fn(ctx, p)
+				want := lt.want(p)
+				switch {
+				case want < del:
+					below++
+					if !errors.Is(err, ErrBelowDestinationStart) {
+						t.Errorf("%s: translate %d (mirrored at %d, the destination starts at %d): %+v, %v; want ErrBelowDestinationStart", w.name, p, want, del, got, err)
+					}
+				case err != nil || got.DestinationOffset != want:
+					t.Errorf("%s: translate %d: %+v, %v; want %d", w.name, p, got, err, want)
+				}
+			}
+		}
+		if below == 0 {
+			t.Fatal("no position below the destination's log start was tried")
+		}
+	})
+
+	// The link stopped: the offline Translator answers from the state
+	// topic's checkpoint, and what the source got since lies past it.
+	t.Run("stopped-link", func(t *testing.T) {
+		l.stop(t, false)
+		lt := readTruth(t, src, dst, cut, renamed(cut), 0)
+		more := src.NewClient(t)
+		if err := more.ProduceSync(ctx, &kgo.Record{Topic: cut, Key: []byte("after-stop"), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		end := endOffset(t, src, cut, 0)
+		for _, c := range []struct {
+			p    int64
+			want int64
+			err  error
+		}{{lt.srcEnd, lt.dstEnd, nil}, {3, lt.want(15), nil}, {20, lt.want(20), nil}, {end, 0, ErrAheadOfLink}, {end + 1, 0, ErrPastSourceEnd}} {
+			// Link.Translate without a session reads the state topic.
+			got, err := l.Translate(ctx, cut, 0, c.p)
+			switch {
+			case c.err != nil && !errors.Is(err, c.err):
+				t.Errorf("translate %d: %+v, %v; want %v", c.p, got, err, c.err)
+			case c.err == nil && (err != nil || got.DestinationOffset != c.want):
+				t.Errorf("translate %d: %+v, %v; want %d", c.p, got, err, c.want)
+			}
+		}
+	})
+}
