@@ -433,19 +433,13 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		n := polls.Add(1)
-		ov := Overview{At: time.Now().UTC(), History: HistoryShape{IntervalSeconds: 10, Capacity: 360},
-			Links: []LinkView{newLinkView(bigStatus(1_000_000 + n*25_000))}}
-		// Per-group status does not exist yet; the page renders
-		// whatever rows the agent will send under "groups".
-		var raw map[string]any
-		b, _ := json.Marshal(ov)
-		_ = json.Unmarshal(b, &raw)
-		type group struct {
-			Group string `json:"group"`
-			State string `json:"state"`
-			Lag   int64  `json:"lag_records"`
-		}
-		raw["links"].([]any)[0].(map[string]any)["groups"] = []group{{"billing", "Stable", 12}, {"audit", "Empty", 0}}
+		at := time.Now().UTC()
+		st := bigStatus(1_000_000 + n*25_000)
+		st.GroupSync = &link.GroupSyncStatus{Interval: 10 * time.Second, LastRound: at, Groups: []link.GroupStatus{
+			{Group: "billing", State: "synced", Partitions: make([]link.GroupPartitionSync, 3), At: at.Add(-12 * time.Second)},
+			{Group: "audit", State: "active", Members: 2, At: at.Add(-5 * time.Minute), Error: "2 members at the destination"},
+		}}
+		raw := Overview{At: at, History: HistoryShape{IntervalSeconds: 10, Capacity: 360}, Links: []LinkView{newLinkView(st)}}
 		rec := httptest.NewRecorder()
 		writeJSON(rec, http.StatusOK, raw)
 		body.Store(int64(rec.Body.Len()))
@@ -528,7 +522,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		}
 		return out
 	}
-	hwSort := card("big", `th:nth-child(5)`) + ".getAttribute('aria-sort')"
+	hwSort := card("big", `.parts th:nth-child(5)`) + ".getAttribute('aria-sort')"
 	if got := eval[string](b, hwSort); got != "descending" {
 		t.Errorf("the high watermark column's aria-sort is %q, want descending", got)
 	}
@@ -552,7 +546,8 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		t.Error("3 foreign batches are not marked as an alarm")
 	}
 	if got := eval[[]string](b, fmt.Sprintf(`%s.hidden ? [] : [...%s.querySelectorAll('th, td')].map(c => c.textContent)`, field("big", "groups"), field("big", "groups"))); !slices.Equal(got,
-		[]string{"group", "state", "lag records", "billing", "Stable", "12", "audit", "Empty", "0"}) {
+		[]string{"group", "state", "partitions", "destination members", "last sync", "error",
+			"billing", "synced", "3", "0", "12s ago", "", "audit", "active", "0", "2", "5m 0s ago", "2 members at the destination"}) {
 		t.Errorf("the groups section shows %q", got)
 	}
 
@@ -562,7 +557,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		return eval[[]string](b, `[...document.querySelectorAll('.link[data-link="big"] .parts tbody tr:not([hidden])')].map(tr => tr.cells[6].textContent)`)
 	}
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="lag_seconds"]`)))
-	b.waitFor("sorted by lag in time", card("big", `th:nth-child(7)`)+".getAttribute('aria-sort') === 'descending'")
+	b.waitFor("sorted by lag in time", card("big", `.parts th:nth-child(7)`)+".getAttribute('aria-sort') === 'descending'")
 	var most float64
 	for _, p := range st.Partitions {
 		if p.LagSeconds != nil {
@@ -573,7 +568,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		t.Errorf("sorted by lag in time, the first row shows %q, want %q (the most lagging partition: %gs)", got[0], want, most)
 	}
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="big"] button.sort[data-key="lag_seconds"]`)))
-	b.waitFor("sorted by lag in time, ascending", card("big", `th:nth-child(7)`)+".getAttribute('aria-sort') === 'ascending'")
+	b.waitFor("sorted by lag in time, ascending", card("big", `.parts th:nth-child(7)`)+".getAttribute('aria-sort') === 'ascending'")
 	if got := lagTime(); len(got) != 50 || got[0] != "—" || got[19] != "—" || got[20] != "0s" {
 		t.Errorf("sorted by lag in time, ascending: the first page shows %q, want 20 unknown (—) then 0s", got)
 	}

@@ -240,10 +240,10 @@ class LinkCard {
     }
 
     this.table.setRows(st.partitions);
-    this.groups(st.groups);
+    this.groups(groupRows(st.group_sync, atMs));
   }
 
-  // groups renders per-group status when the agent reports it; the section
+  // groups renders one row per synced group (groupRows); the section
   // stays hidden until then. Its shape is the agent's: one column per field.
   groups(groups) {
     const box = this.f.groups;
@@ -388,3 +388,22 @@ async function poll() {
 
 auth.init();
 poll();
+
+// groupRows turns the link's group_sync status into the rows of the groups
+// section: each group with its state, its partitions, the members it has at
+// the destination (a group with members is left alone), how long ago it was
+// last synced, and its error.
+function groupRows(sync, atMs) {
+  if (!sync || !Array.isArray(sync.groups)) return [];
+  return sync.groups.map((g) => {
+    const at = fmt.isTime(g.at) ? Date.parse(g.at) : NaN;
+    return {
+      group: g.group,
+      state: g.state,
+      partitions: Array.isArray(g.partitions) ? g.partitions.length : 0,
+      destination_members: g.destination_members || 0,
+      last_sync: Number.isFinite(at) ? `${fmt.duration(atMs - at)} ago` : '—',
+      error: g.error || '',
+    };
+  });
+}
