@@ -8,14 +8,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/seed83556561/mirrord/agent"
-	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
-	"github.com/seed83556561/mirrord/link"
 )
 
 // TestFailoverCommand drives `mirrord failover` against an agent in this
@@ -43,26 +39,8 @@ func TestFailoverCommand(t *testing.T) {
 	hcl := strings.Replace(linkHCL(srcC, dstC, fmt.Sprintf("admin { token_file = %q }", tokenFile)), `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", freeAddr(t)), 1)
 	hcl = strings.Replace(hcl, `destination_replication_factor = 1`, "destination_replication_factor = 1\n  groups { include = [\"g\"] }\n  group_sync_interval = \"1h\"", 1)
 	cfgPath := writeFile(t, "mirrord.hcl", hcl)
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
-		c.Tuning.FetchMaxWait = 100 * time.Millisecond
-		c.Tuning.BackoffBase = 50 * time.Millisecond
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, acancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
-	defer func() {
-		acancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
+	a, _, stop := runAgent(t, cfgPath)
+	defer stop()
 	<-a.Ready()
 	waitState(t, cfgPath, "MIRRORING")
 

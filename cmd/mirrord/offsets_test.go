@@ -12,8 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/agent"
-	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/link"
 )
@@ -46,26 +44,9 @@ func produceTxns(t *testing.T, c *kfake.Cluster, topic string) {
 // records of topic[0] and the link's status shows it, then stops it.
 func mirrorUntil(t *testing.T, cfgPath string, dst *kfake.Cluster, topic string, n int64) {
 	t.Helper()
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
-		c.Tuning.FetchMaxWait = 100 * time.Millisecond
-		c.Tuning.BackoffBase = 50 * time.Millisecond
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
+	_, _, stop := runAgent(t, cfgPath)
+	defer stop()
+	ctx := t.Context()
 	adm := kadm.NewClient(kafkatest.Client(t, dst))
 	deadline := time.Now().Add(waitLimit)
 	for {

@@ -15,15 +15,16 @@ import (
 	"github.com/seed83556561/mirrord/link"
 )
 
-// mirrorOnce runs an agent in this process until link l has mirrored the
-// topics up to ends, then stops it cleanly.
-func mirrorOnce(t *testing.T, cfgPath string, ends map[string]map[int32]int64) {
+// runAgent runs an agent of cfgPath in this process, with the quick fetch
+// wait and backoff the command tests use; stop ends it and reports its
+// error. done delivers Run's result if the agent ends by itself.
+func runAgent(t *testing.T, cfgPath string) (a *agent.Agent, done <-chan error, stop func()) {
 	t.Helper()
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
+	a, err = agent.New(cfg, agent.Deps{Tune: func(c *link.Config) {
 		c.Tuning.FetchMaxWait = 100 * time.Millisecond
 		c.Tuning.BackoffBase = 50 * time.Millisecond
 	}})
@@ -31,14 +32,22 @@ func mirrorOnce(t *testing.T, cfgPath string, ends map[string]map[int32]int64) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
+	ch := make(chan error, 1)
+	go func() { ch <- a.Run(ctx) }()
+	return a, ch, func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := <-ch; err != nil {
 			t.Errorf("agent: %v", err)
 		}
-	}()
+	}
+}
+
+// mirrorOnce runs an agent in this process until link l has mirrored the
+// topics up to ends, then stops it cleanly.
+func mirrorOnce(t *testing.T, cfgPath string, ends map[string]map[int32]int64) {
+	t.Helper()
+	a, done, stop := runAgent(t, cfgPath)
+	defer stop()
 	select {
 	case <-a.Ready():
 	case err := <-done:
