@@ -222,18 +222,9 @@ func TestPlacementWaitsForNewLeaders(t *testing.T) {
 			return nil, nil, false
 		}
 		refused.Add(1)
-		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range lr.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return listOffsetsAnswer(lr, func(_ kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) {
+			sp.ErrorCode = kerr.NotLeaderForPartition.Code
+		}), nil, true
 	})
 	l := startLink(t, e.linkConfig("fresh", src, dst, "t"), src, dst, "fresh")
 	l.waitState(t, Mirroring, 60*time.Second)

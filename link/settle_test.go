@@ -149,18 +149,9 @@ func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
 		if !lagging.Load() || len(lr.Topics) != 1 || lr.Topics[0].Topic != "t" {
 			return nil, nil, false
 		}
-		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range lr.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition, sp.Timestamp, sp.Offset, sp.LeaderEpoch = rp.Partition, -1, 0, rp.CurrentLeaderEpoch
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return listOffsetsAnswer(lr, func(rp kmsg.ListOffsetsRequestTopicPartition, sp *kmsg.ListOffsetsResponseTopicPartition) {
+			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, 0, rp.CurrentLeaderEpoch
+		}), nil, true
 	})
 	reqs, answer := answerFirstProduce(t, dst, kerr.RequestTimedOut.Code)
 	load(t, src, p, idempotent, 1, "lagging", 10, "t")
@@ -299,4 +290,22 @@ func TestSettleUnanswered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listOffsetsAnswer is a canned answer to lr: one partition per partition
+// asked for, each as fill makes it.
+func listOffsetsAnswer(lr *kmsg.ListOffsetsRequest, fill func(kmsg.ListOffsetsRequestTopicPartition, *kmsg.ListOffsetsResponseTopicPartition)) *kmsg.ListOffsetsResponse {
+	resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
+	for _, rt := range lr.Topics {
+		st := kmsg.NewListOffsetsResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewListOffsetsResponseTopicPartition()
+			sp.Partition = rp.Partition
+			fill(rp, &sp)
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
