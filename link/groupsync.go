@@ -32,7 +32,10 @@ import (
 //   - an offset is committed only if it moves the destination group
 //     forward: one that read past the translation at the destination by
 //     itself, or was synced from a source commit later reset back, keeps
-//     its offset.
+//     its offset. Kafka has no conditional offset commit: an offset that
+//     someone else commits to the inactive destination group between a
+//     round's fetch of its offsets and the round's commit can still be
+//     overwritten by that commit.
 //
 // The decisions are planGroup, a pure function; groupSync does the I/O. Its
 // goroutine (run) is started and waited for by Link.Run, which also closes

@@ -134,7 +134,9 @@ func testGroupsMove(t *testing.T, e *env) {
 	p := newProduced()
 	load(t, src, p, transactional, 3, e.topic("t1"), 180, txn)
 	load(t, src, p, transactional, 0, e.topic("t2"), 60, txn)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The whole scenario's requests; each wait inside has its own bound.
+	// CI's loaded machine took 5.5 min for it on Kafka 3.9.2.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	produceRound := func(round int) {
 		cl := src.NewClient(t)
@@ -193,20 +195,6 @@ func testGroupsMove(t *testing.T, e *env) {
 		})
 	}
 
-	// Groups at the source: "app" moves; "app-active" has a member at the
-	// destination; "app-ahead" has read further at the destination by
-	// itself; "app-skip" is excluded.
-	app := &groupMove{group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
-	readPart(group("app-active"), 0.3)
-	readPart(group("app-ahead"), 0.3)
-	readPart(group("app-skip"), 0.3)
-	aheadAt := tr[parts[0]].dstEnd
-	ahead := kadm.Offsets{}
-	ahead.Add(kadm.Offset{Topic: rename(txn), Partition: 0, At: aheadAt, LeaderEpoch: -1})
-	if r, err := dst.Admin.CommitOffsets(ctx, group("app-ahead"), ahead); err != nil || r.Error() != nil {
-		t.Fatalf("commit app-ahead at the destination: %v %v", err, r.Error())
-	}
-	member := dst.NewClient(t, kgo.ConsumerGroup(group("app-active")), kgo.ConsumeTopics(rename(plainT)), kgo.DisableAutoCommit())
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -217,11 +205,32 @@ func testGroupsMove(t *testing.T, e *env) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// app-active's member joins at the destination before the group
+	// commits at the source: a sync round between the two would rightly
+	// commit to the group while it is still empty there.
+	member := dst.NewClient(t, kgo.ConsumerGroup(group("app-active")), kgo.ConsumeTopics(rename(plainT)), kgo.DisableAutoCommit())
 	waitFor("app-active to have a member at the destination", func() bool {
 		d, err := dst.Admin.DescribeGroups(ctx, group("app-active"))
 		return err == nil && len(d[group("app-active")].Members) > 0 && d[group("app-active")].State == "Stable"
 	})
 	_ = member.PollFetches(ctx) // joined
+
+	// Groups at the source: "app" moves; "app-active" has a member at the
+	// destination; "app-ahead" has read further at the destination by
+	// itself; "app-skip" is excluded.
+	// app-ahead's destination commit comes first, like app-active's
+	// member: Kafka has no conditional commit, so a round that fetched the
+	// destination's offsets just before it would overwrite it.
+	aheadAt := tr[parts[0]].dstEnd
+	ahead := kadm.Offsets{}
+	ahead.Add(kadm.Offset{Topic: rename(txn), Partition: 0, At: aheadAt, LeaderEpoch: -1})
+	if r, err := dst.Admin.CommitOffsets(ctx, group("app-ahead"), ahead); err != nil || r.Error() != nil {
+		t.Fatalf("commit app-ahead at the destination: %v %v", err, r.Error())
+	}
+	app := &groupMove{group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
+	readPart(group("app-active"), 0.3)
+	readPart(group("app-ahead"), 0.3)
+	readPart(group("app-skip"), 0.3)
 
 	// A sync round that saw every group.
 	byGroup := func() map[string]GroupStatus { // by group ID without the scenario's prefix

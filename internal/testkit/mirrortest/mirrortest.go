@@ -32,8 +32,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
@@ -179,14 +181,17 @@ func NewCluster(t testing.TB, b Backend, name, id string, opts ...kfake.Opt) *Cl
 }
 
 // brokerProps make a real broker quick at what scenarios wait for: the log
-// cleaner, retention, and group joins.
+// cleaner, retention, and group joins. file.delete.delay.ms keeps Kafka's
+// default (60 s): a segment the cleaner or retention replaced stays on
+// disk that long, so that a fetch already reading it completes. At 100 ms
+// the broker closed the connection of a raw fetch that was sending a
+// segment the cleaner had just replaced.
 var brokerProps = map[string]string{
 	"log.cleaner.backoff.ms":                                      "200",
 	"log.cleaner.dedupe.buffer.size":                              "4194304",
 	"log.retention.check.interval.ms":                             "500",
 	"log.initial.task.delay.ms":                                   "0",
 	"log.segment.delete.delay.ms":                                 "0",
-	"file.delete.delay.ms":                                        "100",
 	"group.initial.rebalance.delay.ms":                            "0",
 	"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
@@ -585,10 +590,20 @@ func RawBatches(t testing.TB, c *Cluster, topic string, partition int32) [][]byt
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp, err := rawfetch.Do(ctx, c.Client, ld.Broker, rawfetch.Request{
-			Partition: tp.Partition{Topic: topic, ID: ld.ID, Partition: partition}, Offset: pos,
-			LeaderEpoch: ld.Epoch, PartitionMaxBytes: 16 << 20,
-		})
+		var rp *kmsg.FetchResponseTopicPartition
+		for try := 1; ; try++ {
+			rp, err = rawfetch.Do(ctx, c.Client, ld.Broker, rawfetch.Request{
+				Partition: tp.Partition{Topic: topic, ID: ld.ID, Partition: partition}, Offset: pos,
+				LeaderEpoch: ld.Epoch, PartitionMaxBytes: 16 << 20,
+			})
+			var kafkaErr *kerr.Error
+			if err == nil || errors.As(err, &kafkaErr) || try == 3 {
+				break
+			}
+			// A connection the broker closed (as it does when the
+			// segment file it sends is gone): ask again on a new one.
+			time.Sleep(100 * time.Millisecond)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
