@@ -17,6 +17,7 @@ type Metrics struct {
 	barriers, duplicates, gaps, lowEpoch *prometheus.CounterVec
 	fenced, errors, foreign, reconciled  *prometheus.CounterVec
 	unknown, refetches, checkpoints      *prometheus.CounterVec
+	commitRetries                        *prometheus.CounterVec
 	expired, saltsExpired                *prometheus.CounterVec
 	destinationGaps, skipped, removed    *prometheus.CounterVec
 	lag, lagSeconds, partitions          *prometheus.GaugeVec
@@ -57,6 +58,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unknown:      counter("unknown_outcomes_total", "Appends whose outcome was unknown (a timeout, a lost connection, NOT_LEADER_OR_FOLLOWER after a leader move) and were settled by reading the destination."),
 		refetches:    counter("corrupt_refetches_total", "Batches the destination refused as corrupt and that were fetched again from the source."),
 		checkpoints:  counter("checkpoints_total", "State transactions committed with checkpoints (each also renews the session's lease)."),
+		commitRetries: counter("state_commit_retries_total",
+			"State transactions that failed (the state topic's leader or the transaction coordinator moving, a broker unreachable) and were aborted and committed again within the session's lease."),
 		expired:      counter("producers_expired_total", "Producer entries dropped after producer_state_expiry without an append."),
 		saltsExpired: counter("salts_expired_total", "Collision salts tombstoned after producer_state_expiry without use."),
 		destinationGaps: counter("destination_gap_offsets_total",
@@ -76,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,
-			m.unknown, m.refetches, m.checkpoints, m.expired, m.saltsExpired, m.destinationGaps, m.removed,
+			m.unknown, m.refetches, m.checkpoints, m.commitRetries, m.expired, m.saltsExpired, m.destinationGaps, m.removed,
 			m.lag, m.lagSeconds, m.partitions, m.partitionLag,
 		} {
 			reg.MustRegister(c)
@@ -95,6 +98,7 @@ type linkMetrics struct {
 	barriers, duplicates, gaps, lowEpoch prometheus.Counter
 	fenced, foreign, reconciled          prometheus.Counter
 	unknown, refetches, checkpoints      prometheus.Counter
+	commitRetries                        prometheus.Counter
 	expired, saltsExpired                prometheus.Counter
 	destinationGaps, removed             prometheus.Counter
 	lag, lagSeconds, partitions          prometheus.Gauge
@@ -112,7 +116,7 @@ func (m *Metrics) forLink(name string) *linkMetrics {
 		collisions: c(m.collisions), unresolvable: c(m.unresolvable),
 		barriers: c(m.barriers), duplicates: c(m.duplicates), gaps: c(m.gaps), lowEpoch: c(m.lowEpoch),
 		fenced: c(m.fenced), foreign: c(m.foreign), reconciled: c(m.reconciled),
-		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints),
+		unknown: c(m.unknown), refetches: c(m.refetches), checkpoints: c(m.checkpoints), commitRetries: c(m.commitRetries),
 		expired: c(m.expired), saltsExpired: c(m.saltsExpired),
 		destinationGaps: c(m.destinationGaps), removed: c(m.removed),
 		lag: m.lag.WithLabelValues(name), lagSeconds: m.lagSeconds.WithLabelValues(name),
@@ -155,7 +159,7 @@ func (lm *linkMetrics) counters() Counters {
 		Records: v(lm.records), Bytes: v(lm.bytes), Batches: v(lm.batches), Reencoded: v(lm.reencoded),
 		Collisions: v(lm.collisions), Unresolvable: v(lm.unresolvable),
 		DuplicatesSkipped: v(lm.duplicates), SequenceGaps: v(lm.gaps), LowerEpochBatches: v(lm.lowEpoch),
-		Barriers: v(lm.barriers), Checkpoints: v(lm.checkpoints),
+		Barriers: v(lm.barriers), Checkpoints: v(lm.checkpoints), StateCommitRetries: v(lm.commitRetries),
 		ForeignBatches: v(lm.foreign), ReconciledBatches: v(lm.reconciled),
 		UnknownOutcomes: v(lm.unknown), CorruptRefetches: v(lm.refetches), SessionsFenced: v(lm.fenced),
 		DestinationGapOffsets: v(lm.destinationGaps), SourceRecordsSkipped: lm.skipped.Load(), PartitionsRemoved: v(lm.removed),

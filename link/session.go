@@ -146,7 +146,8 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	}
 	s.sess, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
-		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout))
+		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout),
+		statestore.OnCommitRetry(func(string, error) { l.met.commitRetries.Inc() }))
 	if err != nil {
 		return nil, err // it says "begin state session of link ..."
 	}

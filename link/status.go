@@ -50,11 +50,14 @@ type Counters struct {
 	LowerEpochBatches int64 `json:"lower_epoch_batches"`
 	Barriers          int64 `json:"barriers_emitted"`
 	Checkpoints       int64 `json:"checkpoints"`
-	ForeignBatches    int64 `json:"foreign_batches"`
-	ReconciledBatches int64 `json:"reconciled_batches"`
-	UnknownOutcomes   int64 `json:"unknown_outcomes"`
-	CorruptRefetches  int64 `json:"corrupt_refetches"`
-	SessionsFenced    int64 `json:"sessions_fenced"`
+	// StateCommitRetries counts failed state transactions committed
+	// again within the lease.
+	StateCommitRetries int64 `json:"state_commit_retries"`
+	ForeignBatches     int64 `json:"foreign_batches"`
+	ReconciledBatches  int64 `json:"reconciled_batches"`
+	UnknownOutcomes    int64 `json:"unknown_outcomes"`
+	CorruptRefetches   int64 `json:"corrupt_refetches"`
+	SessionsFenced     int64 `json:"sessions_fenced"`
 	// DestinationGapOffsets counts destination offsets someone else
 	// wrote between the link's appends; SourceRecordsSkipped records lost
 	// at the source before they were mirrored; PartitionsRemoved

@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -123,10 +124,15 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	}
 	other := begin(t, ctx, s, "l2")
 	otherRec := Record{Key: CheckpointKey{LinkName: "l2"}, Value: CheckpointValue{SourceTopic: "b", SourceNextOffset: 2}}
-	other.mu.Lock()
-	err := other.produce(ctx, Mirroring, 0, []Record{otherRec})
-	other.mu.Unlock()
-	if err != nil {
+	// l2's commit stops between its produce and its EndTxn until release.
+	produced, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	other.testBeforeEnd = func() { once.Do(func() { close(produced) }); <-release }
+	otherDone := make(chan error, 1)
+	go func() { otherDone <- other.Commit(ctx, Mirroring, otherRec) }()
+	select {
+	case <-produced:
+	case err := <-otherDone:
 		t.Fatalf("open transaction of l2: %v", err)
 	}
 	l1 := begin(t, ctx, s, "l1")
@@ -138,6 +144,7 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	w := &signalWriter{needle: "waits for an open transaction", ch: make(chan struct{})}
 	rs := newStore(t, dst, Config{}, logtest.Logger(w))
 	var v *View
+	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -148,9 +155,8 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	case <-done:
 		t.Fatalf("replay finished while l2's transaction was open: %v", err)
 	}
-	other.mu.Lock()
-	endErr := other.end(ctx)
-	other.mu.Unlock()
+	close(release)
+	endErr := <-otherDone
 	<-done
 	if endErr != nil {
 		t.Fatalf("commit of l2: %v", endErr)
@@ -367,6 +373,25 @@ func TestLeaseWait(t *testing.T) {
 	}
 }
 
+// openTransaction begins a transaction of sess and produces recs into it,
+// leaving it open.
+func openTransaction(ctx context.Context, t *testing.T, sess *Session, recs ...Record) {
+	t.Helper()
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	krecs, err := sess.encode(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	sess.open = true
+	if err := sess.cl.ProduceSync(ctx, krecs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSessionClose guards that Close aborts an open transaction, is
 // idempotent, and that a closed session does not write.
 func TestSessionClose(t *testing.T) {
@@ -378,12 +403,7 @@ func TestSessionClose(t *testing.T) {
 	}
 	sess := begin(t, ctx, s, "l1")
 	rec := Record{Key: CheckpointKey{LinkName: "l1"}, Value: CheckpointValue{SourceTopic: "open"}}
-	sess.mu.Lock()
-	err := sess.produce(ctx, Mirroring, 0, []Record{rec})
-	sess.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	openTransaction(ctx, t, sess, rec)
 	if err := sess.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/backoff"
 )
 
 // ErrFenced: a newer session of the same link took the link's
@@ -48,6 +50,7 @@ type SessionOpt func(*sessionOpts)
 type sessionOpts struct {
 	source, destination string
 	appendTimeout       time.Duration
+	onRetry             func(op string, err error)
 }
 
 // SourceCluster sets the source cluster ID that the session's link records
@@ -65,6 +68,13 @@ func DestinationCluster(id string) SessionOpt { return func(o *sessionOpts) { o.
 // long past the lease (View.LeaseWait).
 func AppendTimeout(d time.Duration) SessionOpt {
 	return func(o *sessionOpts) { o.appendTimeout = d }
+}
+
+// OnCommitRetry sets a function the session calls with the failed step
+// and its error each time it aborts a failed state transaction to commit
+// it again (for a metric); it runs on the committing goroutine.
+func OnCommitRetry(fn func(op string, err error)) SessionOpt {
+	return func(o *sessionOpts) { o.onRetry = fn }
 }
 
 // Session is one link session's claim on the link's state (DESIGN §7): a
@@ -113,12 +123,11 @@ type Session struct {
 	open   bool // a transaction was begun and not ended
 	closed bool
 
-	// Of the commit in progress: when it was sent, and whether it
-	// commits STOPPED.
-	pendingSent time.Time
-	stopping    bool
-
-	// testBeforeEnd, when set, runs between produce and EndTxn.
+	// onRetry, when set, is told of each failed attempt of a commit
+	// that is retried.
+	onRetry func(op string, err error)
+	// testBeforeEnd, when set, runs between an attempt's produce and
+	// its EndTxn.
 	testBeforeEnd func()
 }
 
@@ -158,22 +167,23 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 		// compaction needs; it hashes like Kafka's Java client.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 	)
-	cl, err := kgo.NewClient(copts...)
-	if err != nil {
-		return nil, fmt.Errorf("begin state session of link %q: client: %w", link, err)
-	}
 	if o.destination == "" {
-		md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+		rc, err := s.client()
 		if err != nil {
-			cl.Close()
+			return nil, fmt.Errorf("begin state session of link %q: %w", link, err)
+		}
+		md, err := kadm.NewClient(rc).BrokerMetadata(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("begin state session of link %q: destination cluster ID: %w", link, err)
 		}
 		o.destination = md.Cluster
 	}
 	// InitProducerId: the epoch bump that fences the previous session.
-	id, epoch, err := cl.ProducerID(ctx)
+	// It fails while the transaction coordinator's broker is down or
+	// moving; it is asked again, for at most one session timeout, before
+	// the link has to back off and prepare again.
+	cl, id, epoch, err := s.initProducerID(ctx, copts, link, sessionTimeout)
 	if err != nil {
-		cl.Close()
 		return nil, fmt.Errorf("begin state session of link %q: init producer id for transactional.id %s: %w", link, TransactionalID(link), s.explain(link, err))
 	}
 	now := s.deps.Now()
@@ -189,11 +199,45 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 		source:        o.source,
 		dest:          o.destination,
 		appendTimeout: o.appendTimeout,
+		onRetry:       o.onRetry,
 		base:          now,
 	}
 	sess.lastSent.Store(-1)
 	sess.log.Info("began state session", "transactional_id", TransactionalID(link), "producer_id", id, "epoch", epoch)
 	return sess, nil
+}
+
+// initProducerID builds the session's transactional client and runs
+// InitProducerId, asking again after a retriable failure until it works or
+// within has passed. Each attempt gets a new client: kgo keeps a failed
+// InitProducerId's error for good when the broker's answer was not
+// retriable (UNKNOWN_SERVER_ERROR, say).
+func (s *Store) initProducerID(ctx context.Context, copts []kgo.Opt, link string, within time.Duration) (*kgo.Client, int64, int16, error) {
+	start := s.deps.Now()
+	for attempt := 1; ; attempt++ {
+		cl, err := kgo.NewClient(copts...)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("client: %w", err)
+		}
+		id, epoch, err := cl.ProducerID(ctx)
+		if err == nil {
+			return cl, id, epoch, nil
+		}
+		cl.Close()
+		wait := commitBackoff.Wait(attempt)
+		if !retriable(err) || ctx.Err() != nil || s.deps.Now().Add(wait).Sub(start) >= within {
+			return nil, 0, 0, err
+		}
+		s.log.Warn("init producer id of a new state session failed; asking again", "link", link,
+			"transactional_id", TransactionalID(link), "attempt", attempt, "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, 0, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Link is the session's link name.
@@ -238,11 +282,15 @@ func (s *Session) LeaseDeadline() (time.Time, bool) {
 // LeaseExpiresMs = send time + session timeout, TimestampMs = send time} in
 // one transaction. On success the lease counts from the send time. A record
 // that does not encode fails the call before anything is sent and leaves
-// the session usable. Any other failure ends the session: a fenced session
-// returns an error wrapping ErrFenced, then and on every later call; a
-// session that cannot tell whether its transaction committed must not guess,
-// so it stops too, and the link begins a new one. Committing STOPPED or
-// PAUSED is CommitStop with nothing unresolved.
+// the session usable. A transaction that fails otherwise is aborted and
+// committed again, after a backoff of 100 ms doubling to 2 s, for as long
+// as the lease lasts (OnCommitRetry is told of each); when the abort could
+// not tell whether the failed attempt had committed, committing the same
+// records again is harmless. A fenced session, an authorization refusal,
+// records the topic refuses, or the lease running out end the session: a
+// fenced session returns an error wrapping ErrFenced, then and on every
+// later call; otherwise the link begins a new session. Committing STOPPED
+// or PAUSED is CommitStop with nothing unresolved.
 func (s *Session) Commit(ctx context.Context, state LinkState, recs ...Record) error {
 	return s.commit(ctx, state, 0, recs)
 }
@@ -263,26 +311,104 @@ func (s *Session) CommitStop(ctx context.Context, state LinkState, unresolved in
 func (s *Session) commit(ctx context.Context, state LinkState, unresolved int32, recs []Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.produce(ctx, state, unresolved, recs); err != nil {
-		return err
-	}
-	return s.end(ctx)
-}
-
-// produce begins a transaction and produces recs and the link record into
-// it, without committing. Callers hold s.mu.
-func (s *Session) produce(ctx context.Context, state LinkState, unresolved int32, recs []Record) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	krecs := make([]*kgo.Record, 0, len(recs)+1)
+	krecs, err := s.encode(recs)
+	if err != nil {
+		return err
+	}
+	// A failed attempt is aborted and the same records are committed
+	// again in a new transaction while the lease lasts: the leadership of
+	// the state topic or of the transaction coordinator moving in a
+	// rolling restart fails a transaction now and then. Committing the
+	// same records twice is harmless: the state topic is compacted by key
+	// and each record states the same thing again.
+	deadline := s.retryDeadline()
+	for attempt := 1; ; attempt++ {
+		op, err := s.attempt(ctx, state, unresolved, krecs)
+		if err == nil {
+			return nil
+		}
+		wait := commitBackoff.Wait(attempt)
+		if !retriable(err) || ctx.Err() != nil || !s.now().Add(wait).Before(deadline) {
+			return s.fail(op, err)
+		}
+		s.store.retries.Add(1)
+		s.log.Warn("state commit failed; aborting it and committing again while the lease lasts",
+			"step", op, "attempt", attempt, "retry_in", wait, "lease_left", deadline.Sub(s.now()).Round(time.Millisecond), "error", err)
+		if s.onRetry != nil {
+			s.onRetry(op, err)
+		}
+		if err := s.abort(ctx); err != nil {
+			if !retriable(err) {
+				return s.fail("abort the failed transaction", err)
+			}
+			// The next attempt's BeginTransaction finds the
+			// transaction still open and fails; that attempt is
+			// aborted again.
+			s.log.Warn("aborting the failed state transaction failed; trying again", "error", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s.fail(op, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// commitBackoff spaces the attempts of one state commit.
+var commitBackoff = backoff.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
+
+// retryDeadline is when a failed commit stops being retried: when the
+// lease of the last successful commit ends, or, before the first, one
+// session timeout after Begin. Past it nothing appends (LeaseValid) and a
+// newer session may take the link, so the session fails and the link
+// begins a new one.
+func (s *Session) retryDeadline() time.Time {
+	return s.base.Add(time.Duration(max(s.lastSent.Load(), 0)) + s.timeout)
+}
+
+// retriableCommit reports whether a failed state transaction may be
+// aborted and committed again: not when the session was fenced, not when
+// the destination refuses the principal (an ACL no retry fixes), and not
+// when the records are invalid or too large for the topic.
+func retriable(err error) bool {
+	switch {
+	case isFencing(err),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.MessageTooLarge),
+		errors.Is(err, kerr.RecordListTooLarge),
+		errors.Is(err, kerr.InvalidRecord),
+		errors.Is(err, kerr.InvalidTopicException),
+		errors.Is(err, kerr.InvalidTransactionTimeout):
+		return false
+	}
+	return true
+}
+
+// encode encodes recs as records of the state topic.
+func (s *Session) encode(recs []Record) ([]*kgo.Record, error) {
+	krecs := make([]*kgo.Record, 0, len(recs))
 	for i, r := range recs {
 		k, v, err := r.encode()
 		if err != nil {
-			return fmt.Errorf("state commit of link %q: record %d: %w", s.link, i, err)
+			return nil, fmt.Errorf("state commit of link %q: record %d: %w", s.link, i, err)
 		}
 		krecs = append(krecs, &kgo.Record{Topic: s.store.cfg.Topic, Key: k, Value: v})
 	}
+	return krecs, nil
+}
+
+// attempt runs one state transaction: it begins it, produces krecs and the
+// link record into it, and commits it. It returns the step that failed.
+// Callers hold s.mu.
+func (s *Session) attempt(ctx context.Context, state LinkState, unresolved int32, krecs []*kgo.Record) (string, error) {
 	sent := s.now()
 	lk, lv, err := Record{Key: LinkKey{LinkName: s.link}, Value: LinkValue{
 		State:                state,
@@ -295,40 +421,54 @@ func (s *Session) produce(ctx context.Context, state LinkState, unresolved int32
 		UnresolvedAppends:    unresolved,
 	}}.encode()
 	if err != nil {
-		return fmt.Errorf("state commit of link %q: link record: %w", s.link, err)
+		return "link record", fmt.Errorf("state commit of link %q: link record: %w", s.link, err)
 	}
-	krecs = append(krecs, &kgo.Record{Topic: s.store.cfg.Topic, Key: lk, Value: lv})
-	s.pendingSent = sent
-	s.stopping = state == Stopped || state == Paused
-	if s.stopping {
+	stopping := state == Stopped || state == Paused
+	if stopping {
 		// A new session need not wait for a cleanly stopped session's
 		// lease, so appending ends before the record is sent.
 		s.lastSent.Store(-1)
 	}
-
 	if err := s.cl.BeginTransaction(); err != nil {
-		return s.fail("begin transaction", err)
+		return "begin transaction", err
 	}
 	s.open = true
-	if err := s.cl.ProduceSync(ctx, krecs...).FirstErr(); err != nil {
-		return s.fail("produce", err)
+	// kgo owns a record until its promise: each attempt produces copies.
+	all := make([]*kgo.Record, 0, len(krecs)+1)
+	for _, r := range krecs {
+		all = append(all, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value})
 	}
-	return nil
-}
-
-// end commits the open transaction. Callers hold s.mu.
-func (s *Session) end(ctx context.Context) error {
+	all = append(all, &kgo.Record{Topic: s.store.cfg.Topic, Key: lk, Value: lv})
+	if err := s.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
+		return "produce", err
+	}
 	if s.testBeforeEnd != nil {
 		s.testBeforeEnd()
 	}
 	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return s.fail("end transaction", err)
+		return "end transaction", err
 	}
 	s.open = false
-	if !s.stopping {
-		s.lastSent.Store(int64(s.pendingSent.Sub(s.base)))
+	if !stopping {
+		s.lastSent.Store(int64(sent.Sub(s.base)))
 	}
 	s.store.commits.Add(1)
+	return "", nil
+}
+
+// abort ends the open transaction of a failed attempt: it drops the records
+// still buffered and aborts. After a commit of unconfirmed outcome, kgo's
+// abort re-runs InitProducerId at the session's producer ID, which bumps
+// the epoch and aborts the transaction if it was still open broker-side (a
+// transaction that did commit stays committed). Callers hold s.mu.
+func (s *Session) abort(ctx context.Context) error {
+	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+		return err
+	}
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return err
+	}
+	s.open = false
 	return nil
 }
 

@@ -120,6 +120,7 @@ type Deps struct {
 // Stats are the Store's counters, for the metrics package.
 type Stats struct {
 	Commits        int64 // state transactions committed
+	CommitRetries  int64 // failed state transactions aborted and committed again
 	FencedSessions int64 // sessions that learned they were fenced
 	SkippedRecords int64 // replayed records of an unknown type or version
 }
@@ -137,6 +138,7 @@ type Store struct {
 	closed bool
 
 	commits atomic.Int64
+	retries atomic.Int64
 	fenced  atomic.Int64
 	skipped atomic.Int64
 }
@@ -164,7 +166,7 @@ func (s *Store) Topic() string { return s.cfg.Topic }
 
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), FencedSessions: s.fenced.Load(), SkippedRecords: s.skipped.Load()}
+	return Stats{Commits: s.commits.Load(), CommitRetries: s.retries.Load(), FencedSessions: s.fenced.Load(), SkippedRecords: s.skipped.Load()}
 }
 
 // client returns the shared read/admin client, building it on first use.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,19 +250,22 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("A's first commit: %v", err)
 	}
 	// A opens a transaction and produces into it, then B begins.
-	a.mu.Lock()
-	err := a.produce(ctx, Mirroring, 0, []Record{rec(2)})
-	a.mu.Unlock()
-	if err != nil {
+	produced, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.testBeforeEnd = func() { once.Do(func() { close(produced) }); <-release }
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Commit(ctx, Mirroring, rec(2)) }()
+	select {
+	case <-produced:
+	case err := <-aDone:
 		t.Fatalf("A's open transaction: %v", err)
 	}
 	b := begin(t, ctx, s, "l1")
 	if b.Epoch() <= a.Epoch() {
 		t.Errorf("B's epoch %d is not above A's %d", b.Epoch(), a.Epoch())
 	}
-	a.mu.Lock()
-	err = a.end(ctx)
-	a.mu.Unlock()
+	close(release)
+	err := <-aDone
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's commit after B began: %v, want ErrFenced", err)
 	}
