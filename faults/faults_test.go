@@ -102,7 +102,11 @@ func TestFaultSuite(t *testing.T) {
 	if err := sleep(ctx, 10*time.Second); err != nil { // load before the first fault
 		t.Fatal(err)
 	}
-	suiteErr := run.Suite(ctx)
+	var only []string // MIRRORD_FAULTS=restart-dst,kill-src runs those steps alone
+	if v := os.Getenv("MIRRORD_FAULTS"); v != "" {
+		only = strings.Split(v, ",")
+	}
+	suiteErr := run.Suite(ctx, only...)
 	load.Stop()
 	loadErrs, lastLoadErr := load.Errors()
 	res, err := Check(ctx, env, run.StateTopic, topics, led)
@@ -136,7 +140,16 @@ func TestFaultSuite(t *testing.T) {
 	}
 	var why []string
 	for _, l := range failed {
-		why = append(why, fmt.Sprintf("%v: %s", l["kind"], strings.SplitN(fmt.Sprint(l["error"]), ":", 3)[0]))
+		why = append(why, fmt.Sprintf("\n  %v %v: %v", l["@timestamp"], l["kind"], l["error"]))
 	}
-	t.Logf("the link failed and recovered %d times over the run: %v", len(failed), why)
+	t.Logf("the link failed and recovered %d times over the run:%s", len(failed), strings.Join(why, ""))
+	retried, err := agent.LogLines("state commit failed; aborting it and committing again while the lease lasts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	why = why[:0]
+	for _, l := range retried {
+		why = append(why, fmt.Sprintf("\n  %v %v (attempt %v): %v", l["@timestamp"], l["step"], l["attempt"], l["error"]))
+	}
+	t.Logf("state commits retried within the lease %d times:%s", len(retried), strings.Join(why, ""))
 }

@@ -462,34 +462,62 @@ func (r *Run) CutConnections(ctx context.Context, s Side, reset bool) error {
 	})
 }
 
-// Suite runs every fault once, in an order that leaves each leader move
-// something to move (CI's short form). Connection faults run when Conn is
-// set.
-func (r *Run) Suite(ctx context.Context) error {
-	steps := []func(ctx context.Context) error{
-		func(ctx context.Context) error { return r.KillBroker(ctx, Destination, 5*time.Second, false) },
-		func(ctx context.Context) error { return r.ElectPreferred(ctx, Destination) },
-		func(ctx context.Context) error { return r.KillBroker(ctx, Source, 5*time.Second, false) },
-		func(ctx context.Context) error { return r.ElectPreferred(ctx, Source) },
-		func(ctx context.Context) error { return r.RollingRestart(ctx, Destination) },
-		func(ctx context.Context) error { return r.RollingRestart(ctx, Source) },
-		func(ctx context.Context) error { return r.Reassign(ctx, Destination) },
-		func(ctx context.Context) error { return r.Reassign(ctx, Source) },
-		func(ctx context.Context) error { return r.TooFewReplicas(ctx, 10*time.Second) },
-		func(ctx context.Context) error { return r.KillBroker(ctx, Destination, 5*time.Second, true) },
-		func(ctx context.Context) error { return r.KillAgent(ctx, 2*time.Second) },
-		func(ctx context.Context) error { return r.KillAgentAndBroker(ctx, 10*time.Second) },
-		func(ctx context.Context) error { return r.ElectPreferred(ctx, Destination) },
+// Step is one fault of the suite, by the name that selects it.
+type Step struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Steps are the suite's faults, in an order that leaves each leader move
+// something to move. Connection faults are included when Conn is set.
+func (r *Run) Steps() []Step {
+	steps := []Step{
+		{"kill-dst", func(ctx context.Context) error { return r.KillBroker(ctx, Destination, 5*time.Second, false) }},
+		{"elect-dst", func(ctx context.Context) error { return r.ElectPreferred(ctx, Destination) }},
+		{"kill-src", func(ctx context.Context) error { return r.KillBroker(ctx, Source, 5*time.Second, false) }},
+		{"elect-src", func(ctx context.Context) error { return r.ElectPreferred(ctx, Source) }},
+		{"restart-dst", func(ctx context.Context) error { return r.RollingRestart(ctx, Destination) }},
+		{"restart-src", func(ctx context.Context) error { return r.RollingRestart(ctx, Source) }},
+		{"reassign-dst", func(ctx context.Context) error { return r.Reassign(ctx, Destination) }},
+		{"reassign-src", func(ctx context.Context) error { return r.Reassign(ctx, Source) }},
+		{"too-few-replicas", func(ctx context.Context) error { return r.TooFewReplicas(ctx, 10*time.Second) }},
+		{"kill-state-leader", func(ctx context.Context) error { return r.KillBroker(ctx, Destination, 5*time.Second, true) }},
+		{"kill-agent", func(ctx context.Context) error { return r.KillAgent(ctx, 2*time.Second) }},
+		{"kill-agent-and-broker", func(ctx context.Context) error { return r.KillAgentAndBroker(ctx, 10*time.Second) }},
+		{"elect-dst-again", func(ctx context.Context) error { return r.ElectPreferred(ctx, Destination) }},
 	}
 	if r.Conn[Destination] != nil && r.Conn[Source] != nil {
 		steps = append(steps,
-			func(ctx context.Context) error { return r.StallConnections(ctx, Destination, 5*time.Second) },
-			func(ctx context.Context) error { return r.CutConnections(ctx, Destination, false) },
-			func(ctx context.Context) error { return r.CutConnections(ctx, Source, true) },
+			Step{"stall-dst", func(ctx context.Context) error { return r.StallConnections(ctx, Destination, 5*time.Second) }},
+			Step{"close-dst", func(ctx context.Context) error { return r.CutConnections(ctx, Destination, false) }},
+			Step{"reset-src", func(ctx context.Context) error { return r.CutConnections(ctx, Source, true) }},
 		)
 	}
+	return steps
+}
+
+// Suite runs every fault once (CI's short form), or, when only names
+// some, those of Steps (a developer's focused run); an unknown name is an
+// error before any fault runs.
+func (r *Run) Suite(ctx context.Context, only ...string) error {
+	steps := r.Steps()
+	if len(only) > 0 {
+		var names []string
+		for _, st := range steps {
+			names = append(names, st.Name)
+		}
+		var picked []Step
+		for _, name := range only {
+			i := slices.Index(names, name)
+			if i < 0 {
+				return fmt.Errorf("no fault step %q; the steps are %v", name, names)
+			}
+			picked = append(picked, steps[i])
+		}
+		steps = picked
+	}
 	for _, step := range steps {
-		if err := step(ctx); err != nil {
+		if err := step.Run(ctx); err != nil {
 			return err
 		}
 		if err := sleep(ctx, 2*time.Second); err != nil { // the load runs between faults
