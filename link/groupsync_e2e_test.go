@@ -14,7 +14,9 @@ import (
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 )
 
 // readGroup reads topics as a member of group until stop says so, then
@@ -49,8 +51,100 @@ func readGroup(t *testing.T, c *cluster, group string, topics []string, stop fun
 	return got
 }
 
+// groupConsumer reads topics as a member of a consumer group, commits the
+// offset after the last record it returned of each partition and leaves
+// the group; it returns the records read, by topic and partition, in
+// order. kgoGroup is franz-go's consumer; javaGroup the Java client's.
+type groupConsumer interface {
+	// readSome reads at least n records, and one of every partition in
+	// parts.
+	readSome(t *testing.T, c *cluster, group string, topics []string, parts []tp.Key, n int) map[tp.Key][]*kgo.Record
+	// readRest reads from the group's committed offsets up to ends.
+	readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record
+}
+
+// kgoGroup is franz-go's group consumer (readGroup).
+type kgoGroup struct{}
+
+func (kgoGroup) readSome(t *testing.T, c *cluster, group string, topics []string, parts []tp.Key, n int) map[tp.Key][]*kgo.Record {
+	return readGroup(t, c, group, topics, func(got int, rs map[tp.Key][]*kgo.Record) bool {
+		for _, k := range parts {
+			if len(rs[k]) == 0 {
+				return false
+			}
+		}
+		return got >= n
+	})
+}
+
+func (kgoGroup) readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
+	start := map[tp.Key]int64{}
+	committed, err := c.Admin.FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range ends {
+		o, ok := committed.Lookup(k.Topic, k.Partition)
+		if !ok || o.At < 0 {
+			t.Fatalf("group %s has no committed offset on %s[%d] at the destination: %+v", group, k.Topic, k.Partition, committed)
+		}
+		start[k] = o.At
+	}
+	return readGroup(t, c, group, topics, func(_ int, got map[tp.Key][]*kgo.Record) bool {
+		for k, end := range ends {
+			if rs := got[k]; start[k] < end && (len(rs) == 0 || rs[len(rs)-1].Offset+1 < end) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// javaGroup is the Java client's group consumer (javaclient, with
+// group.id): it reads what kgoGroup reads, polling seven records at a time.
+type javaGroup struct{ jc *javaclient.Client }
+
+func (j javaGroup) read(t *testing.T, c *cluster, cfg javaclient.ConsumeConfig) map[tp.Key][]*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg.Bootstrap = c.Addrs()
+	cfg.Props = map[string]string{"max.poll.records": "7", "max.partition.fetch.bytes": "2048"}
+	rs, err := j.jc.Consume(ctx, cfg)
+	if err != nil {
+		t.Fatalf("java consumer of group %s: %v", cfg.Group, err)
+	}
+	out := map[tp.Key][]*kgo.Record{}
+	for _, r := range rs {
+		k := tp.Key{Topic: r.Topic, Partition: r.Partition}
+		out[k] = append(out[k], &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+	}
+	return out
+}
+
+func (j javaGroup) readSome(t *testing.T, c *cluster, group string, topics []string, parts []tp.Key, n int) map[tp.Key][]*kgo.Record {
+	got := j.read(t, c, javaclient.ConsumeConfig{Topics: topics, Group: group, Max: n})
+	for _, k := range parts {
+		if len(got[k]) == 0 {
+			t.Fatalf("java consumer of group %s read nothing of %s[%d]", group, k.Topic, k.Partition)
+		}
+	}
+	return got
+}
+
+func (j javaGroup) readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
+	got := j.read(t, c, javaclient.ConsumeConfig{Topics: topics, Group: group})
+	for k, end := range ends {
+		if rs := got[k]; len(rs) > 0 && rs[len(rs)-1].Offset+1 != end {
+			t.Fatalf("java consumer of group %s stopped %s[%d] at %d, want %d", group, k.Topic, k.Partition, rs[len(rs)-1].Offset+1, end)
+		}
+	}
+	return got
+}
+
 // groupMove is a consumer group's move from the source to the destination.
 type groupMove struct {
+	rd     groupConsumer
 	group  string
 	parts  []tp.Key // source partitions
 	truth  map[tp.Key]logTruth
@@ -71,35 +165,14 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	committed, err := dst.Admin.FetchOffsets(ctx, m.group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := map[tp.Key]int64{}
-	for dk := range ends {
-		o, ok := committed.Lookup(dk.Topic, dk.Partition)
-		if !ok || o.At < 0 {
-			t.Fatalf("group %s has no committed offset on %s[%d] at the destination: %+v", m.group, dk.Topic, dk.Partition, committed)
-		}
-		start[dk] = o.At
-	}
-	atDst := readGroup(t, dst, m.group, topics, func(_ int, got map[tp.Key][]*kgo.Record) bool {
-		for dk, end := range ends {
-			if rs := got[dk]; start[dk] < end && (len(rs) == 0 || rs[len(rs)-1].Offset+1 < end) {
-				return false
-			}
-		}
-		return true
-	})
+	atDst := m.rd.readRest(t, dst, m.group, topics, ends)
 	for _, k := range m.parts {
 		dk := tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}
 		read := append(slices.Clone(m.atSrc[k]), atDst[dk]...)
 		want := m.truth[k].src
 		if len(read) != len(want) {
-			t.Errorf("group %s, %s[%d]: %d records read at the source and %d at the destination (from offset %d); the source committed %d",
-				m.group, k.Topic, k.Partition, len(m.atSrc[k]), len(atDst[dk]), start[dk], len(want))
+			t.Errorf("group %s, %s[%d]: %d records read at the source and %d at the destination; the source committed %d",
+				m.group, k.Topic, k.Partition, len(m.atSrc[k]), len(atDst[dk]), len(want))
 		}
 		for i := range min(len(read), len(want)) {
 			if string(read[i].Key) != string(want[i].Key) || string(read[i].Value) != string(want[i].Value) {
@@ -121,10 +194,18 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 // Guards against translations or commits that make a consumer re-read or
 // skip after it moved.
 func TestGroupsMoveWithTheMirror(t *testing.T) {
-	scenario(t, testGroupsMove)
+	scenario(t, func(t *testing.T, e *env) { testGroupsMove(t, e, kgoGroup{}) })
 }
 
-func testGroupsMove(t *testing.T, e *env) {
+// The same move with the Java client's consumer (real tier only): a
+// consumer other than franz-go's reads what the sync committed.
+func TestJavaGroupsMoveWithTheMirror(t *testing.T) {
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		testGroupsMove(t, &env{b: b, n: mirrortest.NamesFor(t, b)}, javaGroup{jc: javaclient.ForTest(t)})
+	})
+}
+
+func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	src := e.cluster(t, "src", kafkatest.SourceClusterID)
 	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
 	txn, kv, plainT := e.topic("txn"), e.topic("kv"), e.topic("plain")
@@ -185,14 +266,8 @@ func testGroupsMove(t *testing.T, e *env) {
 		total += len(lt.src)
 	}
 	readPart := func(group string, frac float64) map[tp.Key][]*kgo.Record {
-		return readGroup(t, src, group, topics, func(n int, got map[tp.Key][]*kgo.Record) bool {
-			for _, k := range parts {
-				if len(got[k]) == 0 {
-					return false // every partition has a committed offset to move
-				}
-			}
-			return n >= int(float64(total)*frac)
-		})
+		// One of every partition: each has a committed offset to move.
+		return rd.readSome(t, src, group, topics, parts, int(float64(total)*frac))
 	}
 
 	waitFor := func(what string, cond func() bool) {
@@ -227,7 +302,7 @@ func testGroupsMove(t *testing.T, e *env) {
 	if r, err := dst.Admin.CommitOffsets(ctx, group("app-ahead"), ahead); err != nil || r.Error() != nil {
 		t.Fatalf("commit app-ahead at the destination: %v %v", err, r.Error())
 	}
-	app := &groupMove{group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
+	app := &groupMove{rd: rd, group: group("app"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app"), 0.4)}
 	readPart(group("app-active"), 0.3)
 	readPart(group("app-ahead"), 0.3)
 	readPart(group("app-skip"), 0.3)
@@ -306,7 +381,7 @@ func testGroupsMove(t *testing.T, e *env) {
 	for _, lt := range tr {
 		total += len(lt.src)
 	}
-	late := &groupMove{group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
+	late := &groupMove{rd: rd, group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
 	load(t, src, p, plain, 0, e.topic("p3"), 30, plainT) // the link has more to mirror when the failover starts
 	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err != nil {
 		t.Fatal(err)

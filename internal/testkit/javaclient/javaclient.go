@@ -18,6 +18,8 @@
 //   - Consume: isolation.level=read_committed, check.crcs=true, from the
 //     beginning to the end offsets the topics had when it started; it
 //     returns every record with its offset, timestamp and timestamp type.
+//     With a Group, as a member of that consumer group, from its committed
+//     offsets, committing what it read before it leaves.
 //
 // Invariants: the Java program only reads and writes the topics it is
 // given (they must exist); every JVM it starts is waited for before Produce
@@ -175,6 +177,14 @@ type ConsumeConfig struct {
 	Topics    []string          // required
 	Timeout   time.Duration     // to reach the end offsets [60s]
 	Props     map[string]string // more consumer properties
+	// Group, when set, makes Consume a member of that consumer group
+	// (subscribe, auto commit off): it reads from the group's committed
+	// offsets (the earliest where none) to the end offsets as of its
+	// assignment or, with Max, until it read Max records and one of every
+	// partition not at its end; then it commits the offset after the last
+	// record it returned of each partition and leaves the group.
+	Group string
+	Max   int
 }
 
 // Produce runs the Java producers and returns every record they sent, in
@@ -214,6 +224,12 @@ func (c *Client) Consume(ctx context.Context, cfg ConsumeConfig) ([]Record, erro
 	args := []string{"consume", "--bootstrap=" + strings.Join(cfg.Bootstrap, ","), "--topics=" + strings.Join(cfg.Topics, ",")}
 	if cfg.Timeout > 0 {
 		args = append(args, fmt.Sprintf("--timeout-ms=%d", cfg.Timeout.Milliseconds()))
+	}
+	if cfg.Group != "" {
+		args = append(args, "--group="+cfg.Group)
+		if cfg.Max > 0 {
+			args = append(args, fmt.Sprintf("--max=%d", cfg.Max))
+		}
 	}
 	return c.run(ctx, append(args, props(cfg.Props)...))
 }

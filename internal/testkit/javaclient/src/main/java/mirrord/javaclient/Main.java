@@ -35,6 +35,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *         [--transactions=N] [--txn-records=N] [--abort-every=K] [--transactional-id=ID]
  *         [--property=k=v ...]
  * consume --bootstrap=H:P --topics=a,b [--timeout-ms=N] [--property=k=v ...]
+ *         [--group=G [--max=N]]
  * </pre>
  *
  * produce runs one idempotent producer per compression type (acks=all),
@@ -43,7 +44,13 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * topics; every K-th transaction is aborted. Each record sent is printed with
  * "status" committed or aborted. consume reads the topics read_committed
  * with CRC checks from the beginning to the end offsets they had when it
- * started, and prints every record. Exit status 0 on success, 1 on failure
+ * started, and prints every record. With --group it is a member of consumer
+ * group G instead (subscribe, auto commit off): it starts at the group's
+ * committed offsets (the earliest where none), reads to the end offsets the
+ * topics had when it got its assignment, or, with --max, until it read N
+ * records and at least one of every partition not at its end, then commits
+ * the offset after the last record it printed of each partition (commitSync)
+ * and leaves the group. Exit status 0 on success, 1 on failure
  * (with the reason on stderr), 2 on bad usage.
  */
 public final class Main {
@@ -76,7 +83,13 @@ public final class Main {
         try {
             switch (args[0]) {
                 case "produce" -> produce(opts, extra);
-                case "consume" -> consume(opts, extra);
+                case "consume" -> {
+                    if (opts.containsKey("group")) {
+                        consumeGroup(opts, extra);
+                    } else {
+                        consume(opts, extra);
+                    }
+                }
                 default -> usage("unknown command " + args[0]);
             }
         } catch (Exception e) {
@@ -309,6 +322,78 @@ public final class Main {
             }
         }
         System.err.println("javaclient consume: " + count + " records");
+    }
+
+    private static void consumeGroup(Map<String, String> opts, Properties extra) throws Exception {
+        String bootstrap = need(opts, "bootstrap");
+        List<String> topics = List.of(need(opts, "topics").split(","));
+        String group = need(opts, "group");
+        int max = intOpt(opts, "max", 0);
+        long timeoutMs = intOpt(opts, "timeout-ms", 60000);
+        Properties p = new Properties();
+        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.setProperty(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.setProperty(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        p.setProperty(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
+        p.setProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.putAll(extra);
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        int count = 0;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+            c.subscribe(topics);
+            Map<TopicPartition, Long> end = null;
+            Map<TopicPartition, Long> next = new HashMap<>(); // after the last record printed
+            while (true) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("group " + group + ": read " + count + " records and did not finish within " + timeoutMs + " ms (end offsets " + end + ")");
+                }
+                var recs = c.poll(Duration.ofMillis(200));
+                if (end == null) {
+                    if (c.assignment().isEmpty()) {
+                        continue; // not joined yet
+                    }
+                    // read_committed: the end offset is the last stable offset.
+                    end = c.endOffsets(c.assignment(), Duration.ofMillis(timeoutMs));
+                }
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                    if (r.offset() >= end.getOrDefault(tp, Long.MAX_VALUE)) {
+                        continue; // written after the assignment
+                    }
+                    StringBuilder b = new StringBuilder(256);
+                    b.append("{\"topic\":").append(str(r.topic()));
+                    b.append(",\"partition\":").append(r.partition());
+                    b.append(",\"offset\":").append(r.offset());
+                    b.append(",\"timestamp\":").append(r.timestamp());
+                    b.append(",\"timestamp_type\":").append(str(r.timestampType().toString()));
+                    b.append(",\"key\":").append(b64(r.key()));
+                    b.append(",\"value\":").append(b64(r.value()));
+                    b.append(",\"headers\":").append(headers(r.headers()));
+                    b.append('}');
+                    System.out.println(b);
+                    next.put(tp, r.offset() + 1);
+                    count++;
+                }
+                boolean done = true;
+                for (TopicPartition tp : c.assignment()) {
+                    boolean atEnd = c.position(tp, Duration.ofMillis(timeoutMs)) >= end.getOrDefault(tp, 0L);
+                    if (max > 0 ? !atEnd && !next.containsKey(tp) : !atEnd) {
+                        done = false;
+                        break;
+                    }
+                }
+                if (done && (max == 0 || count >= max)) {
+                    break;
+                }
+            }
+            Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> commit = new HashMap<>();
+            next.forEach((tp, o) -> commit.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(o)));
+            c.commitSync(commit, Duration.ofMillis(timeoutMs));
+        }
+        System.err.println("javaclient consume: group " + group + ": " + count + " records");
     }
 
     // ---- JSON ----
