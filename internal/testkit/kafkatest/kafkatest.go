@@ -5,6 +5,8 @@
 package kafkatest
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -19,10 +21,19 @@ const (
 	ThirdClusterID  = "pBtcCqUjQEuSJ4rWvgX2Ow" // region 0x1b26b670
 )
 
+// RealTierEnv, set to "real", says that the tests run as the real-Kafka
+// tier after the kfake tier already ran them (.ci/run): a test that starts
+// a kfake cluster then skips, unless it runs under a real-Kafka subtest
+// (a name element "kafka-<version>", as mirrortest names them).
+const RealTierEnv = "MIRRORD_TEST_TIER"
+
 // NewCluster starts a kfake cluster with the given cluster ID (one broker
 // unless opts say otherwise) and closes it when the test ends.
 func NewCluster(t testing.TB, clusterID string, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
+	if os.Getenv(RealTierEnv) == "real" && !underRealKafka(t.Name()) {
+		t.Skipf("a kfake test: it ran in the kfake tier (%s=real)", RealTierEnv)
+	}
 	all := append([]kfake.Opt{kfake.ClusterID(clusterID), kfake.NumBrokers(1)}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
@@ -30,6 +41,16 @@ func NewCluster(t testing.TB, clusterID string, opts ...kfake.Opt) *kfake.Cluste
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// underRealKafka reports whether a test name has an element kafka-<version>.
+func underRealKafka(name string) bool {
+	for _, el := range strings.Split(name, "/") {
+		if strings.HasPrefix(el, "kafka-") {
+			return true
+		}
+	}
+	return false
 }
 
 // Pair starts a source and a destination cluster with distinct cluster IDs.
