@@ -53,6 +53,15 @@ agent {
   # Default: "15s".
   shutdown_timeout = "15s"
 
+  # The Go runtime's soft memory limit that `mirrord run` sets: the garbage
+  # collector works harder as the process nears it, so that resident memory
+  # stays near the links' buffers instead of growing to twice the live heap.
+  # A GOMEMLIMIT variable in the environment wins (GOMEMLIMIT=off: no limit).
+  # Raise it when the host has memory to spare and CPU is short. At least
+  # "32MiB".
+  # Default: the sum of the links' max_buffered_bytes plus "48MiB".
+  # memory_limit = "256MiB"
+
   # Who may use the HTTP listener, and TLS for it. The admin API under /v1/
   # can pause and resume links (and fail them over): without a token it is
   # open to whoever reaches agent.listen, so keep the listener on loopback

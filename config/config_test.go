@@ -109,6 +109,7 @@ agent {
   log_level  = "debug"
   log_format = "json"
   shutdown_timeout = "40s"
+  memory_limit     = "512MiB"
   admin {
     token_env       = "ADMIN_TOKEN"
     protect_metrics = true
@@ -182,7 +183,7 @@ link "back" {
 `
 	got := mustParse(t, src, "SRC_PW=from-env", "UNRELATED=x", "ADMIN_TOKEN=admin-token-0123456789")
 	want := &Config{
-		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json", ShutdownTimeout: 40 * time.Second,
+		Agent: Agent{Name: "agent-7", Listen: ":9700", LogLevel: "debug", LogFormat: "json", ShutdownTimeout: 40 * time.Second, MemoryLimit: 512 << 20,
 			Admin: Admin{TokenEnv: "ADMIN_TOKEN", Token: "admin-token-0123456789", ProtectMetrics: true,
 				CertFile: "/tls/admin.pem", KeyFile: "/tls/admin-key.pem", ClientCAFile: "/tls/admin-clients.pem"}},
 		Clusters: map[string]*Cluster{
@@ -279,7 +280,7 @@ func TestParseProblems(t *testing.T) {
 	}, {
 		name: "unknown key without a suggestion",
 		src:  "agent {\n  colour = \"red\"\n}\n" + withLink(),
-		want: []string{`t.hcl:2:3: agent.colour: unknown key (allowed keys here: name, listen, log_level, log_format, shutdown_timeout)`},
+		want: []string{`t.hcl:2:3: agent.colour: unknown key (allowed keys here: name, listen, log_level, log_format, shutdown_timeout, memory_limit)`},
 	}, {
 		name: "unknown block",
 		src:  withLink(`topic { include = ["x"] }`),
@@ -408,6 +409,10 @@ func TestParseProblems(t *testing.T) {
 		name: "negative shutdown timeout",
 		src:  "agent {\n  shutdown_timeout = \"-5s\"\n}\n" + withLink(),
 		want: []string{`t.hcl:2:22: agent.shutdown_timeout: -5s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
+	}, {
+		name: "memory limit below the minimum",
+		src:  "agent {\n  memory_limit = \"16MiB\"\n}\n" + withLink(),
+		want: []string{`t.hcl:2:18: agent.memory_limit: 16777216 bytes is less than the minimum of 32MiB (remove it to use the sum of the links' max_buffered_bytes plus 48MiB, or set GOMEMLIMIT=off in the environment for no limit)`},
 	}, {
 		name:    "env override of a new link key",
 		src:     withLink(),

@@ -143,6 +143,7 @@ type fileAgent struct {
 	LogFormat *string `koanf:"log_format"`
 
 	ShutdownTimeout *time.Duration `koanf:"shutdown_timeout"`
+	MemoryLimit     *int64         `koanf:"memory_limit"`
 
 	Admin fileAdmin `koanf:"admin"`
 }
@@ -238,6 +239,7 @@ func (d *decoder) build(fc *fileConfig, environ []string) *Config {
 			LogFormat: or(fc.Agent.LogFormat, DefaultLogFormat),
 
 			ShutdownTimeout: or(fc.Agent.ShutdownTimeout, DefaultShutdownTimeout),
+			MemoryLimit:     or(fc.Agent.MemoryLimit, 0),
 			Admin:           d.buildAdmin(fc.Agent.Admin, environ),
 		},
 		Clusters: map[string]*Cluster{},

@@ -90,6 +90,7 @@ var (
 		{name: "log_level"},
 		{name: "log_format"},
 		{name: "shutdown_timeout", kind: kindDuration},
+		{name: "memory_limit", kind: kindSize},
 	}, blocks: []*blockSpec{adminSpec}}
 	clusterSpec = &blockSpec{typ: "cluster", labelled: true, keys: []keySpec{
 		{name: "bootstrap_servers", kind: kindList},

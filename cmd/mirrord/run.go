@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/seed83556561/mirrord/agent"
+	"github.com/seed83556561/mirrord/config"
 )
 
 func init() {
@@ -34,6 +36,24 @@ const (
 // takes a little longer.
 const stopGrace = 10 * time.Second
 
+// applyMemoryLimit sets the Go runtime's soft memory limit to
+// agent.memory_limit or, unset, to the links' max_buffered_bytes plus 48 MiB,
+// unless GOMEMLIMIT is in the environment (the runtime applied it already;
+// GOMEMLIMIT=off means no limit). It returns the limit it set and where it
+// came from, or 0.
+func applyMemoryLimit(cfg *config.Config, getenv func(string) string) (int64, string) {
+	if getenv("GOMEMLIMIT") != "" {
+		return 0, "GOMEMLIMIT"
+	}
+	from := "the links' max_buffered_bytes + 48MiB"
+	if cfg.Agent.MemoryLimit > 0 {
+		from = "agent.memory_limit"
+	}
+	limit := cfg.EffectiveMemoryLimit()
+	debug.SetMemoryLimit(limit)
+	return limit, from
+}
+
 func runRun(args []string, _, stderr io.Writer) int {
 	fs := newFlagSet("run", "", stderr)
 	path := fs.String("config", "", "mirrord HCL configuration file (required)")
@@ -50,6 +70,11 @@ func runRun(args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := agent.NewLogger(cfg.Agent, stderr)
+	if limit, from := applyMemoryLimit(cfg, os.Getenv); limit > 0 {
+		log.Info("memory limit set", "mib", limit>>20, "from", from)
+	} else {
+		log.Info("memory limit left to the environment", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+	}
 	a, err := agent.New(cfg, agent.Deps{Logger: log, Version: version})
 	if err != nil {
 		// What the file names cannot be used (TLS files): a configuration
