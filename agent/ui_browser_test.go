@@ -323,13 +323,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	b.waitFor("pause enabled", pause+"&& !"+pause+".disabled && "+resume+".disabled")
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="l"] button[data-command="pause"]`)))
+	failover := card("l", `button[data-command="failover"]`)
 	b.waitFor("link l PAUSED", fmt.Sprintf(`%s.textContent === 'PAUSED' && !%s.disabled`, field("l", "state"), resume))
+	if !eval[bool](b, failover+".disabled") {
+		t.Error("the failover button is enabled on a PAUSED link; a failover starts from MIRRORING (the API answers 409)")
+	}
 	if s := r.linkStatus(t); s.State != "PAUSED" {
 		t.Errorf("the API says %s after the pause button", s.State)
 	}
 	b.screenshot("statuspage-paused.png")
 	b.do(chromedp.Click(chromedp.CSS(`.link[data-link="l"] button[data-command="resume"]`)))
-	b.waitFor("link l MIRRORING again", fmt.Sprintf(`%s.textContent === 'MIRRORING'`, field("l", "state")))
+	b.waitFor("link l MIRRORING again, failover enabled", fmt.Sprintf(`%s.textContent === 'MIRRORING' && !%s.disabled`, field("l", "state"), failover))
 	b.waitFor("the notice of the command", fmt.Sprintf(`%s.textContent.startsWith('resume sent')`, field("l", "notice")))
 
 	// The token stays in sessionStorage: not in the URL, not in the page.

@@ -39,11 +39,12 @@ const SERIES = {
 };
 
 // Which command each state allows (README, Operations: a PREPARING or
-// FAILED link can be paused, a FAILED one resumed at once).
+// FAILED link can be paused, a FAILED one resumed at once; a failover
+// starts from MIRRORING only, the API answers 409 otherwise).
 const ALLOWED = {
   pause: new Set(['PREPARING', 'MIRRORING', 'FAILED']),
   resume: new Set(['PAUSED', 'FAILED']),
-  failover: new Set(['MIRRORING', 'PAUSED', 'FAILED']),
+  failover: new Set(['MIRRORING']),
 };
 
 const $ = (id) => document.getElementById(id);
