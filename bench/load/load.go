@@ -232,7 +232,13 @@ func fill(ctx context.Context, cfg Config, opts []kgo.Opt, t *Topic, records int
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.MaxBufferedBytes(64<<20),
 		kgo.MaxBufferedRecords(1<<20),
-		kgo.RecordRetries(10),
+		// A broker answers NOT_LEADER_FOR_PARTITION for a while after
+		// it created a partition it leads (a 1,000-partition topic's
+		// took more than 10 retries once), so retries are many (kgo's
+		// backoff grows to a second). Not a delivery timeout: kgo
+		// counts it from the record's timestamp, an hour in the past
+		// here. Idempotent: a retry does not duplicate.
+		kgo.RecordRetries(200),
 	)...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("load: producer for %s: %w", t.Name, err)
