@@ -59,8 +59,9 @@ type groupConsumer interface {
 	// readSome reads at least n records, and one of every partition in
 	// parts.
 	readSome(t *testing.T, c *cluster, group string, topics []string, parts []tp.Key, n int) map[tp.Key][]*kgo.Record
-	// readRest reads from the group's committed offsets up to ends.
-	readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record
+	// readRest reads from the group's committed offsets, start, up to
+	// ends.
+	readRest(t *testing.T, c *cluster, group string, topics []string, start, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record
 }
 
 // kgoGroup is franz-go's group consumer (readGroup).
@@ -77,19 +78,7 @@ func (kgoGroup) readSome(t *testing.T, c *cluster, group string, topics []string
 	})
 }
 
-func (kgoGroup) readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
-	start := map[tp.Key]int64{}
-	committed, err := c.Admin.FetchOffsets(context.Background(), group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range ends {
-		o, ok := committed.Lookup(k.Topic, k.Partition)
-		if !ok || o.At < 0 {
-			t.Fatalf("group %s has no committed offset on %s[%d] at the destination: %+v", group, k.Topic, k.Partition, committed)
-		}
-		start[k] = o.At
-	}
+func (kgoGroup) readRest(t *testing.T, c *cluster, group string, topics []string, start, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
 	return readGroup(t, c, group, topics, func(_ int, got map[tp.Key][]*kgo.Record) bool {
 		for k, end := range ends {
 			if rs := got[k]; start[k] < end && (len(rs) == 0 || rs[len(rs)-1].Offset+1 < end) {
@@ -132,7 +121,7 @@ func (j javaGroup) readSome(t *testing.T, c *cluster, group string, topics []str
 	return got
 }
 
-func (j javaGroup) readRest(t *testing.T, c *cluster, group string, topics []string, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
+func (j javaGroup) readRest(t *testing.T, c *cluster, group string, topics []string, _, ends map[tp.Key]int64) map[tp.Key][]*kgo.Record {
 	got := j.read(t, c, javaclient.ConsumeConfig{Topics: topics, Group: group})
 	for k, end := range ends {
 		if rs := got[k]; len(rs) > 0 && rs[len(rs)-1].Offset+1 != end {
@@ -165,14 +154,28 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
-	atDst := m.rd.readRest(t, dst, m.group, topics, ends)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	committed, err := dst.Admin.FetchOffsets(ctx, m.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := map[tp.Key]int64{}
+	for dk := range ends {
+		o, ok := committed.Lookup(dk.Topic, dk.Partition)
+		if !ok || o.At < 0 {
+			t.Fatalf("group %s has no committed offset on %s[%d] at the destination: %+v", m.group, dk.Topic, dk.Partition, committed)
+		}
+		start[dk] = o.At
+	}
+	atDst := m.rd.readRest(t, dst, m.group, topics, start, ends)
 	for _, k := range m.parts {
 		dk := tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}
 		read := append(slices.Clone(m.atSrc[k]), atDst[dk]...)
 		want := m.truth[k].src
 		if len(read) != len(want) {
-			t.Errorf("group %s, %s[%d]: %d records read at the source and %d at the destination; the source committed %d",
-				m.group, k.Topic, k.Partition, len(m.atSrc[k]), len(atDst[dk]), len(want))
+			t.Errorf("group %s, %s[%d]: %d records read at the source and %d at the destination (from offset %d); the source committed %d",
+				m.group, k.Topic, k.Partition, len(m.atSrc[k]), len(atDst[dk]), start[dk], len(want))
 		}
 		for i := range min(len(read), len(want)) {
 			if string(read[i].Key) != string(want[i].Key) || string(read[i].Value) != string(want[i].Value) {

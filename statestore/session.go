@@ -371,10 +371,11 @@ func (s *Session) retryDeadline() time.Time {
 	return s.base.Add(time.Duration(max(s.lastSent.Load(), 0)) + s.timeout)
 }
 
-// retriableCommit reports whether a failed state transaction may be
-// aborted and committed again: not when the session was fenced, not when
-// the destination refuses the principal (an ACL no retry fixes), and not
-// when the records are invalid or too large for the topic.
+// retriable reports whether a failed state transaction may be aborted and
+// committed again, or a failed InitProducerId asked again: not when the
+// session was fenced, not when the destination refuses the principal (an
+// ACL no retry fixes), and not when the records are invalid or too large
+// for the topic.
 func retriable(err error) bool {
 	switch {
 	case isFencing(err),
