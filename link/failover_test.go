@@ -1,11 +1,63 @@
 package link
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
+
+// appendHolder returns the options through which a link reaches c, and a
+// function that holds the next append (a Produce without a transactional
+// ID: the state topic's are transactional) until release is called. On
+// kfake the broker holds it (holdOnce); on Kafka a fault proxy between the
+// link and the brokers holds the request before it reaches the broker.
+// Either way the link has an append in flight that no answer settles.
+func appendHolder(t *testing.T, c *cluster) ([]kgo.Opt, func() (held <-chan struct{}, release func())) {
+	t.Helper()
+	if c.Fake != nil {
+		return c.Opts(), func() (<-chan struct{}, func()) { return holdOnce(t, c) }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, err := faultproxy.Brokers(ctx, c.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := faultproxy.Start(t, brokers)
+	var (
+		armed atomic.Bool
+		h, r  chan struct{}
+	)
+	px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+		if f.APIKey != int16(kmsg.Produce) || f.IsResponse() || !armed.Load() {
+			return faultproxy.Pass
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = f.Version
+		if req.ReadFrom(f.Request) != nil || req.TransactionID != nil || !armed.CompareAndSwap(true, false) {
+			return faultproxy.Pass
+		}
+		close(h)
+		<-r // this connection's requests wait behind it
+		return faultproxy.Pass
+	})
+	return []kgo.Opt{kgo.SeedBrokers(px.Addrs()...)}, func() (<-chan struct{}, func()) {
+		h, r = make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		release := func() { once.Do(func() { close(r) }) }
+		t.Cleanup(release)
+		armed.Store(true)
+		return h, release
+	}
+}
 
 // A failover whose link cannot catch up within the timeout (an append held
 // in the destination broker) ends not_caught_up with the lag reported and
@@ -13,8 +65,9 @@ import (
 // completes and pauses the link; --allow-lag fails over behind the source.
 // Guards against a failover that moves consumers to a destination that
 // lacks records, or that stops a link it did not fail over.
-func TestFailoverNotCaughtUp(t *testing.T) {
-	e := onKfake(t)
+func TestFailoverNotCaughtUp(t *testing.T) { scenario(t, testFailoverNotCaughtUp) }
+
+func testFailoverNotCaughtUp(t *testing.T, e *env) {
 	src := e.cluster(t, "src", kafkatest.SourceClusterID)
 	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
 	topic := e.topic("t")
@@ -23,10 +76,11 @@ func TestFailoverNotCaughtUp(t *testing.T) {
 	load(t, src, p, transactional, 0, e.topic("a"), 40, topic)
 	cfg := e.linkConfig("fo", src, dst, "t")
 	cfg.Link.ProduceTimeout = 30 * time.Second // the held append stays unanswered, not settled
-	l := startLink(t, cfg, src, dst, "fo")
+	dstOpts, holdAppend := appendHolder(t, dst)
+	l := startLinkWith(t, cfg, Deps{Logger: testLogger(t, "fo"), SourceOpts: src.Opts(), DestinationOpts: dstOpts})
 	waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 60*time.Second)
 
-	held, release := holdOnce(t, dst)
+	held, release := holdAppend()
 	load(t, src, p, plain, 0, e.topic("b"), 25, topic)
 	waitClosed(t, held, "an append held at the destination")
 	end := func() (f *FailoverStatus) {
