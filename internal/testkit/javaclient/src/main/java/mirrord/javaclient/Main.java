@@ -14,6 +14,7 @@ import java.util.concurrent.Future;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -262,15 +263,7 @@ public final class Main {
         String bootstrap = need(opts, "bootstrap");
         String[] topics = need(opts, "topics").split(",");
         long timeoutMs = intOpt(opts, "timeout-ms", 60000);
-        Properties p = new Properties();
-        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.setProperty(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        p.setProperty(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
-        p.setProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.putAll(extra);
+        Properties p = consumerProps(bootstrap, extra);
         long deadline = System.currentTimeMillis() + timeoutMs;
         int count = 0;
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
@@ -306,22 +299,42 @@ public final class Main {
                     if (r.offset() >= end.get(new TopicPartition(r.topic(), r.partition()))) {
                         continue; // written after we started
                     }
-                    StringBuilder b = new StringBuilder(256);
-                    b.append("{\"topic\":").append(str(r.topic()));
-                    b.append(",\"partition\":").append(r.partition());
-                    b.append(",\"offset\":").append(r.offset());
-                    b.append(",\"timestamp\":").append(r.timestamp());
-                    b.append(",\"timestamp_type\":").append(str(r.timestampType().toString()));
-                    b.append(",\"key\":").append(b64(r.key()));
-                    b.append(",\"value\":").append(b64(r.value()));
-                    b.append(",\"headers\":").append(headers(r.headers()));
-                    b.append('}');
-                    System.out.println(b);
+                    printRecord(r);
                     count++;
                 }
             }
         }
         System.err.println("javaclient consume: " + count + " records");
+    }
+
+    // read_committed with CRC checks, auto commit off, from the earliest
+    // offset where nothing is committed; extra properties last.
+    private static Properties consumerProps(String bootstrap, Properties extra) {
+        Properties p = new Properties();
+        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.setProperty(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        p.setProperty(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
+        p.setProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.putAll(extra);
+        return p;
+    }
+
+    // printRecord prints a consumed record as one JSON line.
+    private static void printRecord(ConsumerRecord<byte[], byte[]> r) {
+        StringBuilder b = new StringBuilder(256);
+        b.append("{\"topic\":").append(str(r.topic()));
+        b.append(",\"partition\":").append(r.partition());
+        b.append(",\"offset\":").append(r.offset());
+        b.append(",\"timestamp\":").append(r.timestamp());
+        b.append(",\"timestamp_type\":").append(str(r.timestampType().toString()));
+        b.append(",\"key\":").append(b64(r.key()));
+        b.append(",\"value\":").append(b64(r.value()));
+        b.append(",\"headers\":").append(headers(r.headers()));
+        b.append('}');
+        System.out.println(b);
     }
 
     private static void consumeGroup(Map<String, String> opts, Properties extra) throws Exception {
@@ -330,16 +343,8 @@ public final class Main {
         String group = need(opts, "group");
         int max = intOpt(opts, "max", 0);
         long timeoutMs = intOpt(opts, "timeout-ms", 60000);
-        Properties p = new Properties();
-        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        Properties p = consumerProps(bootstrap, extra);
         p.setProperty(ConsumerConfig.GROUP_ID_CONFIG, group);
-        p.setProperty(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        p.setProperty(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
-        p.setProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.setProperty(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.putAll(extra);
         long deadline = System.currentTimeMillis() + timeoutMs;
         int count = 0;
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
@@ -363,17 +368,7 @@ public final class Main {
                     if (r.offset() >= end.getOrDefault(tp, Long.MAX_VALUE)) {
                         continue; // written after the assignment
                     }
-                    StringBuilder b = new StringBuilder(256);
-                    b.append("{\"topic\":").append(str(r.topic()));
-                    b.append(",\"partition\":").append(r.partition());
-                    b.append(",\"offset\":").append(r.offset());
-                    b.append(",\"timestamp\":").append(r.timestamp());
-                    b.append(",\"timestamp_type\":").append(str(r.timestampType().toString()));
-                    b.append(",\"key\":").append(b64(r.key()));
-                    b.append(",\"value\":").append(b64(r.value()));
-                    b.append(",\"headers\":").append(headers(r.headers()));
-                    b.append('}');
-                    System.out.println(b);
+                    printRecord(r);
                     next.put(tp, r.offset() + 1);
                     count++;
                 }
@@ -389,8 +384,8 @@ public final class Main {
                     break;
                 }
             }
-            Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> commit = new HashMap<>();
-            next.forEach((tp, o) -> commit.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(o)));
+            Map<TopicPartition, OffsetAndMetadata> commit = new HashMap<>();
+            next.forEach((tp, o) -> commit.put(tp, new OffsetAndMetadata(o)));
             c.commitSync(commit, Duration.ofMillis(timeoutMs));
         }
         System.err.println("javaclient consume: group " + group + ": " + count + " records");
