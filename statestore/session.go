@@ -230,12 +230,8 @@ func (s *Store) initProducerID(ctx context.Context, copts []kgo.Opt, link string
 		}
 		s.log.Warn("init producer id of a new state session failed; asking again", "link", link,
 			"transactional_id", TransactionalID(link), "attempt", attempt, "retry_in", wait, "error", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, 0, 0, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, wait); err != nil {
+			return nil, 0, 0, err
 		}
 	}
 }
@@ -349,12 +345,8 @@ func (s *Session) commit(ctx context.Context, state LinkState, unresolved int32,
 			// aborted again.
 			s.log.Warn("aborting the failed state transaction failed; trying again", "error", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return s.fail(op, ctx.Err())
-		case <-t.C:
+		if err := sleep(ctx, wait); err != nil {
+			return s.fail(op, err)
 		}
 	}
 }
