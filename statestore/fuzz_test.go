@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -79,9 +80,12 @@ func FuzzDecodeValue(f *testing.F) {
 			return
 		}
 		// Unknown tagged fields are dropped, so the bytes may shrink,
-		// but what they say must survive.
+		// but what they say must survive. A value of an older version
+		// is written at the current one, whose added fields may make it
+		// longer (a version 0 link value gains 8 bytes).
 		again := EncodeValue(v)
-		if len(again) > len(b) {
+		older := len(b) >= 2 && len(again) >= 2 && binary.BigEndian.Uint16(b) < binary.BigEndian.Uint16(again)
+		if len(again) > len(b) && !older {
 			t.Fatalf("re-encode grew the value from %d to %d bytes", len(b), len(again))
 		}
 		v3, err := DecodeValue(RecordType(typ), again)
