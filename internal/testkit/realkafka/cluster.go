@@ -34,6 +34,7 @@ type Cluster struct {
 	java    string
 	jars    *Jars
 	runDir  string
+	archive string  // the class-data archive, or "" (archive.go)
 	nodes   []*node // nodes[i] has node ID i+1
 	defName string  // the default listener
 
@@ -82,8 +83,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
+	archive := classArchive(ctx, java, jars, runDir, cfg.Version)
 	for attempt := 1; ; attempt++ {
-		c, err := start(ctx, cfg, java, jars, runDir)
+		c, err := start(ctx, cfg, java, jars, runDir, archive)
 		if err == nil {
 			return c, nil
 		}
@@ -95,8 +97,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 }
 
-func start(ctx context.Context, cfg Config, java string, jars *Jars, runDir string) (*Cluster, error) {
-	c := &Cluster{cfg: cfg, java: java, jars: jars, runDir: runDir, defName: cfg.Listeners[0].Name}
+// start starts cfg's cluster; archive, if not "", is the class-data archive
+// every JVM maps its classes from.
+func start(ctx context.Context, cfg Config, java string, jars *Jars, runDir, archive string) (*Cluster, error) {
+	c := &Cluster{cfg: cfg, java: java, jars: jars, runDir: runDir, archive: archive, defName: cfg.Listeners[0].Name}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "realkafka-")
 		if err != nil {
@@ -211,6 +215,10 @@ func (c *Cluster) writeNode(n *node, voters string) error {
 		"-Dlog4j2.configurationFile=" + log4j,
 		"-Dkafka.logs.dir=" + n.dir,
 	}
+	if c.cfg.ShortLived {
+		n.args = append(n.args, "-XX:TieredStopAtLevel=1")
+	}
+	n.args = append(n.args, c.sharingArgs()...)
 	n.args = append(n.args, c.cfg.JVMArgs...)
 	n.args = append(n.args, "-cp", c.jars.Classpath(), "kafka.Kafka", propsPath)
 	return nil
@@ -233,9 +241,12 @@ func (c *Cluster) formatAll(ctx context.Context) error {
 
 func (c *Cluster) format(ctx context.Context, n *node) error {
 	out := filepath.Join(n.dir, "format.log")
-	args := []string{"-Xmx256m", "-Dlog4j2.configurationFile=" + filepath.Join(n.dir, "log4j2-tools.xml"),
+	// The storage tool runs for seconds: C1 only, and the brokers' archive
+	// (same class path) for the classes they share.
+	args := append([]string{"-Xmx256m", "-XX:TieredStopAtLevel=1"}, c.sharingArgs()...)
+	args = append(args, "-Dlog4j2.configurationFile="+filepath.Join(n.dir, "log4j2-tools.xml"),
 		"-cp", c.jars.Classpath(), "kafka.tools.StorageTool", "format",
-		"--cluster-id=" + c.cfg.ClusterID, "--config=" + filepath.Join(n.dir, "node.properties")}
+		"--cluster-id="+c.cfg.ClusterID, "--config="+filepath.Join(n.dir, "node.properties"))
 	feats := make([]string, 0, len(c.cfg.Features))
 	for f := range c.cfg.Features {
 		feats = append(feats, f)
@@ -260,6 +271,14 @@ func (c *Cluster) format(ctx context.Context, n *node) error {
 }
 
 // launch starts n's JVM. The caller must not hold c.mu.
+// sharingArgs are the JVM options that map classes from c's archive.
+func (c *Cluster) sharingArgs() []string {
+	if c.archive == "" {
+		return nil
+	}
+	return []string{"-XX:SharedArchiveFile=" + c.archive}
+}
+
 func (c *Cluster) launch(n *node) error {
 	p, err := launch(c.java, n.args, n.log, c.runDir, n.dir, !c.cfg.noPdeathsig)
 	if err != nil {

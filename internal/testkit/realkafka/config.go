@@ -100,6 +100,12 @@ type Config struct {
 	Heap string
 	// JVMArgs are more JVM arguments for each node.
 	JVMArgs []string
+	// ShortLived runs the nodes' JVMs with the C1 compiler only
+	// (-XX:TieredStopAtLevel=1): about a third less CPU for a start and the
+	// minutes after it, a lower peak later. ForTest and Shared set it, for
+	// clusters that live for one test package; the bench and the fault
+	// suite, whose figures are the brokers', leave it off.
+	ShortLived bool
 	// Dir holds the nodes' directories (node-<id>: properties, data, log).
 	// Default: a fresh temporary directory, removed by Close unless Keep
 	// was called. A directory the caller names is never removed.

@@ -19,8 +19,10 @@
 // MIRRORD_KAFKA_CACHE moves the cache, by default $XDG_CACHE_HOME/mirrord or
 // ~/.cache/mirrord, outside any repository. It holds maven/<name>-<hash>/
 // (a resolved jar set: the throwaway pom, libs/, resolve.log and a
-// .complete marker), javaclient/<hash>/ (the built Java client) and run/
-// (one pid file per running JVM).
+// .complete marker), cds/<version>-<hash>/ (the brokers' class-data
+// archive, made by the first start of a version on a JDK build; see
+// archive.go), javaclient/<hash>/ (the built Java client) and run/ (one pid
+// file per running JVM).
 //
 // # Concepts
 //

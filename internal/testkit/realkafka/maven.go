@@ -45,7 +45,7 @@ func Java(ctx context.Context) (string, error) {
 	}
 	javaChecked.Lock()
 	defer javaChecked.Unlock()
-	if javaChecked.ok[path] {
+	if _, ok := javaChecked.build[path]; ok {
 		return path, nil
 	}
 	out, err := exec.CommandContext(ctx, path, "-version").CombinedOutput()
@@ -59,16 +59,25 @@ func Java(ctx context.Context) (string, error) {
 	if v < 17 {
 		return "", fmt.Errorf("java at %s is version %d: %w", path, v, ErrJavaTooOld)
 	}
-	if javaChecked.ok == nil {
-		javaChecked.ok = map[string]bool{}
+	if javaChecked.build == nil {
+		javaChecked.build = map[string]string{}
 	}
-	javaChecked.ok[path] = true
+	javaChecked.build[path] = strings.TrimSpace(string(out))
 	return path, nil
 }
 
+// javaChecked holds, per java path that passed the check, its `-version`
+// output: the JDK build, which keys the class-data archives (archive.go).
 var javaChecked struct {
 	sync.Mutex
-	ok map[string]bool
+	build map[string]string
+}
+
+// javaBuild returns the `-version` output of a java that Java checked.
+func javaBuild(path string) string {
+	javaChecked.Lock()
+	defer javaChecked.Unlock()
+	return javaChecked.build[path]
 }
 
 var javaVersionRE = regexp.MustCompile(`version "([0-9]+)(?:\.([0-9]+))?`)

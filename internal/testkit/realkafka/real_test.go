@@ -602,3 +602,36 @@ func TestListeners(t *testing.T) {
 		})
 	}
 }
+
+// TestClassArchive: test clusters run C1 only and map their classes from
+// the cache's class-data archive. The archive's path in the JVM's memory
+// maps is the proof that the JVM accepted it: a JVM that rejects an
+// archive (another build, another class path) warns and maps nothing.
+func TestClassArchive(t *testing.T) {
+	for _, v := range TestVersions(t) {
+		t.Run(v, func(t *testing.T) {
+			c := Shared(t, "1node-"+v, Config{Version: v, ClusterID: "MkU3OEVBNTcwNTJENDM2Qg"})
+			n := c.nodes[0]
+			if c.archive == "" {
+				t.Fatalf("no class archive for Kafka %s (see %s/cds/*/failed.txt)", v, os.Getenv(EnvCache))
+			}
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.p.pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := strings.Split(string(cmdline), "\x00")
+			for _, want := range []string{"-XX:TieredStopAtLevel=1", "-XX:SharedArchiveFile=" + c.archive} {
+				if !slices.Contains(args, want) {
+					t.Errorf("the JVM's command line lacks %s: %q", want, args)
+				}
+			}
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", n.p.pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(maps), c.archive) {
+				t.Errorf("the JVM did not map %s: it refused the archive (its log: %s)", c.archive, n.log)
+			}
+		})
+	}
+}

@@ -68,6 +68,7 @@ func ForTest(t testing.TB, cfg Config) *Cluster {
 	if cfg.Version == "" {
 		cfg.Version = vs[0]
 	}
+	cfg.ShortLived = true
 	c, err := Start(context.Background(), cfg)
 	if err != nil {
 		SkipMissingTool(t, err)
@@ -128,6 +129,7 @@ func Shared(t testing.TB, key string, cfg Config) *Cluster {
 		shared.m[key] = e
 	}
 	shared.mu.Unlock()
+	cfg.ShortLived = true
 	e.once.Do(func() { e.c, e.err = Start(context.Background(), cfg) })
 	if e.err != nil {
 		SkipMissingTool(t, e.err)
