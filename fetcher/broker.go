@@ -54,6 +54,28 @@ type itemOutcome struct {
 	rangeErr             error
 }
 
+// collector runs a full garbage collection for each request and reports
+// the garbage run it was asked to reclaim: runtime.GC returns after a
+// whole cycle that began after the call, so every response let go of
+// before the request is reclaimed by then. Started by Run, which waits for
+// it.
+func (f *Fetcher) collector(ctx context.Context, in <-chan uint64, out chan<- uint64) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case g := <-in:
+			f.collect()
+			f.m.collections.Inc()
+			select {
+			case out <- g:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
 // brokerLoop sends the requests of one source broker, one at a time. It is
 // started by the coordinator, which waits for it; it ends when its work
 // channel is closed or ctx is done.

@@ -37,6 +37,17 @@
 //     MaxBufferedBytes plus what brokers return above a partition limit:
 //     one batch per request (KIP-74), at most one request in flight per
 //     source broker. Results without batches pin nothing.
+//   - Released is not free: a response whose last result was released
+//     is garbage that stays in the heap until a collection reclaims it,
+//     and kgo reads each response into one allocation of its whole size.
+//     So released bytes keep counting against MaxBufferedBytes until a
+//     garbage collection that began after their release has ended: when
+//     they are what keeps a grant from fitting, the coordinator asks the
+//     collector goroutine for one (runtime.GC) and grants again when it
+//     reports. The process's own collections count too: two completed
+//     since the release (the second began after it) reclaim it, so a
+//     collection is forced only when they have not kept up. Pinned, reserved and uncollected bytes together stay within
+//     MaxBufferedBytes, so the fetcher's share of the heap does too.
 //   - Fair share: partitions are granted buffer space strictly in the order
 //     they became ready to fetch (a partition that just got data queues
 //     behind every waiting partition), and a partition that does not fit
@@ -84,5 +95,7 @@
 //     coordinator starts a loop when it first sends a request to a broker
 //     and stops it when the broker leads no assigned partition;
 //   - one leader resolver that runs leaders.Cache lookups, which may ask the
-//     cluster, so that the coordinator never blocks on I/O.
+//     cluster, so that the coordinator never blocks on I/O;
+//   - one collector that runs a garbage collection when the coordinator
+//     asks (one at a time), so that the coordinator never blocks on it.
 package fetcher

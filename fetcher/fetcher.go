@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"runtime/metrics"
 	"sync/atomic"
 	"time"
 
@@ -178,6 +180,8 @@ type Fetcher struct {
 	ran  atomic.Bool
 
 	// Fields for tests; set by New.
+	collect    func()        // a full garbage collection (runtime.GC)
+	gcCycles   func() uint64 // collections completed (runtime/metrics)
 	now        func() time.Time
 	backoffMin time.Duration
 	backoffMax time.Duration
@@ -227,10 +231,19 @@ func New(cfg Config, deps Deps) (*Fetcher, error) {
 		m:          deps.Metrics.forLink(cfg.Link),
 		results:    make(chan Result),
 		cmds:       mailbox.New[command](),
+		collect:    runtime.GC,
+		gcCycles:   gcCycles,
 		now:        time.Now,
 		backoffMin: 100 * time.Millisecond,
 		backoffMax: MaxRetryBackoff,
 	}, nil
+}
+
+// gcCycles returns the number of garbage collections the process completed.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // validate fills in defaults and returns every problem at once.

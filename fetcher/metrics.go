@@ -38,6 +38,8 @@ type Metrics struct {
 	aborted  *prometheus.CounterVec
 	skipped  *prometheus.CounterVec
 	buffered *prometheus.GaugeVec
+	// collections counts the garbage collections the fetcher asked for.
+	collections *prometheus.CounterVec
 }
 
 // NewMetrics builds the fetcher's metrics and registers them with reg (nil:
@@ -75,9 +77,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "fetch_buffered_bytes",
 			Help:      "Bytes of fetched batches delivered (or queued for delivery) and not yet released by the consumer.",
 		}, []string{"link"}),
+		collections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "mirrord",
+			Name:      "fetch_buffer_collections_total",
+			Help:      "Garbage collections the fetcher ran because released fetch responses, not yet reclaimed, kept the next fetch out of max_buffered_bytes.",
+		}, []string{"link"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.errors, m.bytes, m.aborted, m.skipped, m.buffered)
+		reg.MustRegister(m.requests, m.errors, m.bytes, m.aborted, m.skipped, m.buffered, m.collections)
 	}
 	return m
 }
@@ -90,6 +97,8 @@ type linkMetrics struct {
 	aborted  prometheus.Counter
 	skipped  prometheus.Counter
 	buffered prometheus.Gauge
+
+	collections prometheus.Counter
 }
 
 func (m *Metrics) forLink(link string) linkMetrics {
@@ -100,6 +109,8 @@ func (m *Metrics) forLink(link string) linkMetrics {
 		aborted:  m.aborted.WithLabelValues(link),
 		skipped:  m.skipped.WithLabelValues(link),
 		buffered: m.buffered.WithLabelValues(link),
+
+		collections: m.collections.WithLabelValues(link),
 	}
 	for _, k := range kinds {
 		lm.errors[k] = m.errors.WithLabelValues(link, k) // present at 0 from the start

@@ -6,6 +6,10 @@
 //	    -args -profile.size=256MiB -profile.cpuprofile=/tmp/mirrord.cpu
 //	go tool pprof -top /tmp/mirrord.cpu
 //
+// -profile.memprofile writes the heap profile of the collection that left
+// the most live heap during the mirroring (go tool pprof -sample_index=
+// inuse_space); run it with GOMEMLIMIT set as `mirrord run` would.
+//
 // The profile covers only the mirroring (not the build, the clusters'
 // start or the load), which is why the package has its own flag instead of
 // go test's -cpuprofile. The agent is built from the same generated HCL

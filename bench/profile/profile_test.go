@@ -1,14 +1,17 @@
 package profile
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +33,7 @@ var (
 	partsFlag   = flag.Int("profile.partitions", 6, "partitions per topic")
 	bufferFlag  = flag.Int64("profile.max-buffered-bytes", 64<<20, "the link's max_buffered_bytes")
 	cpuFlag     = flag.String("profile.cpuprofile", "", "write a CPU profile of the mirroring only to this file")
+	memFlag     = flag.String("profile.memprofile", "", "write the heap profile of the collection that left the most live heap during the mirroring to this file")
 	logFlag     = flag.String("profile.log-level", "warn", "the agent's log level (stderr)")
 	clusterLogs = flag.String("profile.workdir", "", "directory for the clusters' files and logs (default: a temporary one)")
 	backendFlag = flag.String("profile.backend", harness.BackendKfake, "clusters: kfake or kafka (Apache Kafka brokers from realkafka, one JVM per cluster)")
@@ -125,6 +129,10 @@ func BenchmarkMirrordRun(b *testing.B) {
 				b.Error(err)
 			}
 		}()
+	}
+	if *memFlag != "" {
+		stop := peakHeapProfile(b, *memFlag)
+		defer stop()
 	}
 	id := 0
 	for _, top := range topics {
@@ -222,4 +230,44 @@ func newID(role string) string {
 		return "MkU3OEVBNTcwNTJENDM2Qg"
 	}
 	return "LqsXsMnTTYq0dBuyEJh1_A"
+}
+
+// peakHeapProfile samples the live heap every 50 ms and keeps the heap
+// profile (as of the last collection) whenever the live heap is the
+// largest yet; stop ends the sampling and writes the kept one to path.
+func peakHeapProfile(b *testing.B, path string) (stop func()) {
+	var (
+		peak uint64
+		best bytes.Buffer
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	wg.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > peak {
+				peak = v
+				best.Reset()
+				if err := pprof.Lookup("heap").WriteTo(&best, 0); err != nil {
+					b.Error(err)
+				}
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		if err := os.WriteFile(path, best.Bytes(), 0o644); err != nil {
+			b.Error(err)
+		}
+		b.Logf("peak live heap %d MiB; its heap profile: %s", peak>>20, path)
+	}
 }
