@@ -172,7 +172,12 @@ func (g grant) String() string {
 //
 // Describe is implied by Read, Write (and Alter); nothing on the cluster
 // resource is needed (no IdempotentWrite).
-func leastPrivilege(cfg Config, srcTopics []string) map[string][]grant {
+//
+// With groups, the group offset sync's (under their own keys):
+//
+//	source      Group <each group>  Describe
+//	destination Group <each group>  Read (it implies Describe)
+func leastPrivilege(cfg Config, srcTopics []string, groups ...string) map[string][]grant {
 	var dstTopics []string
 	for _, st := range srcTopics {
 		dstTopics = append(dstTopics, cfg.Link.DestinationTopic(st, cfg.Source.Name))
@@ -196,7 +201,11 @@ func leastPrivilege(cfg Config, srcTopics []string) map[string][]grant {
 	add("dst.state.Write", "dst", topic, state, kadm.OpWrite)
 	add("dst.state.DescribeConfigs", "dst", topic, state, kadm.OpDescribeConfigs)
 	add("dst.txn.Write", "dst", txn, []string{statestore.TransactionalID(cfg.Link.Name)}, kadm.OpWrite)
+	group := kmsg.ACLResourceTypeGroup
+	add("src.group.Describe", "src", group, groups, kadm.OpDescribe)
+	add("dst.group.Read", "dst", group, groups, kadm.OpRead)
 	// Not in the least set; cases add them.
+	add("+dst.group.Describe", "dst", group, groups, kadm.OpDescribe)
 	add("+src.topic.Describe", "src", topic, srcTopics, kadm.OpDescribe)
 	add("+dst.txn.Describe", "dst", txn, []string{statestore.TransactionalID(cfg.Link.Name)}, kadm.OpDescribe)
 	return out
@@ -241,6 +250,8 @@ func allow(t *testing.T, user string, src, dst *aclCluster, gs []grant) {
 			b.Topics(g.name)
 		case kmsg.ACLResourceTypeTransactionalId:
 			b.TransactionalIDs(g.name)
+		case kmsg.ACLResourceTypeGroup:
+			b.Groups(g.name)
 		default:
 			t.Fatalf("grant %v: resource type not handled", g)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
@@ -163,6 +164,33 @@ type groupSync struct {
 	met      *groupLinkMetrics
 
 	mu sync.Mutex // one round at a time
+	// noneListed: the last round's source listing held no selected group
+	// (said once in the log until one appears).
+	noneListed bool
+}
+
+// Why group sync needs each Group permission (docs/acls.md).
+const (
+	whyDstGroupDescribe = "group sync describes the group at the destination and fetches its offsets there, to commit only while the group has no active members and never behind what it committed; Read implies Describe"
+	whyDstGroupRead     = "group sync commits the translated offsets, and OffsetCommit needs Read on the group"
+	whySrcGroupDescribe = "group sync fetches the group's committed offsets at the source"
+)
+
+// groupRefused returns err explained when it is a refusal of op on group
+// by the cluster of acc, and err as it is otherwise.
+func groupRefused(acc clusterAccess, op kmsg.ACLOperation, group, why string, err error) error {
+	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+		return acc.refusedOn(op, "Group:"+group, why, err)
+	}
+	return err
+}
+
+func (g *groupSync) sourceAccess() clusterAccess {
+	return clusterAccess{role: "source", cluster: g.l.cfg.Source.Name, principal: g.l.cfg.Source.Principal}
+}
+
+func (g *groupSync) destAccess() clusterAccess {
+	return clusterAccess{role: "destination", cluster: g.l.cfg.Destination.Name, principal: g.l.cfg.Destination.Principal}
 }
 
 func newGroupSync(l *Link) (*groupSync, error) {
@@ -269,11 +297,27 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 	slices.Sort(names)
 	out := []GroupStatus{}
 	if len(names) == 0 {
+		if !g.noneListed {
+			// As with topics, Kafka leaves out of a listing what the
+			// principal may not describe.
+			g.log.Warn("group offset sync: no source group matches the link's groups among those the source lists: Kafka lists only the groups the principal may describe, so a group without Describe on it is left out without a word, as is a group that has not committed offsets yet (see docs/acls.md)",
+				"source", g.l.cfg.Source.Name, "principal", g.l.cfg.Source.Principal, "listed", len(listed.Groups()))
+			g.noneListed = true
+		}
 		return out, nil
 	}
+	g.noneListed = false
 	described, err := g.dstAdm.DescribeGroups(ctx, names...)
 	if err != nil && len(described) == 0 {
-		return out, fmt.Errorf("describe the groups at the destination: %w", err)
+		if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+			return out, fmt.Errorf("describe the groups at the destination: %w", err)
+		}
+		// Refused as a whole (no Describe on any of them): each group
+		// fails with the refusal explained.
+		described = kadm.DescribedGroups{}
+		for _, n := range names {
+			described[n] = kadm.DescribedGroup{Group: n, Err: kerr.GroupAuthorizationFailed}
+		}
 	}
 	tr, done, err := g.l.roundTranslator(ctx)
 	if err != nil {
@@ -306,12 +350,13 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 	}
 	if d.Err != nil {
 		// Not knowing whether it is active, it is left alone.
-		return fail(fmt.Errorf("describe group %q at the destination: %w", name, d.Err))
+		return fail(fmt.Errorf("describe group %q at the destination: %w", name,
+			groupRefused(g.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, d.Err)))
 	}
 	active := !groupInactive(d)
 	gt, err := translateGroup(ctx, g.srcAdm, name, g.l.cfg.Link.Selects, tr)
 	if err != nil {
-		return fail(err)
+		return fail(groupRefused(g.sourceAccess(), kmsg.ACLOperationDescribe, name, whySrcGroupDescribe, err))
 	}
 	for _, p := range gt.Partitions {
 		if p.err != nil {
@@ -330,7 +375,8 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 			offs, err = nil, nil // nothing committed there yet
 		}
 		if err != nil {
-			return fail(fmt.Errorf("fetch the committed offsets of group %q at the destination: %w", name, err))
+			return fail(fmt.Errorf("fetch the committed offsets of group %q at the destination: %w", name,
+				groupRefused(g.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, err)))
 		}
 		offs.Each(func(o kadm.OffsetResponse) {
 			if o.At >= 0 {
@@ -366,7 +412,8 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 					}
 				}
 			}
-			return fail(fmt.Errorf("commit the offsets of group %q at the destination: %w", name, err))
+			return fail(fmt.Errorf("commit the offsets of group %q at the destination: %w", name,
+				groupRefused(g.destAccess(), kmsg.ACLOperationRead, name, whyDstGroupRead, err)))
 		}
 		g.log.Info("group offsets synced", "group", name, "partitions", len(commits))
 	}

@@ -92,8 +92,14 @@ func (s *session) destAccess() clusterAccess {
 // operation and the topic, says what the operation is for, and wraps cause
 // (TOPIC_AUTHORIZATION_FAILED, as the cluster answers or would answer).
 func (a clusterAccess) refused(op kmsg.ACLOperation, topic, why string, cause error) error {
-	return fmt.Errorf("%s cluster %q does not allow %s %s on Topic:%s (%s; see docs/acls.md): %w",
-		a.role, a.cluster, a.principal, opName(op), topic, why, cause)
+	return a.refusedOn(op, "Topic:"+topic, why, cause)
+}
+
+// refusedOn is refused for any resource, named as kafka-acls.sh names it
+// ("Group:app").
+func (a clusterAccess) refusedOn(op kmsg.ACLOperation, resource, why string, cause error) error {
+	return fmt.Errorf("%s cluster %q does not allow %s %s on %s (%s; see docs/acls.md): %w",
+		a.role, a.cluster, a.principal, opName(op), resource, why, cause)
 }
 
 // check returns the refusals of needs on td, whose AuthorizedOperations the

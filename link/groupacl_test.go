@@ -1,0 +1,120 @@
+package link
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+)
+
+// Guards the Group permissions of docs/acls.md. A link that syncs a group
+// runs with exactly the least set plus them (Describe on the group at the
+// source, Read at the destination, which implies Describe there, as
+// Kafka's authorizer has it): the group, having read part
+// of the topic at the source, reads the rest at the destination after the
+// sync, each committed record once, in order. With each one left out, the
+// group sync says which permission on which group is missing (in the
+// group's status and the log) while the mirror itself goes on exactly.
+// (Leaving out only Describe at the destination changes nothing: Read
+// implies it; real Kafka showed that the first version of this test had
+// it wrong.)
+func TestGroupSyncACLs(t *testing.T) {
+	cases := []struct {
+		name  string
+		drop  []string
+		extra []string
+		// want is what the group's status and the log say ({user} and
+		// {group} replaced); empty: the group is synced.
+		want string
+		// logOnly: the source does not list the group at all; want is in
+		// the log and the group has no status.
+		logOnly bool
+	}{
+		{name: "least privilege"},
+		{name: "source group Describe", drop: []string{"src.group.Describe"}, logOnly: true,
+			want: "group offset sync: no source group matches the link's groups among those the source lists: Kafka lists only the groups the principal may describe, so a group without Describe on it is left out without a word, as is a group that has not committed offsets yet (see docs/acls.md)"},
+		{name: "destination group Read and Describe", drop: []string{"dst.group.Read"},
+			want: `describe group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Describe on Group:{group} (` + whyDstGroupDescribe + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+		{name: "destination group Read", drop: []string{"dst.group.Read"}, extra: []string{"+dst.group.Describe"},
+			want: `commit the offsets of group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Read on Group:{group} (` + whyDstGroupRead + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+	}
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		src, dst := aclClusters(t, b)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+				topic := e.topic("topic")
+				src.CreateTopic(t, topic, 2, nil)
+				group := e.topic("app") // unique on the shared cluster, like topics
+				user := principalFor(t, src, dst)
+				cfg, blocks := aclLinkConfig(e, "g", src, dst, user, "topic")
+				cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
+				cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+				allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{topic}, group), tc.drop, tc.extra...))
+
+				p := newProduced()
+				load(t, src.cluster, p, idempotent, 2, e.topic("i"), 120, topic)
+				parts := []tp.Key{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
+				l, tap := startSCRAMLink(t, cfg, blocks, tc.name)
+				l.waitState(t, Mirroring, 90*time.Second)
+				waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 90*time.Second)
+				exactlyOnce(t, dst.cluster, p, topic)
+				truth := map[tp.Key]logTruth{}
+				total := 0
+				for _, k := range parts {
+					truth[k] = readTruth(t, src.cluster, dst.cluster, topic, topic, k.Partition)
+					total += len(truth[k].src)
+				}
+				// The group reads about half at the source and commits.
+				m := &groupMove{rd: kgoGroup{}, group: group, parts: parts, truth: truth, rename: func(s string) string { return s },
+					atSrc: kgoGroup{}.readSome(t, src.cluster, group, []string{topic}, parts, total/2)}
+
+				deadline := time.Now().Add(60 * time.Second)
+				if tc.want == "" {
+					for {
+						gs := l.Status().GroupSync
+						if gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == GroupUpToDate {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("group %s not synced after 60 s: %+v", group, gs)
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					m.check(t, dst.cluster)
+					return
+				}
+				want := strings.NewReplacer("{user}", user, "{group}", group).Replace(tc.want)
+				for {
+					gs := l.Status().GroupSync
+					inLog := logSays(tap.String(), want)
+					if tc.logOnly && inLog && gs != nil && !gs.LastRound.IsZero() {
+						if len(gs.Groups) != 0 {
+							t.Errorf("the source does not list the group, yet the status has %+v", gs.Groups)
+						}
+						break
+					}
+					if !tc.logOnly && inLog && gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == GroupFailed && strings.Contains(gs.Groups[0].Error, want) {
+						t.Logf("group status: %s", gs.Groups[0].Error)
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("after 60 s: group sync status %+v\nwant the group's error (and the log) to contain:\n%s", gs, want)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				// Group sync is beside the mirror: the link mirrors on.
+				load(t, src.cluster, p, plain, 1, e.topic("p"), 40, topic)
+				waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 90*time.Second)
+				exactlyOnce(t, dst.cluster, p, topic)
+				if st := l.Status(); st.State != Mirroring || st.LastError != "" {
+					t.Errorf("link %s, last error %q: a group sync refusal must not stop the mirror", st.State, st.LastError)
+				}
+			})
+		}
+	})
+}
