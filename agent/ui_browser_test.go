@@ -415,12 +415,13 @@ func bigStatus(records int64) link.Status {
 }
 
 // TestStatusPageThousandPartitions loads the page with a link of 1000
-// partitions and an hour of history, and measures in the browser how long
-// a refresh and a sort take. It checks that the table renders one page of
-// rows (not 1000), that sorting by a column orders every partition (the
-// first page is the top of the whole sort, both ways), and that paging
+// partitions and an hour of history. It checks that the table renders one
+// page of rows (not 1000), that sorting by a column orders every partition
+// (the first page is the top of the whole sort, both ways), and that paging
 // and the topic filter work. Guards against a page that slows down with
-// the partition count.
+// the partition count by what it puts in the DOM; the times of a refresh
+// and a sort, measured in the browser, are logged, not asserted (a timed
+// bound measures the machine: no performance claim comes from a test).
 func TestStatusPageThousandPartitions(t *testing.T) {
 	b := newBrowser(t, 1280, 900)
 	at := time.Now()
@@ -472,9 +473,6 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 	slices.Sort(renders)
 	t.Logf("refresh of a 1000-partition status (%d KiB of JSON): render %.1f ms median, %.1f ms max over %d refreshes",
 		body.Load()>>10, renders[2], renders[4], len(renders))
-	if renders[2] > 150 {
-		t.Errorf("a refresh renders in %.1f ms (median): too slow for a one-second refresh", renders[2])
-	}
 
 	// Sorting by a column: the handler's time and the time to the next
 	// painted frame.
@@ -498,9 +496,6 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 	slices.Sort(frame)
 	t.Logf("sort of 1000 partitions by a column: click handler %.1f ms median (%.1f max), to the next painted frame %.1f ms median (%.1f max)",
 		handler[2], handler[4], frame[2], frame[4])
-	if handler[2] > 150 {
-		t.Errorf("sorting takes %.1f ms (median)", handler[2])
-	}
 
 	// The last click sorted by high watermark after another column:
 	// descending, as numbers start. The first page is the top of the
