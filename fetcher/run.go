@@ -253,11 +253,13 @@ func (c *coord) ready(pt *cursor) {
 // large fetch size is not overtaken forever by small ones, and a partition
 // that just got data queues behind every partition that was waiting. A
 // partition fits if the bytes delivered and not released, plus those
-// reserved by granted and in-flight fetches, plus its own maximum stay
-// within MaxBufferedBytes, or if nothing at all is buffered or reserved.
+// released and not yet collected, plus those reserved by granted and
+// in-flight fetches, plus its own maximum stay within MaxBufferedBytes, or
+// if there are none of the three. When it does not fit, a collection is
+// asked for (collect).
 func (c *coord) grant() {
 	if len(c.waste) > 0 {
-		// What the collector's own cycles reclaimed since.
+		// What the process's own collections reclaimed since.
 		n := c.f.gcCycles()
 		c.reclaim(func(g garbageRun) bool { return g.cycle+2 <= n })
 	}

@@ -185,14 +185,6 @@ func groupRefused(acc clusterAccess, op kmsg.ACLOperation, group, why string, er
 	return err
 }
 
-func (g *groupSync) sourceAccess() clusterAccess {
-	return clusterAccess{role: "source", cluster: g.l.cfg.Source.Name, principal: g.l.cfg.Source.Principal}
-}
-
-func (g *groupSync) destAccess() clusterAccess {
-	return clusterAccess{role: "destination", cluster: g.l.cfg.Destination.Name, principal: g.l.cfg.Destination.Principal}
-}
-
 func newGroupSync(l *Link) (*groupSync, error) {
 	g := &groupSync{l: l, log: l.log.Named("groups"), met: l.deps.Metrics.groups.forLink(l.Name())}
 	var err error
@@ -351,12 +343,12 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 	if d.Err != nil {
 		// Not knowing whether it is active, it is left alone.
 		return fail(fmt.Errorf("describe group %q at the destination: %w", name,
-			groupRefused(g.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, d.Err)))
+			groupRefused(g.l.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, d.Err)))
 	}
 	active := !groupInactive(d)
 	gt, err := translateGroup(ctx, g.srcAdm, name, g.l.cfg.Link.Selects, tr)
 	if err != nil {
-		return fail(groupRefused(g.sourceAccess(), kmsg.ACLOperationDescribe, name, whySrcGroupDescribe, err))
+		return fail(groupRefused(g.l.sourceAccess(), kmsg.ACLOperationDescribe, name, whySrcGroupDescribe, err))
 	}
 	for _, p := range gt.Partitions {
 		if p.err != nil {
@@ -376,7 +368,7 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 		}
 		if err != nil {
 			return fail(fmt.Errorf("fetch the committed offsets of group %q at the destination: %w", name,
-				groupRefused(g.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, err)))
+				groupRefused(g.l.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, err)))
 		}
 		offs.Each(func(o kadm.OffsetResponse) {
 			if o.At >= 0 {
@@ -413,7 +405,7 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 				}
 			}
 			return fail(fmt.Errorf("commit the offsets of group %q at the destination: %w", name,
-				groupRefused(g.destAccess(), kmsg.ACLOperationRead, name, whyDstGroupRead, err)))
+				groupRefused(g.l.destAccess(), kmsg.ACLOperationRead, name, whyDstGroupRead, err)))
 		}
 		g.log.Info("group offsets synced", "group", name, "partitions", len(commits))
 	}

@@ -79,12 +79,12 @@ type clusterAccess struct {
 	principal string // Cluster.Principal
 }
 
-func (s *session) sourceAccess() clusterAccess {
-	return clusterAccess{role: "source", cluster: s.l.cfg.Source.Name, principal: s.l.cfg.Source.Principal}
+func (l *Link) sourceAccess() clusterAccess {
+	return clusterAccess{role: "source", cluster: l.cfg.Source.Name, principal: l.cfg.Source.Principal}
 }
 
-func (s *session) destAccess() clusterAccess {
-	return clusterAccess{role: "destination", cluster: s.l.cfg.Destination.Name, principal: s.l.cfg.Destination.Principal}
+func (l *Link) destAccess() clusterAccess {
+	return clusterAccess{role: "destination", cluster: l.cfg.Destination.Name, principal: l.cfg.Destination.Principal}
 }
 
 // refused is the error for an operation the cluster does not allow the
@@ -330,7 +330,7 @@ func expand(re *syntax.Regexp) ([]string, bool) {
 // is an error that names it (every one found, at most maxRefusals), not a
 // topic left out.
 func (s *session) discover(ctx context.Context) ([]Pair, error) {
-	srcAcc, dstAcc := s.sourceAccess(), s.destAccess()
+	srcAcc, dstAcc := s.l.sourceAccess(), s.l.destAccess()
 	src, err := describeTopics(ctx, s.src)
 	if err != nil {
 		return nil, fmt.Errorf("list source topics: %w", err)
@@ -537,7 +537,7 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 	if len(sources) == 0 {
 		return nil
 	}
-	srcAcc, dstAcc := s.sourceAccess(), s.destAccess()
+	srcAcc, dstAcc := s.l.sourceAccess(), s.l.destAccess()
 	names := topicsOf(sources)
 	rcs, err := s.srcAdm.DescribeTopicConfigs(ctx, names...)
 	if err != nil && !isAuthorization(err) {
