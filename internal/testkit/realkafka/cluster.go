@@ -270,7 +270,6 @@ func (c *Cluster) format(ctx context.Context, n *node) error {
 	return nil
 }
 
-// launch starts n's JVM. The caller must not hold c.mu.
 // sharingArgs are the JVM options that map classes from c's archive.
 func (c *Cluster) sharingArgs() []string {
 	if c.archive == "" {
@@ -279,6 +278,7 @@ func (c *Cluster) sharingArgs() []string {
 	return []string{"-XX:SharedArchiveFile=" + c.archive}
 }
 
+// launch starts n's JVM. The caller must not hold c.mu.
 func (c *Cluster) launch(n *node) error {
 	p, err := launch(c.java, n.args, n.log, c.runDir, n.dir, !c.cfg.noPdeathsig)
 	if err != nil {
