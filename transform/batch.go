@@ -27,26 +27,28 @@ const (
 // fetch limit would make a fetcher ask for ever larger responses.
 const MaxBatchLength = 1 << 30
 
-// Byte positions of the v2 header fields.
+// Byte positions of the v2 header fields (DESIGN §5), the one definition
+// every package reads batch headers by.
 const (
-	posBaseOffset      = 0
-	posLength          = 8
-	posLeaderEpoch     = 12
-	posMagic           = 16
-	posCRC             = 17
-	posAttributes      = 21 // the CRC covers this byte to the end
-	posLastOffsetDelta = 23
-	posFirstTimestamp  = 27
-	posMaxTimestamp    = 35
-	posProducerID      = 43
-	posProducerEpoch   = 51
-	posBaseSequence    = 53
-	posNumRecords      = 57
+	PosBaseOffset      = 0
+	PosLength          = 8
+	PosLeaderEpoch     = 12
+	PosMagic           = 16
+	PosCRC             = 17
+	PosAttributes      = 21 // the CRC covers this byte to the end
+	PosLastOffsetDelta = 23
+	PosFirstTimestamp  = 27
+	PosMaxTimestamp    = 35
+	PosProducerID      = 43
+	PosProducerEpoch   = 51
+	PosBaseSequence    = 53
+	PosNumRecords      = 57
 
-	// lengthOverhead is what precedes the bytes the length field counts.
-	lengthOverhead = posLeaderEpoch
+	// LengthOverhead is what precedes the bytes the length field counts
+	// (base offset and length).
+	LengthOverhead = PosLeaderEpoch
 	// minBatchLength is the length field of a batch without records.
-	minBatchLength = BatchHeaderSize - lengthOverhead
+	minBatchLength = BatchHeaderSize - LengthOverhead
 )
 
 // Errors for the decisions a caller of the batch codec makes. Errors carry
@@ -122,14 +124,14 @@ func unsupportedMagic(b []byte, pos int) error {
 		where = fmt.Sprintf(" (byte %d)", pos)
 	}
 	return fmt.Errorf("%w: magic %d in batch at offset %d%s; mirrord needs record batch format v2 (magic 2)",
-		ErrUnsupportedMagic, int8(b[posMagic]), baseOffsetOf(b), where)
+		ErrUnsupportedMagic, int8(b[PosMagic]), baseOffsetOf(b), where)
 }
 
 func baseOffsetOf(b []byte) int64 {
-	if len(b) < posLength {
+	if len(b) < PosLength {
 		return -1
 	}
-	return int64(binary.BigEndian.Uint64(b[posBaseOffset:]))
+	return int64(binary.BigEndian.Uint64(b[PosBaseOffset:]))
 }
 
 // Header is the decoded header of a v2 record batch.
@@ -200,19 +202,19 @@ func parseHeader(b []byte) Header {
 	be := binary.BigEndian
 	_ = b[BatchHeaderSize-1]
 	return Header{
-		BaseOffset:           int64(be.Uint64(b[posBaseOffset:])),
-		Length:               int32(be.Uint32(b[posLength:])),
-		PartitionLeaderEpoch: int32(be.Uint32(b[posLeaderEpoch:])),
-		Magic:                int8(b[posMagic]),
-		CRC:                  be.Uint32(b[posCRC:]),
-		Attributes:           int16(be.Uint16(b[posAttributes:])),
-		LastOffsetDelta:      int32(be.Uint32(b[posLastOffsetDelta:])),
-		FirstTimestamp:       int64(be.Uint64(b[posFirstTimestamp:])),
-		MaxTimestamp:         int64(be.Uint64(b[posMaxTimestamp:])),
-		ProducerID:           int64(be.Uint64(b[posProducerID:])),
-		ProducerEpoch:        int16(be.Uint16(b[posProducerEpoch:])),
-		BaseSequence:         int32(be.Uint32(b[posBaseSequence:])),
-		NumRecords:           int32(be.Uint32(b[posNumRecords:])),
+		BaseOffset:           int64(be.Uint64(b[PosBaseOffset:])),
+		Length:               int32(be.Uint32(b[PosLength:])),
+		PartitionLeaderEpoch: int32(be.Uint32(b[PosLeaderEpoch:])),
+		Magic:                int8(b[PosMagic]),
+		CRC:                  be.Uint32(b[PosCRC:]),
+		Attributes:           int16(be.Uint16(b[PosAttributes:])),
+		LastOffsetDelta:      int32(be.Uint32(b[PosLastOffsetDelta:])),
+		FirstTimestamp:       int64(be.Uint64(b[PosFirstTimestamp:])),
+		MaxTimestamp:         int64(be.Uint64(b[PosMaxTimestamp:])),
+		ProducerID:           int64(be.Uint64(b[PosProducerID:])),
+		ProducerEpoch:        int16(be.Uint16(b[PosProducerEpoch:])),
+		BaseSequence:         int32(be.Uint32(b[PosBaseSequence:])),
+		NumRecords:           int32(be.Uint32(b[PosNumRecords:])),
 	}
 }
 
@@ -220,24 +222,24 @@ func parseHeader(b []byte) Header {
 func putHeader(b []byte, h Header) {
 	be := binary.BigEndian
 	_ = b[BatchHeaderSize-1]
-	be.PutUint64(b[posBaseOffset:], uint64(h.BaseOffset))
-	be.PutUint32(b[posLength:], uint32(h.Length))
-	be.PutUint32(b[posLeaderEpoch:], uint32(h.PartitionLeaderEpoch))
-	b[posMagic] = byte(h.Magic)
-	be.PutUint32(b[posCRC:], h.CRC)
-	be.PutUint16(b[posAttributes:], uint16(h.Attributes))
-	be.PutUint32(b[posLastOffsetDelta:], uint32(h.LastOffsetDelta))
-	be.PutUint64(b[posFirstTimestamp:], uint64(h.FirstTimestamp))
-	be.PutUint64(b[posMaxTimestamp:], uint64(h.MaxTimestamp))
-	be.PutUint64(b[posProducerID:], uint64(h.ProducerID))
-	be.PutUint16(b[posProducerEpoch:], uint16(h.ProducerEpoch))
-	be.PutUint32(b[posBaseSequence:], uint32(h.BaseSequence))
-	be.PutUint32(b[posNumRecords:], uint32(h.NumRecords))
+	be.PutUint64(b[PosBaseOffset:], uint64(h.BaseOffset))
+	be.PutUint32(b[PosLength:], uint32(h.Length))
+	be.PutUint32(b[PosLeaderEpoch:], uint32(h.PartitionLeaderEpoch))
+	b[PosMagic] = byte(h.Magic)
+	be.PutUint32(b[PosCRC:], h.CRC)
+	be.PutUint16(b[PosAttributes:], uint16(h.Attributes))
+	be.PutUint32(b[PosLastOffsetDelta:], uint32(h.LastOffsetDelta))
+	be.PutUint64(b[PosFirstTimestamp:], uint64(h.FirstTimestamp))
+	be.PutUint64(b[PosMaxTimestamp:], uint64(h.MaxTimestamp))
+	be.PutUint64(b[PosProducerID:], uint64(h.ProducerID))
+	be.PutUint16(b[PosProducerEpoch:], uint16(h.ProducerEpoch))
+	be.PutUint32(b[PosBaseSequence:], uint32(h.BaseSequence))
+	be.PutUint32(b[PosNumRecords:], uint32(h.NumRecords))
 }
 
-// checkMagic checks the magic byte of b (len(b) > posMagic).
+// checkMagic checks the magic byte of b (len(b) > PosMagic).
 func checkMagic(b []byte, pos int) error {
-	switch m := int8(b[posMagic]); m {
+	switch m := int8(b[PosMagic]); m {
 	case 2:
 		return nil
 	case 0, 1:
@@ -264,14 +266,14 @@ func nextBatch(buf []byte, pos int) (batch, rest []byte, err error) {
 	if len(buf) == 0 {
 		return nil, nil, nil
 	}
-	if len(buf) < lengthOverhead {
+	if len(buf) < LengthOverhead {
 		return nil, buf, ErrTruncated
 	}
-	length := int32(binary.BigEndian.Uint32(buf[posLength:]))
+	length := int32(binary.BigEndian.Uint32(buf[PosLength:]))
 	if length < 0 {
 		return nil, nil, corrupt(buf, pos, CheckLength, "length field is %d", length)
 	}
-	if len(buf) <= posMagic {
+	if len(buf) <= PosMagic {
 		return nil, buf, ErrTruncated
 	}
 	if err := checkMagic(buf, pos); err != nil {
@@ -283,7 +285,7 @@ func nextBatch(buf []byte, pos int) (batch, rest []byte, err error) {
 	if length > MaxBatchLength {
 		return nil, nil, corrupt(buf, pos, CheckLength, "length field is %d, more than the %d a batch may have", length, MaxBatchLength)
 	}
-	end := lengthOverhead + int(length)
+	end := LengthOverhead + int(length)
 	if end > len(buf) {
 		return nil, buf, ErrTruncated
 	}
@@ -327,7 +329,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // bytes a fresh CRC. The fast path (Rewrite) does not need it: a damaged batch
 // keeps a wrong CRC and the destination broker refuses it.
 func Validate(b []byte) error {
-	if len(b) > posMagic {
+	if len(b) > PosMagic {
 		if err := checkMagic(b, -1); err != nil {
 			return err
 		}
@@ -335,15 +337,15 @@ func Validate(b []byte) error {
 	if len(b) < BatchHeaderSize {
 		return corrupt(b, -1, CheckLength, "batch is %d bytes, shorter than the %d-byte header", len(b), BatchHeaderSize)
 	}
-	length := int32(binary.BigEndian.Uint32(b[posLength:]))
+	length := int32(binary.BigEndian.Uint32(b[PosLength:]))
 	if length < minBatchLength {
 		return corrupt(b, -1, CheckLength, "length field is %d, a v2 batch has at least %d", length, minBatchLength)
 	}
-	if int64(length) != int64(len(b))-lengthOverhead {
-		return corrupt(b, -1, CheckLength, "length field is %d, but %d bytes follow it", length, len(b)-lengthOverhead)
+	if int64(length) != int64(len(b))-LengthOverhead {
+		return corrupt(b, -1, CheckLength, "length field is %d, but %d bytes follow it", length, len(b)-LengthOverhead)
 	}
-	stored := binary.BigEndian.Uint32(b[posCRC:])
-	if sum := crc32.Checksum(b[posAttributes:], crcTable); sum != stored {
+	stored := binary.BigEndian.Uint32(b[PosCRC:])
+	if sum := crc32.Checksum(b[PosAttributes:], crcTable); sum != stored {
 		return corrupt(b, -1, CheckCRC, "stored crc 0x%08x, computed 0x%08x", stored, sum)
 	}
 	return nil

@@ -89,7 +89,7 @@ func crcShift(c uint32, n uint64) uint32 {
 var crcTxnFlip = func() uint32 {
 	c := crcUpdateByte(0, 0)
 	c = crcUpdateByte(c, AttrTransactional)
-	return crcShift(c, posProducerID-posAttributes-2)
+	return crcShift(c, PosProducerID-PosAttributes-2)
 }()
 
 // Rewrite turns a validated, non-control batch fetched from a source into one
@@ -107,8 +107,8 @@ func Rewrite(b []byte, pid int64) {
 	be := binary.BigEndian
 	_ = b[BatchHeaderSize-1]
 
-	attrs := be.Uint16(b[posAttributes:])
-	oldPID := be.Uint64(b[posProducerID:])
+	attrs := be.Uint16(b[PosAttributes:])
+	oldPID := be.Uint64(b[PosProducerID:])
 
 	var diff uint32 // raw CRC of D ^ D' over the 30 bytes from the attributes
 	if attrs&AttrTransactional != 0 {
@@ -120,12 +120,12 @@ func Rewrite(b []byte, pid int64) {
 		}
 	}
 	if diff != 0 {
-		crc := be.Uint32(b[posCRC:]) ^ crcShift(diff, uint64(len(b)-posProducerEpoch))
-		be.PutUint32(b[posCRC:], crc)
+		crc := be.Uint32(b[PosCRC:]) ^ crcShift(diff, uint64(len(b)-PosProducerEpoch))
+		be.PutUint32(b[PosCRC:], crc)
 	}
 
-	be.PutUint64(b[posBaseOffset:], 0)
-	be.PutUint32(b[posLeaderEpoch:], 0xFFFF_FFFF)
-	be.PutUint16(b[posAttributes:], attrs&^AttrTransactional)
-	be.PutUint64(b[posProducerID:], uint64(pid))
+	be.PutUint64(b[PosBaseOffset:], 0)
+	be.PutUint32(b[PosLeaderEpoch:], 0xFFFF_FFFF)
+	be.PutUint16(b[PosAttributes:], attrs&^AttrTransactional)
+	be.PutUint64(b[PosProducerID:], uint64(pid))
 }

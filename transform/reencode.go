@@ -84,8 +84,8 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 	if err != nil {
 		return nil, nil, err
 	}
-	if int64(h.Length) != int64(len(b))-lengthOverhead {
-		return nil, nil, corrupt(b, -1, CheckLength, "length field is %d, but %d bytes follow it", h.Length, len(b)-lengthOverhead)
+	if int64(h.Length) != int64(len(b))-LengthOverhead {
+		return nil, nil, corrupt(b, -1, CheckLength, "length field is %d, but %d bytes follow it", h.Length, len(b)-LengthOverhead)
 	}
 	if h.Control() {
 		return nil, nil, fmt.Errorf("%w: batch at offset %d", ErrControlBatch, h.BaseOffset)
@@ -126,7 +126,7 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 		}
 	}
 	size := BatchHeaderSize + len(records)
-	if size-lengthOverhead > math.MaxInt32 {
+	if size-LengthOverhead > math.MaxInt32 {
 		return nil, nil, fmt.Errorf("re-encoded batch at offset %d is %d bytes, too large for a batch", h.BaseOffset, size)
 	}
 
@@ -134,7 +134,7 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 	out = append(dst[:0], make([]byte, BatchHeaderSize)...)
 	putHeader(out, Header{
 		BaseOffset:           0,
-		Length:               int32(size - lengthOverhead),
+		Length:               int32(size - LengthOverhead),
 		PartitionLeaderEpoch: -1,
 		Magic:                2,
 		Attributes:           h.Attributes &^ AttrTransactional,
@@ -147,7 +147,7 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 		NumRecords:           n,
 	})
 	out = append(out, records...)
-	binary.BigEndian.PutUint32(out[posCRC:], crc32.Checksum(out[posAttributes:], crcTable))
+	binary.BigEndian.PutUint32(out[PosCRC:], crc32.Checksum(out[PosAttributes:], crcTable))
 	return out, offsets, nil
 }
 

@@ -455,7 +455,7 @@ func TestBatchSpans(t *testing.T) {
 		t.Fatalf("spans %v, want %v", spans, want)
 	}
 	legacy := slices.Clone(b1)
-	legacy[posMagic] = 1
+	legacy[transform.PosMagic] = 1
 	if _, err := batchSpans(legacy, nil); !errors.Is(err, ErrUnsupportedFormat) {
 		t.Fatalf("legacy message set: err = %v", err)
 	}
@@ -464,13 +464,13 @@ func TestBatchSpans(t *testing.T) {
 // testBatch is a v2 batch header (no records, so not a valid batch for a
 // broker, enough for batchSpans).
 func testBatch(base int64, lastDelta, seq int32) []byte {
-	b := make([]byte, batchHeaderSize+4)
+	b := make([]byte, transform.BatchHeaderSize+4)
 	be := binary.BigEndian
 	be.PutUint64(b, uint64(base))
-	be.PutUint32(b[posLength:], uint32(len(b)-lengthOverhead))
-	b[posMagic] = 2
-	be.PutUint32(b[posLastOffsetDelta:], uint32(lastDelta))
-	be.PutUint32(b[posBaseSequence:], uint32(seq))
+	be.PutUint32(b[transform.PosLength:], uint32(len(b)-transform.LengthOverhead))
+	b[transform.PosMagic] = 2
+	be.PutUint32(b[transform.PosLastOffsetDelta:], uint32(lastDelta))
+	be.PutUint32(b[transform.PosBaseSequence:], uint32(seq))
 	return b
 }
 
@@ -490,8 +490,8 @@ func TestCreateTimes(t *testing.T) {
 		b := encodeBatch(t, recs, codec, -1, -1, -1)
 		binary.BigEndian.PutUint64(b, 40)
 		plain := slices.Clone(b)
-		b[posAttributes+1] |= attrLogAppendTime
-		binary.BigEndian.PutUint64(b[posFirstTimestamp+8:], appendTime) // max timestamp: the append time
+		b[transform.PosAttributes+1] |= transform.AttrTimestampLogAppend
+		binary.BigEndian.PutUint64(b[transform.PosFirstTimestamp+8:], appendTime) // max timestamp: the append time
 		spans, err := batchSpans(slices.Concat(plain, b), nil)
 		if err != nil {
 			t.Fatal(err)

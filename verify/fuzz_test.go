@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/seed83556561/mirrord/transform"
 )
 
 // batchSpans reads headers from whatever a broker (or damage) hands it:
@@ -20,17 +22,17 @@ func FuzzBatchSpans(f *testing.F) {
 		}
 		pos := 0
 		for i, s := range spans {
-			if len(b)-pos < batchHeaderSize {
+			if len(b)-pos < transform.BatchHeaderSize {
 				t.Fatalf("span %d starts %d bytes before the end, inside a header", i, len(b)-pos)
 			}
 			at := b[pos:]
-			if at[posMagic] != 2 {
-				t.Fatalf("span %d has magic %d", i, at[posMagic])
+			if at[transform.PosMagic] != 2 {
+				t.Fatalf("span %d has magic %d", i, at[transform.PosMagic])
 			}
 			if base := int64(binary.BigEndian.Uint64(at)); s.base != base {
 				t.Fatalf("span %d base %d, header says %d", i, s.base, base)
 			}
-			pos += lengthOverhead + int(binary.BigEndian.Uint32(at[posLength:]))
+			pos += transform.LengthOverhead + int(binary.BigEndian.Uint32(at[transform.PosLength:]))
 			if pos > len(b) {
 				t.Fatalf("span %d ends at byte %d, past the %d-byte buffer", i, pos, len(b))
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 const (
@@ -426,46 +427,33 @@ type span struct {
 	raw []byte
 }
 
-// Positions in a v2 record batch header (DESIGN §5).
-const (
-	posLength          = 8
-	posMagic           = 16
-	posAttributes      = 21
-	posFirstTimestamp  = 27
-	attrLogAppendTime  = 0x08
-	posLastOffsetDelta = 23
-	posBaseSequence    = 53
-	batchHeaderSize    = 61
-	lengthOverhead     = 12 // base offset and length precede what the length counts
-)
-
 // batchSpans appends the spans of the complete batches in a fetched buffer;
 // it stops at a partial batch (brokers cut the last batch at the size limit)
 // and fails on a legacy message set.
 func batchSpans(b []byte, dst []span) ([]span, error) {
-	for len(b) > posMagic {
-		if m := int8(b[posMagic]); m != 2 {
+	for len(b) > transform.PosMagic {
+		if m := int8(b[transform.PosMagic]); m != 2 {
 			return dst, fmt.Errorf("magic %d at offset %d, record batch format v2 needed: %w",
 				m, int64(binary.BigEndian.Uint64(b)), ErrUnsupportedFormat)
 		}
-		if len(b) < batchHeaderSize {
+		if len(b) < transform.BatchHeaderSize {
 			break
 		}
-		length := int64(int32(binary.BigEndian.Uint32(b[posLength:])))
-		if length < batchHeaderSize-lengthOverhead || length+lengthOverhead > int64(len(b)) {
+		length := int64(int32(binary.BigEndian.Uint32(b[transform.PosLength:])))
+		if length < transform.BatchHeaderSize-transform.LengthOverhead || length+transform.LengthOverhead > int64(len(b)) {
 			break
 		}
 		base := int64(binary.BigEndian.Uint64(b))
 		sp := span{
 			base:    base,
-			last:    base + int64(int32(binary.BigEndian.Uint32(b[posLastOffsetDelta:]))),
-			baseSeq: int32(binary.BigEndian.Uint32(b[posBaseSequence:])),
+			last:    base + int64(int32(binary.BigEndian.Uint32(b[transform.PosLastOffsetDelta:]))),
+			baseSeq: int32(binary.BigEndian.Uint32(b[transform.PosBaseSequence:])),
 		}
-		if b[posAttributes+1]&attrLogAppendTime != 0 {
-			sp.raw = b[:length+lengthOverhead]
+		if b[transform.PosAttributes+1]&transform.AttrTimestampLogAppend != 0 {
+			sp.raw = b[:length+transform.LengthOverhead]
 		}
 		dst = append(dst, sp)
-		b = b[length+lengthOverhead:]
+		b = b[length+transform.LengthOverhead:]
 	}
 	return dst, nil
 }
