@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
@@ -632,7 +633,7 @@ func (c *coord) applyOutcome(o *outcome) {
 				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), true)
 			case kerr.IsRetriable(err):
 				c.retry(pt, kind, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, err), false)
-			case isAuthorization(err):
+			case access.IsRefusal(err):
 				c.fail(pt, KindRefused, fmt.Errorf("%w: %s at offset %d, broker %d: the source cluster does not allow the link's principal Read on Topic:%s (mirrord fetches the topic's batches; see docs/acls.md): %w",
 					ErrRefused, pt.p, pt.offset, o.broker, pt.p.Topic, err))
 			default:
@@ -651,18 +652,13 @@ func (c *coord) applyOutcome(o *outcome) {
 func lookupRefused(pt *cursor, err error) error {
 	var ke *kerr.Error
 	switch {
-	case isAuthorization(err):
+	case access.IsRefusal(err):
 		return fmt.Errorf("%w: %s at offset %d: leader lookup: the source cluster does not allow the link's principal Describe on Topic:%s (the partition's leader is looked up with a Metadata request; Read implies Describe; see docs/acls.md): %w",
 			ErrRefused, pt.p, pt.offset, pt.p.Topic, err)
 	case errors.As(err, &ke) && !ke.Retriable:
 		return fmt.Errorf("%w: %s at offset %d: leader lookup: %w", ErrRefused, pt.p, pt.offset, err)
 	}
 	return nil
-}
-
-// isAuthorization reports whether err is a Kafka authorization refusal.
-func isAuthorization(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed)
 }
 
 // classify names the metric kind of a partition error and whether it means
@@ -781,7 +777,7 @@ func (c *coord) starve(pt *cursor, it *itemOutcome) {
 // applyOutOfRange applies the out-of-range policy with the log start and end
 // offsets looked up after the error.
 func (c *coord) applyOutOfRange(pt *cursor, it *itemOutcome) {
-	if it.rangeErr != nil && isAuthorization(it.rangeErr) {
+	if it.rangeErr != nil && access.IsRefusal(it.rangeErr) {
 		c.fail(pt, KindRefused, fmt.Errorf("%w: %s offset %d is out of range; looking up the valid range: the source cluster does not allow the link's principal Describe on Topic:%s (ListOffsets needs it; Read implies it; see docs/acls.md): %w",
 			ErrRefused, pt.p, pt.offset, pt.p.Topic, it.rangeErr))
 		return

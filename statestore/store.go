@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
@@ -235,13 +236,6 @@ func (s *Store) principal() string {
 	return s.cfg.Principal
 }
 
-// isAuthorization reports whether err is a Kafka authorization refusal.
-func isAuthorization(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
-		errors.Is(err, kerr.ClusterAuthorizationFailed)
-}
-
 // describe returns the state topic's metadata with the operations the
 // principal may perform on it (empty when the broker does not say).
 func (s *Store) describe(ctx context.Context, cl *kgo.Client) (kmsg.MetadataResponseTopic, error) {
@@ -303,7 +297,7 @@ func (s *Store) Ensure(ctx context.Context) error {
 	}
 	created := false
 	switch err := kerr.ErrorForCode(t.ErrorCode); {
-	case isAuthorization(err):
+	case access.IsRefusal(err):
 		return s.refused(needDescribe, err)
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		compact := "compact"
@@ -313,7 +307,7 @@ func (s *Store) Ensure(ctx context.Context) error {
 			s.log.Info("created state topic", "partitions", s.cfg.Partitions, "replication_factor", s.cfg.ReplicationFactor)
 			created = true
 		case errors.Is(err, kerr.TopicAlreadyExists): // another agent was first
-		case isAuthorization(err):
+		case access.IsRefusal(err):
 			return s.refused(needCreate, err)
 		default:
 			return fmt.Errorf("create state topic %q: %w", s.cfg.Topic, err)
@@ -321,7 +315,7 @@ func (s *Store) Ensure(ctx context.Context) error {
 		if t, err = s.waitCreated(ctx, cl); err != nil {
 			return err
 		}
-		if err := kerr.ErrorForCode(t.ErrorCode); isAuthorization(err) {
+		if err := kerr.ErrorForCode(t.ErrorCode); access.IsRefusal(err) {
 			return s.refused(needDescribe, err)
 		}
 	case err != nil && !kerr.IsRetriable(err):
@@ -341,7 +335,7 @@ func (s *Store) Ensure(ctx context.Context) error {
 			err = rc.Err
 		}
 	}
-	if isAuthorization(err) {
+	if access.IsRefusal(err) {
 		return s.refused(needDescribeConfigs, err)
 	}
 	if err != nil {
@@ -418,7 +412,7 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	adm := kadm.NewClient(cl)
 	topic := s.cfg.Topic
 	md, err := adm.Metadata(ctx, topic)
-	if isAuthorization(err) {
+	if access.IsRefusal(err) {
 		return s.refused(needDescribe, err)
 	}
 	if err != nil {
@@ -435,7 +429,7 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	if err == nil {
 		err = starts.Error()
 	}
-	if isAuthorization(err) {
+	if access.IsRefusal(err) {
 		return s.refused(needDescribe, err)
 	}
 	if err != nil {
@@ -445,7 +439,7 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	if err == nil {
 		err = ends.Error()
 	}
-	if isAuthorization(err) {
+	if access.IsRefusal(err) {
 		return s.refused(needDescribe, err)
 	}
 	if err != nil {
@@ -511,7 +505,7 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 				return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, err)
 			}
 			continue
-		case isAuthorization(fp.Err):
+		case access.IsRefusal(fp.Err):
 			return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, r.s.refused(needRead, fp.Err))
 		default:
 			return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, fp.Err)

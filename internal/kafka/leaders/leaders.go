@@ -154,3 +154,20 @@ func Metadata(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.Meta
 	}
 	return resp, nil
 }
+
+// ClusterID is the ID of the cluster cl reaches, as its Metadata answer
+// reports it, unless pinned (a cluster block's cluster_id) is set. name is
+// the cluster block's label, for errors.
+func ClusterID(ctx context.Context, cl *kgo.Client, name, pinned string) (string, error) {
+	if pinned != "" {
+		return pinned, nil
+	}
+	md, err := Metadata(ctx, cl)
+	if err != nil {
+		return "", fmt.Errorf("cluster %s: read cluster ID: %w", name, err)
+	}
+	if md.ClusterID == nil || *md.ClusterID == "" {
+		return "", fmt.Errorf("cluster %s reports no cluster ID (Kafka before 0.10.1?): set cluster_id in its cluster block", name)
+	}
+	return *md.ClusterID, nil
+}

@@ -27,3 +27,12 @@ type Key struct {
 
 // Key returns the partition's map key.
 func (p Partition) Key() Key { return Key{p.Topic, p.Partition} }
+
+// Pair is one mirrored partition: a source partition and the destination
+// partition with the same number in the renamed topic.
+type Pair struct {
+	Src, Dst Partition
+}
+
+// String is "source[n]→destination[n]".
+func (p Pair) String() string { return fmt.Sprintf("%s→%s", p.Src, p.Dst) }
