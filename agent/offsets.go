@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // translateTimeout bounds one translation served over HTTP (a translation
@@ -33,11 +34,11 @@ var translateReasons = []struct {
 	reason string
 	code   int
 }{
-	{link.ErrNotMirrored, "not_mirrored", http.StatusNotFound},
-	{link.ErrBelowDestinationStart, "below_destination_start", http.StatusUnprocessableEntity},
-	{link.ErrAheadOfLink, "ahead_of_link", http.StatusConflict},
-	{link.ErrPastSourceEnd, "past_source_end", http.StatusUnprocessableEntity},
-	{link.ErrUntranslatable, "untranslatable", http.StatusUnprocessableEntity},
+	{translate.ErrNotMirrored, "not_mirrored", http.StatusNotFound},
+	{translate.ErrBelowDestinationStart, "below_destination_start", http.StatusUnprocessableEntity},
+	{translate.ErrAheadOfLink, "ahead_of_link", http.StatusConflict},
+	{translate.ErrPastSourceEnd, "past_source_end", http.StatusUnprocessableEntity},
+	{translate.ErrUntranslatable, "untranslatable", http.StatusUnprocessableEntity},
 }
 
 // TranslateReason is the reason and HTTP status of a translation error.
@@ -51,7 +52,7 @@ func TranslateReason(err error) (string, int) {
 }
 
 // translate answers GET /v1/links/{name}/translate?topic=&partition=&offset=
-// with the link.Translation of a source position: 400 for a missing or
+// with the translate.Result of a source position: 400 for a missing or
 // malformed parameter, 404 for a partition the link does not mirror, and
 // the statuses of TranslateReason for the rest.
 func (a *Agent) translate(w http.ResponseWriter, r *http.Request) {
@@ -96,7 +97,7 @@ func (a *Agent) failover(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	o := link.FailoverOptions{Timeout: link.DefaultFailoverTimeout}
+	o := failover.Options{Timeout: failover.DefaultTimeout}
 	if s := q.Get("timeout"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {

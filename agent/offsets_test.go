@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
-	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // get sends a GET with the bearer token (none if empty).
@@ -75,7 +75,7 @@ func TestTranslateEndpoint(t *testing.T) {
 
 	for _, c := range []struct{ offset, want int64 }{{0, 0}, {3, 3}, {5, 5}, {6, 5}, {9, 5}, {11, 6}, {13, 8}, {14, 9}, {15, 9}} {
 		code, body := get(t, url(fmt.Sprintf("topic=orders&partition=0&offset=%d", c.offset)), rightToken)
-		var tr link.Translation
+		var tr translate.Result
 		if err := json.Unmarshal(body, &tr); code != http.StatusOK || err != nil {
 			t.Fatalf("offset %d: %d %s", c.offset, code, body)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/link"
 	"github.com/seed83556561/mirrord/transform"
@@ -440,8 +441,8 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		n := polls.Add(1)
 		at := time.Now().UTC()
 		st := bigStatus(1_000_000 + n*25_000)
-		st.GroupSync = &link.GroupSyncStatus{Interval: 10 * time.Second, LastRound: at, Groups: []link.GroupStatus{
-			{Group: "billing", State: "synced", Partitions: make([]link.GroupPartitionSync, 3), At: at.Add(-12 * time.Second)},
+		st.GroupSync = &failover.GroupSyncStatus{Interval: 10 * time.Second, LastRound: at, Groups: []failover.GroupStatus{
+			{Group: "billing", State: "synced", Partitions: make([]failover.GroupPartitionSync, 3), At: at.Add(-12 * time.Second)},
 			{Group: "audit", State: "active", Members: 2, At: at.Add(-5 * time.Minute), Error: "2 members at the destination"},
 		}}
 		raw := Overview{At: at, History: HistoryShape{IntervalSeconds: 10, Capacity: 360}, Links: []LinkView{newLinkView(st)}}

@@ -1,7 +1,6 @@
 package link
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,11 +22,7 @@ type Input interface{ input() }
 
 // Pair is one mirrored partition: a source partition and the destination
 // partition with the same number in the renamed topic.
-type Pair struct {
-	Src, Dst tp.Partition
-}
-
-func (p Pair) String() string { return fmt.Sprintf("%s→%s", p.Src, p.Dst) }
+type Pair = tp.Pair
 
 // Placement is what the state topic and the clusters say about a partition
 // that joins the session: its latest checkpoint, if any, where start_from

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
@@ -83,11 +84,11 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 	held, release := holdAppend()
 	load(t, src, p, plain, 0, e.topic("b"), 25, topic)
 	waitClosed(t, held, "an append held at the destination")
-	end := func() (f *FailoverStatus) {
+	end := func() (f *failover.Status) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			if f = l.Status().Failover; f != nil && f.Outcome != FailoverRunning {
+			if f = l.Status().Failover; f != nil && f.Outcome != failover.Running {
 				return f
 			}
 			if time.Now().After(deadline) {
@@ -96,11 +97,11 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if err := l.StartFailover(FailoverOptions{Timeout: time.Second}); err != nil {
+	if err := l.StartFailover(failover.Options{Timeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	f := end()
-	if f.Outcome != FailoverNotCaughtUp || f.Lag != 25 || len(f.Partitions) != 1 || f.Partitions[0].CaughtUp || f.Partitions[0].Lag != 25 {
+	if f.Outcome != failover.NotCaughtUp || f.Lag != 25 || len(f.Partitions) != 1 || f.Partitions[0].CaughtUp || f.Partitions[0].Lag != 25 {
 		t.Errorf("failover %+v, want not_caught_up with a lag of 25 records", f)
 	}
 	if st := l.Status().State; st != Mirroring {
@@ -108,10 +109,10 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 	}
 
 	// With the lag allowed, it fails over behind the source...
-	if err := l.StartFailover(FailoverOptions{Timeout: 500 * time.Millisecond, AllowLag: true}); err != nil {
+	if err := l.StartFailover(failover.Options{Timeout: 500 * time.Millisecond, AllowLag: true}); err != nil {
 		t.Fatal(err)
 	}
-	if f = end(); f.Outcome != FailoverDoneWithLag || f.Lag != 25 {
+	if f = end(); f.Outcome != failover.DoneWithLag || f.Lag != 25 {
 		t.Errorf("failover with allow_lag: %+v, want done_with_lag, 25 records", f)
 	}
 	l.waitState(t, Paused, 30*time.Second)
@@ -120,11 +121,11 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 	l.waitState(t, Mirroring, 30*time.Second)
 
 	// ...and once the link caught up, a failover completes.
-	if err := l.StartFailover(FailoverOptions{Timeout: 30 * time.Second}); err != nil {
+	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	f = end()
-	if want := endOffset(t, dst, topic, 0); f.Outcome != FailoverDone || f.Lag != 0 || !f.Partitions[0].CaughtUp || f.Partitions[0].DestinationNext != want {
+	if want := endOffset(t, dst, topic, 0); f.Outcome != failover.Done || f.Lag != 0 || !f.Partitions[0].CaughtUp || f.Partitions[0].DestinationNext != want {
 		t.Errorf("failover after the release: %+v, want done without lag, the source's last stable offset at destination offset %d", f, want)
 	}
 	l.waitState(t, Paused, 30*time.Second)

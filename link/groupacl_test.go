@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 )
@@ -38,9 +39,9 @@ func TestGroupSyncACLs(t *testing.T) {
 		{name: "source group Describe", drop: []string{"src.group.Describe"}, logOnly: true,
 			want: "group offset sync: no source group matches the link's groups among those the source lists: Kafka lists only the groups the principal may describe, so a group without Describe on it is left out without a word, as is a group that has not committed offsets yet (see docs/acls.md)"},
 		{name: "destination group Read and Describe", drop: []string{"dst.group.Read"},
-			want: `describe group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Describe on Group:{group} (` + whyDstGroupDescribe + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+			want: `describe group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Describe on Group:{group} (` + failover.WhyDstGroupDescribe + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
 		{name: "destination group Read", drop: []string{"dst.group.Read"}, extra: []string{"+dst.group.Describe"},
-			want: `commit the offsets of group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Read on Group:{group} (` + whyDstGroupRead + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+			want: `commit the offsets of group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Read on Group:{group} (` + failover.WhyDstGroupRead + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
 	}
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
 		src, dst := aclClusters(t, b)
@@ -77,7 +78,7 @@ func TestGroupSyncACLs(t *testing.T) {
 				if tc.want == "" {
 					for {
 						gs := l.Status().GroupSync
-						if gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == GroupUpToDate {
+						if gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == failover.GroupUpToDate {
 							break
 						}
 						if time.Now().After(deadline) {
@@ -98,7 +99,7 @@ func TestGroupSyncACLs(t *testing.T) {
 						}
 						break
 					}
-					if !tc.logOnly && inLog && gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == GroupFailed && strings.Contains(gs.Groups[0].Error, want) {
+					if !tc.logOnly && inLog && gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == failover.GroupFailed && strings.Contains(gs.Groups[0].Error, want) {
 						t.Logf("group status: %s", gs.Groups[0].Error)
 						break
 					}

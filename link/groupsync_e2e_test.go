@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
@@ -250,7 +251,8 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	cfg.Link.GroupSyncInterval = 300 * time.Millisecond
 	topics := []string{txn, kv, plainT}
 	parts := []tp.Key{{Topic: txn, Partition: 0}, {Topic: txn, Partition: 1}, {Topic: kv, Partition: 0}, {Topic: plainT, Partition: 0}, {Topic: plainT, Partition: 1}}
-	l := startLink(t, cfg, src, dst, "groups")
+	reg := prometheus.NewRegistry()
+	l := startLinkWith(t, cfg, Deps{Logger: testLogger(t, "groups"), Metrics: NewMetrics(reg), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
 	mirrored := map[string]string{}
 	for _, tpc := range topics {
 		mirrored[tpc] = rename(tpc)
@@ -311,8 +313,8 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	readPart(group("app-skip"), 0.3)
 
 	// A sync round that saw every group.
-	byGroup := func() map[string]GroupStatus { // by group ID without the scenario's prefix
-		m := map[string]GroupStatus{}
+	byGroup := func() map[string]failover.GroupStatus { // by group ID without the scenario's prefix
+		m := map[string]failover.GroupStatus{}
 		if gs := l.Status().GroupSync; gs != nil {
 			for _, g := range gs.Groups {
 				for _, base := range []string{"app", "app-active", "app-ahead", "app-skip", "app-late"} {
@@ -326,7 +328,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	}
 	waitFor("a round that synced app and saw app-active active", func() bool {
 		m := byGroup()
-		return m["app"].State == GroupUpToDate && m["app-active"].State == GroupActive && m["app-ahead"].At.After(time.Time{})
+		return m["app"].State == failover.GroupUpToDate && m["app-active"].State == failover.GroupActive && m["app-ahead"].At.After(time.Time{})
 	})
 	m := byGroup()
 	if _, ok := m["app-skip"]; ok {
@@ -344,9 +346,9 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	if st := l.Status().GroupSync; st.LastSuccess.IsZero() || st.LastError != "" {
 		t.Errorf("group sync status %+v, want a success and no error", st)
 	}
-	gm := l.groups.Load().met
-	if synced, translated, errs, age := testutil.ToFloat64(gm.synced), testutil.ToFloat64(gm.translated), testutil.ToFloat64(gm.errors),
-		testutil.ToFloat64(gm.age.WithLabelValues(gm.link)); synced < 2 || translated < float64(len(parts)) || age < 0 || age > 5 {
+	metric := func(name string) float64 { return linkMetric(t, reg, name, l.Name()) }
+	if synced, translated, errs, age := metric("mirrord_group_sync_groups_synced_total"), metric("mirrord_group_sync_partitions_translated_total"),
+		metric("mirrord_group_sync_translation_errors_total"), metric("mirrord_group_sync_last_success_age_seconds"); synced < 2 || translated < float64(len(parts)) || age < 0 || age > 5 {
 		t.Errorf("metrics: %v groups synced, %v partitions translated, last success %vs ago; want groups and partitions and a recent success",
 			synced, translated, age)
 	} else {
@@ -386,15 +388,15 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	}
 	late := &groupMove{rd: rd, group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
 	load(t, src, p, plain, 0, e.topic("p3"), 30, plainT) // the link has more to mirror when the failover starts
-	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err != nil {
+	if err := l.StartFailover(failover.Options{Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.StartFailover(FailoverOptions{Timeout: time.Minute}); err == nil {
+	if err := l.StartFailover(failover.Options{Timeout: time.Minute}); err == nil {
 		t.Error("a second failover started while one runs")
 	}
-	waitFor("the failover to end", func() bool { f := l.Status().Failover; return f != nil && f.Outcome != FailoverRunning })
+	waitFor("the failover to end", func() bool { f := l.Status().Failover; return f != nil && f.Outcome != failover.Running })
 	f := l.Status().Failover
-	if f.Outcome != FailoverDone || f.Lag != 0 || l.Status().State != Paused {
+	if f.Outcome != failover.Done || f.Lag != 0 || l.Status().State != Paused {
 		t.Fatalf("failover %+v, link %s; want done, no lag, PAUSED", f, l.Status().State)
 	}
 	tr = truth()
@@ -422,7 +424,34 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 		t.Errorf("the failover's report does not show app-late's %d partitions: %+v", len(parts), f.Groups)
 	}
 	late.check(t, dst)
-	if err := l.StartFailover(FailoverOptions{}); err == nil {
+	if err := l.StartFailover(failover.Options{}); err == nil {
 		t.Error("a failover started on a paused link")
 	}
+}
+
+// linkMetric is the value of the metric name with label link=link in reg;
+// the test fails if reg has none.
+func linkMetric(t *testing.T, reg *prometheus.Registry, name, link string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "link" && lp.GetValue() == link {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no metric %s{link=%q}", name, link)
+	return 0
 }

@@ -14,8 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/topics"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -83,9 +85,7 @@ type Settings struct {
 
 // GroupSelector says which consumer groups a link syncs (the config's
 // groups block: anchored include and exclude patterns).
-type GroupSelector interface {
-	Selects(group string) bool
-}
+type GroupSelector = failover.GroupSelector
 
 // StartFrom is where a partition without a checkpoint starts.
 type StartFrom string
@@ -223,6 +223,9 @@ type Link struct {
 	met  *linkMetrics
 
 	ctl chan control // operator commands to the Run goroutine
+	// acl names the link's clusters in the errors for permissions they
+	// refuse (package access).
+	acl struct{ src, dst access.Cluster }
 
 	mu     sync.Mutex // guards status
 	status Status
@@ -236,12 +239,10 @@ type Link struct {
 	// online is the running session's offer to other goroutines (offset
 	// translation), nil while no session's event loop runs.
 	online atomic.Pointer[online]
-	// groups is the group offset sync while Run runs (nil without a
-	// groups block); failovers carries a failover request to the
-	// goroutine that runs it, and failing is set while one runs.
-	groups    atomic.Pointer[groupSync]
-	failovers chan FailoverOptions
-	failing   atomic.Bool
+	// mover moves the link's consumers to the mirror: group offset sync
+	// and failover (package failover), through a view of the link that
+	// offers only what it needs (moverView).
+	mover *failover.Mover
 }
 
 type control uint8
@@ -275,9 +276,14 @@ func New(cfg Config, deps Deps) (*Link, error) {
 		log:  deps.Logger.Named("link").With("link", cfg.Link.Name),
 		met:  deps.Metrics.forLink(cfg.Link.Name),
 		ctl:  make(chan control, 4),
-
-		failovers: make(chan FailoverOptions, 1),
 	}
+	l.acl.src = access.Cluster{Role: "source", Name: cfg.Source.Name, Principal: cfg.Source.Principal}
+	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
+	l.mover = failover.New(failover.Config{
+		Groups: cfg.Link.Groups, GroupSyncInterval: cfg.Link.GroupSyncInterval, Selects: cfg.Link.Selects,
+		Source: l.acl.src, Destination: l.acl.dst,
+		SourceOpts: deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
+	}, moverView{l}, failover.Deps{Logger: l.log, Metrics: deps.Metrics.groups, Link: cfg.Link.Name, Now: deps.Now})
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}
 	return l, nil
 }
@@ -316,27 +322,20 @@ type handover struct {
 // Run drives the lifecycle until ctx ends, then stops the link (drain, final
 // checkpoint) and returns nil. It returns an error only for a broken
 // internal invariant. Beside the lifecycle it runs, and waits for, the
-// group offset sync (with a groups block, groupsync.go) and the goroutine
-// that carries out failovers (failover.go).
+// link's Mover (group offset sync with a groups block, and failovers).
 func (l *Link) Run(ctx context.Context) error {
 	aux, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
-		if g := l.groups.Swap(nil); g != nil {
-			g.close()
-		}
 	}()
-	if l.cfg.Link.Groups != nil {
-		g, err := newGroupSync(l)
-		if err != nil {
-			return err
+	wg.Go(func() {
+		if err := l.mover.Run(aux); err != nil {
+			l.log.Error("group offset sync and failover cannot run", "error", err)
+			l.setStatus(func(s *Status) { s.LastError, s.LastErrorAt = err.Error(), l.deps.Now() })
 		}
-		l.groups.Store(g)
-		wg.Go(func() { g.run(aux) })
-	}
-	wg.Go(func() { l.runFailovers(aux) })
+	})
 	return l.lifecycle(ctx)
 }
 
@@ -512,7 +511,7 @@ func errorKind(err error) string {
 		return "corrupt"
 	case errors.Is(err, appender.ErrTooLarge):
 		return "too_large"
-	case isAuthorization(err):
+	case access.IsRefusal(err):
 		return "authorization"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"

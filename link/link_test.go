@@ -2,10 +2,8 @@ package link
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
-	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -100,54 +97,5 @@ func TestNames(t *testing.T) {
 	pr := Pair{Src: tp.Partition{Topic: "orders", Partition: 3}, Dst: tp.Partition{Topic: "dc1.orders", Partition: 3}}
 	if got := pr.String(); got != "orders[3]→dc1.orders[3]" {
 		t.Errorf("pair %q", got)
-	}
-	for v, want := range map[verdict]string{skipEmpty: "skip", skipDuplicate: "duplicate", needSalt: "salt", forward: "forward"} {
-		if got := v.String(); got != want {
-			t.Errorf("verdict %d named %q, want %q", v, got, want)
-		}
-	}
-}
-
-// twin is the one relation by which settling, reconciliation and offset
-// translation recognise the link's own batch at the destination: equal
-// but for what the destination broker assigns or rewrites (base offset,
-// partition leader epoch, CRC, the timestamp-type bit and max timestamp
-// of a LogAppendTime batch reaching a CreateTime topic), different for
-// anything a producer wrote.
-func TestTwin(t *testing.T) {
-	want := batchtest.Simple(0, -12345, 3, 40, 4)
-	rewritten := func(edit func(b []byte)) []byte {
-		b := slices.Clone(want)
-		edit(b)
-		return b
-	}
-	for _, tc := range []struct {
-		name string
-		got  []byte
-		twin bool
-	}{
-		{"identical", slices.Clone(want), true},
-		{"base offset and leader epoch assigned", rewritten(func(b []byte) {
-			binary.BigEndian.PutUint64(b, 977)
-			binary.BigEndian.PutUint32(b[12:], 8)
-		}), true},
-		{"stamped, max timestamp and CRC rewritten", rewritten(func(b []byte) {
-			b[offAttributes+1] |= timestampTypeBit
-			binary.BigEndian.PutUint64(b[offMaxTimestamp:], 1_800_000_000_000)
-			binary.BigEndian.PutUint32(b[17:], 0xdeadbeef)
-		}), true},
-		{"another producer ID", rewritten(func(b []byte) { b[offProducerID+7]++ }), false},
-		{"another base sequence", rewritten(func(b []byte) { b[offProducerID+8+2+3]++ }), false},
-		{"another record byte", rewritten(func(b []byte) { b[len(b)-1]++ }), false},
-		{"another codec", rewritten(func(b []byte) { b[offAttributes+1] |= 0x01 }), false},
-		{"transactional", rewritten(func(b []byte) { b[offAttributes+1] |= 0x10 }), false},
-		{"another first timestamp", rewritten(func(b []byte) { b[offMaxTimestamp-1]++ }), false},
-		{"another last offset delta", rewritten(func(b []byte) { b[offLastOffsetDelt+3]++ }), false},
-		{"shorter", want[:len(want)-1], false},
-		{"a header only", want[:transform.BatchHeaderSize-1], false},
-	} {
-		if got := twin(want, tc.got); got != tc.twin {
-			t.Errorf("%s: twin = %v, want %v", tc.name, got, tc.twin)
-		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/seed83556561/mirrord/failover"
 )
 
 // Metrics are the link pipeline's metrics, all labelled by link. One set
@@ -22,7 +24,7 @@ type Metrics struct {
 	destinationGaps, skipped, removed    *prometheus.CounterVec
 	lag, lagSeconds, partitions          *prometheus.GaugeVec
 	partitionLag                         *prometheus.GaugeVec
-	groups                               *groupMetrics // groupsync.go
+	groups                               *failover.Metrics
 }
 
 // MaxPartitionLagSeries bounds mirrord_partition_lag_records: a link with
@@ -71,11 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
 	}
-	m.groups = newGroupMetrics(counter, gauge)
+	m.groups = failover.NewMetrics(reg)
 	if reg != nil {
-		for _, c := range m.groups.collectors() {
-			reg.MustRegister(c)
-		}
 		for _, c := range []prometheus.Collector{
 			m.records, m.bytes, m.batches, m.reencoded, m.state, m.collisions, m.unresolvable,
 			m.barriers, m.duplicates, m.gaps, m.lowEpoch, m.fenced, m.errors, m.foreign, m.reconciled,

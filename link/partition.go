@@ -8,6 +8,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // phase is where one destination partition is in its session: one explicit
@@ -76,7 +77,7 @@ type partition struct {
 	head  int
 
 	// The head batch while it is with the appender or being settled.
-	dec         decision
+	dec         twin.Decision
 	tag         uint64
 	refetchedAt int64 // source offset of the last batch refetched after CORRUPT_MESSAGE; -1 none
 
@@ -154,7 +155,7 @@ func (p *partition) barrierKey() barrier.Partition {
 
 // recon is a reconciliation in progress (phaseReconciling).
 type recon struct {
-	w      *walker
+	w      *twin.Walker
 	active bool // assigned and reading; otherwise waiting for a slot
 
 	dst     [][]byte // destination batches read and not yet compared

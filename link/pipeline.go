@@ -15,6 +15,8 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // PipelineConfig configures a Pipeline.
@@ -77,13 +79,13 @@ type Stats struct {
 //     partition only after its barrier committed (DESIGN §4, §8);
 //   - an append of unknown outcome is settled before the partition sends
 //     anything else (I2);
-//   - reconciliation decides every source batch with decide, as the
+//   - reconciliation decides every source batch with twin.Decide, as the
 //     pipeline does (I3);
 //   - a partition is removed only when the source confirmed it gone (I6);
 //   - every fetch result's pin is released exactly once (I7).
 type Pipeline struct {
 	cfg   PipelineConfig
-	src   source
+	src   twin.Source
 	reenc *transform.Reencoder
 
 	parts []*partition
@@ -141,7 +143,7 @@ func NewPipeline(cfg PipelineConfig) *Pipeline {
 	}
 	return &Pipeline{
 		cfg:   cfg,
-		src:   source{cluster: cfg.SourceCluster, region: cfg.Region},
+		src:   twin.Source{Cluster: cfg.SourceCluster, Region: cfg.Region},
 		reenc: transform.NewReencoder(),
 		byDst: make(map[key]*partition),
 		bySrc: make(map[key]*partition),
@@ -269,7 +271,7 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 		if pc.DstEnd > p.dstNext {
 			p.phase = phaseReconciling
 			p.rc = &recon{
-				w:      newWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext),
+				w:      twin.NewWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext),
 				dstPos: p.dstNext,
 				dstEnd: pc.DstEnd,
 			}
@@ -295,10 +297,10 @@ func (pl *Pipeline) place(pc Placement) *partition {
 	p := newPartition(pc.Pair, psm)
 	ck := pc.Checkpoint
 	switch {
-	case ck != nil && sameSource(ck, pc.Src):
+	case ck != nil && ck.IsOf(pc.Src):
 		p.srcNext, p.dstNext = ck.SourceNextOffset, ck.DestNextOffset
 		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
-		psm.Restore(producerEntries(ck.Producers))
+		psm.Restore(statestore.ProducerEntries(ck.Producers))
 		if pc.DstStart > p.dstNext {
 			pl.log(hclog.Error, "destination log starts past the checkpoint: destination retention deleted records this link appended, and reconciliation cannot tell which source records they held",
 				"destination", pc.Dst.String(), "checkpoint_destination_offset", p.dstNext, "destination_log_start", pc.DstStart)
@@ -317,49 +319,6 @@ func (pl *Pipeline) place(pc Placement) *partition {
 			"source_offset", p.srcNext, "destination_offset", p.dstNext)
 	}
 	return p
-}
-
-// sameSource reports whether a checkpoint is of source partition src. A
-// version 0 checkpoint has no topic ID and goes by name.
-func sameSource(ck *statestore.CheckpointValue, src tp.Partition) bool {
-	if ck.SourceTopic != src.Topic || ck.SourcePartition != src.Partition {
-		return false
-	}
-	return ck.SourceTopicID == (statestore.UUID{}) || src.ID == ([16]byte{}) || ck.SourceTopicID == statestore.UUID(src.ID)
-}
-
-func producerEntries(ps []statestore.ProducerState) []transform.ProducerEntry {
-	out := make([]transform.ProducerEntry, 0, len(ps))
-	for _, s := range ps {
-		out = append(out, transform.ProducerEntry{
-			Origin:     transform.Origin{Cluster: s.SourceClusterID, PID: s.OriginalPID},
-			Mapped:     s.MappedPID,
-			Region:     transform.Region(s.Region),
-			Epoch:      s.Epoch,
-			LastSeq:    s.LastSequence,
-			LastAppend: time.UnixMilli(s.LastAppendMs),
-		})
-	}
-	return out
-}
-
-func producerStates(es []transform.ProducerEntry) []statestore.ProducerState {
-	if len(es) == 0 {
-		return nil
-	}
-	out := make([]statestore.ProducerState, 0, len(es))
-	for _, e := range es {
-		out = append(out, statestore.ProducerState{
-			SourceClusterID: e.Origin.Cluster,
-			OriginalPID:     e.Origin.PID,
-			MappedPID:       e.Mapped,
-			Region:          uint32(e.Region),
-			Epoch:           e.Epoch,
-			LastSequence:    e.LastSeq,
-			LastAppendMs:    e.LastAppend.UnixMilli(),
-		})
-	}
-	return out
 }
 
 // ---- fetch results ----
@@ -427,32 +386,32 @@ func (pl *Pipeline) next(p *partition) {
 			pl.finishHead(p)
 			continue
 		}
-		d, err := decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
+		d, err := twin.Decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
 		if err != nil {
 			pl.fail(fmt.Errorf("source %s: %w", p.Src, err))
 			return
 		}
-		switch d.verdict {
-		case skipEmpty:
+		switch d.Verdict {
+		case twin.SkipEmpty:
 			pl.finishHead(p)
-		case skipDuplicate:
-			p.psm.Commit(d.psm, pl.now)
+		case twin.SkipDuplicate:
+			p.psm.Commit(d.PSM, pl.now)
 			pl.stats.Duplicates++
 			pl.finishHead(p)
-		case needSalt:
+		case twin.NeedSalt:
 			p.phase = phaseSalting
-			pl.salts = append(pl.salts, saltReq{p, *d.psm.Salt})
+			pl.salts = append(pl.salts, saltReq{p, *d.PSM.Salt})
 			pl.log(hclog.Info, "producer ID collision; committing a salt before the batch is appended",
-				"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "origin", d.psm.Salt.Origin.String(),
-				"holder", d.psm.Holder.String(), "salt", d.psm.Salt.Salt, "mapped_pid", d.psm.Salt.Mapped)
+				"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "origin", d.PSM.Salt.Origin.String(),
+				"holder", d.PSM.Holder.String(), "salt", d.PSM.Salt.Salt, "mapped_pid", d.PSM.Salt.Mapped)
 		default:
-			switch d.psm.Kind {
+			switch d.PSM.Kind {
 			case transform.KindLowerEpoch:
 				pl.log(hclog.Warn, "batch with an epoch below its producer's current one; appended",
 					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "producer_id", it.hdr.ProducerID, "epoch", it.hdr.ProducerEpoch)
 			case transform.KindUnresolvable:
 				pl.log(hclog.Warn, "mapped producer ID held by another origin and neither can move (both forwarded by upstream mirrors); appended under the shared PID",
-					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "pid", d.psm.Mapped, "holder", d.psm.Holder.String())
+					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "pid", d.PSM.Mapped, "holder", d.PSM.Holder.String())
 			}
 			pl.submit(p, d)
 		}
@@ -469,13 +428,13 @@ func (pl *Pipeline) finishHead(p *partition) {
 
 // submit is the one place that hands a batch to the appender, and so the one
 // place that keeps a partition to one batch in flight (I2).
-func (pl *Pipeline) submit(p *partition, d decision) {
+func (pl *Pipeline) submit(p *partition, d twin.Decision) {
 	if p.phase != phaseIdle {
 		panic(fmt.Sprintf("link: submit for %s in phase %s", p.Dst, p.phase))
 	}
 	pl.tags++
 	p.tag, p.dec, p.phase = pl.tags, d, phaseAppending
-	pl.emit(DoSubmit{Request: appender.Request{Partition: p.Dst, Batch: d.out, Tag: p.tag}})
+	pl.emit(DoSubmit{Request: appender.Request{Partition: p.Dst, Batch: d.Out, Tag: p.tag}})
 }
 
 // ---- append results ----
@@ -495,7 +454,7 @@ func (pl *Pipeline) appended(res appender.Result) {
 		delay, early := pl.settleDelay(res)
 		pl.log(hclog.Warn, "append outcome unknown; settling it against the destination before anything else is sent",
 			"destination", p.Dst.String(), "source_offset", h.BaseOffset, "answered", res.Answered, "after", delay, "error", res.Err)
-		a := DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.out, Tag: p.tag, Delay: delay, EarlyAfter: early}
+		a := DoSettle{Dst: p.Dst, From: p.dstNext, Want: p.dec.Out, Tag: p.tag, Delay: delay, EarlyAfter: early}
 		if !res.Sent.IsZero() {
 			ld := res.Leader
 			a.SentTo = &ld
@@ -571,7 +530,7 @@ func leaderMoved(sent *leaders.Leader, now leaders.Leader) bool {
 // acked records that p's head batch is at the destination from base.
 func (pl *Pipeline) acked(p *partition, base int64) {
 	d := p.dec
-	oh, _ := transform.ParseHeader(d.out)
+	oh, _ := transform.ParseHeader(d.Out)
 	switch {
 	case base > p.dstNext:
 		// Someone else wrote between the link's appends: another
@@ -585,20 +544,20 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 			"destination", p.Dst.String(), "offset", base, "expected", p.dstNext)
 		p.win.reset()
 	}
-	p.psm.Commit(d.psm, pl.now)
+	p.psm.Commit(d.PSM, pl.now)
 	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
 	it := &p.queue[p.head]
-	p.win.add(Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: base, DstEnd: p.dstNext})
+	p.win.add(translate.Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: base, DstEnd: p.dstNext})
 	s := &pl.stats
 	s.Records += int64(oh.NumRecords) // what was appended: a trimmed batch holds fewer than its source
-	s.Bytes += int64(len(d.out))
+	s.Bytes += int64(len(d.Out))
 	s.Batches++
-	if d.reencoded {
+	if d.Reencoded {
 		s.Reencoded++
 	}
 	// Counted once appended: a batch decided twice (fetched again after
 	// CORRUPT_MESSAGE) counts once.
-	switch d.psm.Kind {
+	switch d.PSM.Kind {
 	case transform.KindSequenceGap:
 		s.Gaps++
 	case transform.KindLowerEpoch:
@@ -606,7 +565,7 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	case transform.KindUnresolvable:
 		s.Unresolvable++
 	}
-	p.dec = decision{}
+	p.dec = twin.Decision{}
 	p.phase = phaseIdle
 	pl.finishHead(p)
 	pl.next(p)
@@ -700,7 +659,7 @@ func (pl *Pipeline) sourceEnd(e InSourceEnd) {
 	switch {
 	case e.Err != nil:
 		pl.log(hclog.Warn, "reconcile: looking up the source's last stable offset failed; asking again", "source", p.Src.String(), "error", e.Err)
-	case e.LSO > rc.w.srcNext:
+	case e.LSO > rc.w.SrcNext():
 		rc.emptySince = time.Time{} // more is committed; the fetcher brings it
 	case rc.emptySince.IsZero():
 		rc.emptySince = pl.now
@@ -744,8 +703,8 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 			}
 			return
 		}
-		if w.stopped || rc.exhausted {
-			if err := w.foreignRest(rc.dst[0]); err != nil {
+		if w.Stopped() || rc.exhausted {
+			if err := w.ForeignRest(rc.dst[0]); err != nil {
 				pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
 				return
 			}
@@ -762,20 +721,20 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 		}
 		it := &p.queue[p.head]
 		if it.raw == nil {
-			w.srcNext = max(w.srcNext, it.end)
+			w.Pass(it.end)
 			pl.release(p.pop())
 			continue
 		}
-		st, err := w.compare(it.raw, it.hdr, it.from, rc.dst[0], pl.now)
+		st, err := w.Compare(it.raw, it.hdr, it.from, rc.dst[0], pl.now)
 		if err != nil {
 			pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
 			return
 		}
 		switch st {
-		case stepMatch:
+		case twin.StepMatch:
 			pl.release(p.pop())
 			rc.dst = rc.dst[1:]
-		case stepSkip:
+		case twin.StepSkip:
 			pl.release(p.pop())
 		default:
 			rc.dst = rc.dst[1:]
@@ -787,15 +746,16 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 // ended, and it waits, unassigned, for its barrier.
 func (pl *Pipeline) reconciled(p *partition) {
 	w := p.rc.w
-	p.srcNext, p.dstNext = w.srcNext, w.dstNext
-	pl.stats.Reconciled += int64(w.matched)
-	pl.stats.Foreign += int64(w.foreign)
-	if w.foreign > 0 {
+	n := w.Counts()
+	p.srcNext, p.dstNext = w.SrcNext(), w.DstNext()
+	pl.stats.Reconciled += int64(n.Matched)
+	pl.stats.Foreign += int64(n.Foreign)
+	if n.Foreign > 0 {
 		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
-			"destination", p.Dst.String(), "foreign_batches", w.foreign, "resume_source_offset", p.srcNext)
+			"destination", p.Dst.String(), "foreign_batches", n.Foreign, "resume_source_offset", p.srcNext)
 	}
-	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", w.matched, "foreign_batches", w.foreign,
-		"skipped_source_batches", w.skipped, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
+	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "foreign_batches", n.Foreign,
+		"skipped_source_batches", n.Skipped, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
 	p.rc = nil
 	p.phase = phaseAdmitting
 	pl.unassign(p)
@@ -977,7 +937,7 @@ func (pl *Pipeline) flushCommits() {
 	for _, p := range admit {
 		// The checkpoint that goes with a barrier carries the producer
 		// state as the barrier leaves it: no mirrored producer.
-		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.cluster, pl.now), pl.checkpoint(p, nil))
+		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.Cluster, pl.now), pl.checkpoint(p, nil))
 		c.at[p] = [2]int64{p.srcNext, p.dstNext}
 	}
 	for _, s := range c.salts {
@@ -1054,7 +1014,7 @@ func (pl *Pipeline) checkpoint(p *partition, ps []transform.ProducerEntry) state
 			DestNextOffset:   p.dstNext,
 			TimestampMs:      pl.now.UnixMilli(),
 			SourceTopicID:    statestore.UUID(p.Src.ID),
-			Producers:        producerStates(ps),
+			Producers:        statestore.ProducerStates(ps),
 		},
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // sessionEnd is how a session ended, for the next one.
@@ -43,7 +45,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Event, sessi
 		stopped  bool
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
-	o := &online{queries: s.queries, done: make(chan struct{}), tr: s.tr}
+	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs}
 	l.online.Store(o)
 	defer func() {
 		l.online.Store(nil)
@@ -209,7 +211,7 @@ func (s *session) noteRefusal(ev Input) {
 	case InPlaced:
 		err = e.Err
 	}
-	if err == nil || !isAuthorization(err) {
+	if err == nil || !access.IsRefusal(err) {
 		return
 	}
 	now := s.l.deps.Now()
@@ -290,7 +292,7 @@ func (s *session) settle(ctx context.Context, a DoSettle) Input {
 		if err != nil {
 			s.dstLeaders.Invalidate(a.Dst.Key())
 		}
-		if !sleep(ctx, settleRetry.Wait(attempt)) {
+		if backoff.Sleep(ctx, settleRetry.Wait(attempt)) != nil {
 			return nil
 		}
 	}
@@ -306,9 +308,9 @@ func (s *session) settleWait(ctx context.Context, a DoSettle) bool {
 	}
 	start := time.Now()
 	if a.SentTo == nil || a.EarlyAfter >= a.Delay {
-		return sleep(ctx, a.Delay)
+		return backoff.Sleep(ctx, a.Delay) == nil
 	}
-	if !sleep(ctx, a.EarlyAfter) {
+	if backoff.Sleep(ctx, a.EarlyAfter) != nil {
 		return false
 	}
 	for {
@@ -323,7 +325,7 @@ func (s *session) settleWait(ctx context.Context, a DoSettle) bool {
 		if left <= 0 {
 			return true
 		}
-		if !sleep(ctx, min(left, leaderPoll)) {
+		if backoff.Sleep(ctx, min(left, leaderPoll)) != nil {
 			return false
 		}
 	}
@@ -364,7 +366,7 @@ func (s *session) settleOnce(ctx context.Context, a DoSettle) (found int64, cert
 			return -1, hw >= leo, nil
 		}
 		for _, b := range batches {
-			if twin(a.Want, b) {
+			if twin.Match(a.Want, b) {
 				h, _ := transform.ParseHeader(b)
 				return h.BaseOffset, true, nil
 			}

@@ -25,6 +25,8 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // TestScripts replays the scenario scripts under testdata/ against the
@@ -50,7 +52,7 @@ type script struct {
 	pl     *Pipeline
 	base   time.Time
 	now    time.Time
-	src    source
+	src    twin.Source
 	cfg    PipelineConfig
 	last   []Action          // the actions of the last step
 	batch  map[string][]byte // named source batches, as the source holds them
@@ -80,8 +82,8 @@ func runScript(t *testing.T, file string) {
 	}
 	s.now = s.base
 	region, _ := transform.RegionOf(kafkatest.SourceClusterID)
-	s.src = source{cluster: kafkatest.SourceClusterID, region: region}
-	s.cfg = PipelineConfig{Link: "l", SourceCluster: s.src.cluster, Region: region, SettleDelay: 30 * time.Second,
+	s.src = twin.Source{Cluster: kafkatest.SourceClusterID, Region: region}
+	s.cfg = PipelineConfig{Link: "l", SourceCluster: s.src.Cluster, Region: region, SettleDelay: 30 * time.Second,
 		Rand: func() int64 { s.saltsN++; return s.saltsN * 1000 }}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -319,12 +321,12 @@ func (s *script) placement(words []string) Placement {
 			f := strings.Split(v, ":")
 			pid := s.int(f[0])
 			pc.Checkpoint.Producers = append(pc.Checkpoint.Producers, statestore.ProducerState{
-				SourceClusterID: s.src.cluster, OriginalPID: pid, MappedPID: transform.MapPID(pid, s.src.region),
-				Region: uint32(s.src.region), Epoch: int16(s.int(f[1])), LastSequence: int32(s.int(f[2])), LastAppendMs: s.now.UnixMilli(),
+				SourceClusterID: s.src.Cluster, OriginalPID: pid, MappedPID: transform.MapPID(pid, s.src.Region),
+				Region: uint32(s.src.Region), Epoch: int16(s.int(f[1])), LastSequence: int32(s.int(f[2])), LastAppendMs: s.now.UnixMilli(),
 			})
 		case "salt":
 			a, b, _ := strings.Cut(v, ":")
-			pc.Salts = append(pc.Salts, Salt{Origin: transform.Origin{Cluster: s.src.cluster, PID: s.int(a)}, Salt: s.int(b), At: s.now})
+			pc.Salts = append(pc.Salts, Salt{Origin: transform.Origin{Cluster: s.src.Cluster, PID: s.int(a)}, Salt: s.int(b), At: s.now})
 		default:
 			s.fatalf("placement: unknown key %q", k)
 		}
@@ -493,13 +495,13 @@ func (s *script) twinOf(spec string) []byte {
 	parts := strings.Split(rest, "~")
 	src := slices.Clone(s.sourceBatch(parts[0]))
 	h, _ := transform.ParseHeader(src)
-	mapped := transform.MapPID(h.ProducerID, s.src.region)
+	mapped := transform.MapPID(h.ProducerID, s.src.Region)
 	broker := false
 	for _, o := range parts[1:] {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
 		case "salt":
-			mapped = transform.MapPIDSalted(h.ProducerID, s.src.region, s.int(v))
+			mapped = transform.MapPIDSalted(h.ProducerID, s.src.Region, s.int(v))
 		case "broker":
 			broker = true
 		default:
@@ -519,8 +521,8 @@ func (s *script) twinOf(spec string) []byte {
 		}
 	}
 	if broker {
-		out[offAttributes+1] &^= timestampTypeBit
-		binary.BigEndian.PutUint64(out[offMaxTimestamp:], uint64(1_700_000_000_000+int64(h.NumRecords)-1))
+		out[transform.PosAttributes+1] &^= transform.AttrTimestampLogAppend
+		binary.BigEndian.PutUint64(out[transform.PosMaxTimestamp:], uint64(1_700_000_000_000+int64(h.NumRecords)-1))
 		crc := crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli))
 		binary.BigEndian.PutUint32(out[17:], crc)
 	}
@@ -745,7 +747,7 @@ func (s *script) unmap(mapped int64) (string, bool) {
 		return "", false
 	}
 	low := mapped & 0x7FFF_FFFF
-	if transform.MapPID(low, s.src.region) == mapped {
+	if transform.MapPID(low, s.src.Region) == mapped {
 		return strconv.FormatInt(low, 10), true
 	}
 	return strconv.FormatInt(low, 10) + "~salted", true
@@ -802,7 +804,7 @@ func (s *script) state(part string, kv map[string]string) {
 
 // windowString writes spans as a script states them: FROM..END>DSTBASE,
 // with BASE: before FROM when the batch began before it; "none" for none.
-func windowString(spans []Span) string {
+func windowString(spans []translate.Span) string {
 	if len(spans) == 0 {
 		return "none"
 	}

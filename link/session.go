@@ -15,11 +15,14 @@ import (
 
 	"github.com/seed83556561/mirrord/appender"
 	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/mailbox"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // session is one session of a link: from PREPARING until the link leaves
@@ -58,8 +61,8 @@ type session struct {
 	// run by the event loop; tr translates offsets over the session's
 	// clients.
 	queries      chan query
-	tr           *translator
-	trSrc, trDst *kgo.Client // tr's
+	logs         *translate.Logs // offset translations' readers
+	trSrc, trDst *kgo.Client     // logs' clients
 
 	reported  Stats // the pipeline's counters already added to the metrics
 	published int   // partitions in the last published status
@@ -101,10 +104,10 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	s.srcAdm, s.dstAdm = kadm.NewClient(s.src), kadm.NewClient(s.dst)
 	s.srcLeaders, s.dstLeaders = leaders.New(s.src, 0), leaders.New(s.dst, 0)
 
-	if s.srcID, err = clusterID(ctx, s.srcAdm, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
+	if s.srcID, err = leaders.ClusterID(ctx, s.src, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
 		return nil, err
 	}
-	if s.dstID, err = clusterID(ctx, s.dstAdm, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
+	if s.dstID, err = leaders.ClusterID(ctx, s.dst, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
 		return nil, err
 	}
 	s.sameCluster = s.srcID == s.dstID
@@ -123,8 +126,8 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	if s.trDst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
 		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
-	s.tr = &translator{src: s.trSrc, dst: s.trDst, srcLeaders: leaders.New(s.trSrc, 0), dstLeaders: leaders.New(s.trDst, 0),
-		source: source{cluster: s.srcID, region: s.region}, now: l.deps.Now}
+	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
+		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
 
 	s.store, err = statestore.New(statestore.Config{
@@ -269,22 +272,6 @@ func (s *session) waitLease(ctx context.Context, view *statestore.View, last *ha
 	return nil
 }
 
-// clusterID is the cluster's ID as the cluster reports it, unless the
-// configuration pins one.
-func clusterID(ctx context.Context, adm *kadm.Client, name, pinned string) (string, error) {
-	if pinned != "" {
-		return pinned, nil
-	}
-	md, err := adm.Metadata(ctx)
-	if err != nil {
-		return "", fmt.Errorf("cluster %s: read cluster ID: %w", name, err)
-	}
-	if md.Cluster == "" {
-		return "", fmt.Errorf("cluster %s reports no cluster ID (Kafka before 0.10.1?): set cluster_id in its cluster block", name)
-	}
-	return md.Cluster, nil
-}
-
 // place looks up where partitions joining the session resume: their
 // checkpoints and salts in view, where start_from puts them at the source,
 // and the destination's log start and end offsets. The pipeline decides
@@ -365,7 +352,7 @@ func listLed(ctx context.Context, parts []tp.Partition, list func() (kadm.Listed
 		offs    kadm.ListedOffsets
 		listErr error // of the request as a whole, in the last attempt
 	)
-	err := retry(ctx, placeAttempts, metadataRetry, func() error {
+	err := metadataRetry.Retry(ctx, placeAttempts, func() error {
 		if offs, listErr = list(); listErr != nil {
 			return listErr
 		}
@@ -375,7 +362,7 @@ func listLed(ctx context.Context, parts []tp.Partition, list func() (kadm.Listed
 			}
 		}
 		return nil
-	})
+	}, access.IsRefusal)
 	switch {
 	case listErr != nil:
 		return nil, listErr

@@ -1,8 +1,12 @@
 package link
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"time"
+
+	"github.com/seed83556561/mirrord/failover"
 )
 
 // Status is a snapshot of a link for operators (GET /v1/links).
@@ -32,8 +36,8 @@ type Status struct {
 
 	// GroupSync is the group offset sync's last round (nil: the link has
 	// no groups block); Failover the last failover (nil: none).
-	GroupSync *GroupSyncStatus `json:"group_sync,omitempty"`
-	Failover  *FailoverStatus  `json:"failover,omitempty"`
+	GroupSync *failover.GroupSyncStatus `json:"group_sync,omitempty"`
+	Failover  *failover.Status          `json:"failover,omitempty"`
 }
 
 // Counters are a link's running totals since the process started: the
@@ -94,16 +98,30 @@ func (l *Link) Status() Status {
 	defer l.mu.Unlock()
 	s := l.status
 	s.Partitions = slices.Clone(s.Partitions)
-	if s.GroupSync != nil {
-		gs := *s.GroupSync
-		s.GroupSync = &gs
-	}
-	if s.Failover != nil {
-		f := *s.Failover
-		s.Failover = &f
-	}
+	s.GroupSync, s.Failover = l.mover.GroupSync(), l.mover.Failover()
 	s.Counters = l.met.counters()
 	return s
+}
+
+// State is the link's lifecycle state.
+func (l *Link) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status.State
+}
+
+// StartFailover starts a failover of the link (package failover) and
+// returns at once; its progress and outcome are in Status().Failover.
+func (l *Link) StartFailover(o failover.Options) error { return l.mover.Start(o) }
+
+// SyncGroups runs one round of the group offset sync now and returns each
+// group's outcome (failover.ErrNoGroupSync without a groups block).
+func (l *Link) SyncGroups(ctx context.Context) ([]failover.GroupStatus, error) {
+	gs, err := l.mover.SyncGroups(ctx)
+	if err != nil {
+		return gs, fmt.Errorf("link %s: %w", l.Name(), err)
+	}
+	return gs, nil
 }
 
 func (l *Link) setStatus(fn func(*Status)) {

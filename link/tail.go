@@ -45,7 +45,7 @@ func (t *tailReader) next(ctx context.Context) ([][]byte, error) {
 			if attempt > 30 {
 				return nil, fmt.Errorf("read destination %s from offset %d: %w", t.p, t.pos, lastErr)
 			}
-			if !sleep(ctx, tailRetry.Wait(attempt)) {
+			if backoff.Sleep(ctx, tailRetry.Wait(attempt)) != nil {
 				return nil, ctx.Err()
 			}
 		}

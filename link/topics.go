@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
@@ -54,125 +55,17 @@ func createConfigs(source map[string]*string) map[string]*string {
 // settling; Alter, for growing it) would otherwise fail the link days
 // later, or only log a warning.
 var (
-	needSourceRead = topicNeed{op: kmsg.ACLOperationRead, why: "mirrord fetches the topic's batches"}
+	needSourceRead = access.Need{Op: kmsg.ACLOperationRead, Why: "mirrord fetches the topic's batches"}
 	// needSourceDescribeConfigs is checked only for a destination topic
 	// the link creates.
-	needSourceDescribeConfigs = topicNeed{op: kmsg.ACLOperationDescribeConfigs,
-		why: "mirrord reads cleanup.policy, retention.ms, retention.bytes and max.message.bytes to create the destination topic with them; or create the destination topic beforehand"}
-	needDestWrite = topicNeed{op: kmsg.ACLOperationWrite, why: "mirrord appends the mirrored batches"}
-	needDestRead  = topicNeed{op: kmsg.ACLOperationRead, why: "mirrord reads the destination partitions to reconcile after a restart and to settle appends of unknown outcome"}
+	needSourceDescribeConfigs = access.Need{Op: kmsg.ACLOperationDescribeConfigs,
+		Why: "mirrord reads cleanup.policy, retention.ms, retention.bytes and max.message.bytes to create the destination topic with them; or create the destination topic beforehand"}
+	needDestWrite = access.Need{Op: kmsg.ACLOperationWrite, Why: "mirrord appends the mirrored batches"}
+	needDestRead  = access.Need{Op: kmsg.ACLOperationRead, Why: "mirrord reads the destination partitions to reconcile after a restart and to settle appends of unknown outcome"}
 	// needDestAlter is checked only for a destination topic that has
 	// fewer partitions than its source.
-	needDestAlter = topicNeed{op: kmsg.ACLOperationAlter, why: "mirrord adds partitions to a destination topic when its source topic has more"}
+	needDestAlter = access.Need{Op: kmsg.ACLOperationAlter, Why: "mirrord adds partitions to a destination topic when its source topic has more"}
 )
-
-// topicNeed is an operation the link needs on a topic, and why.
-type topicNeed struct {
-	op  kmsg.ACLOperation
-	why string
-}
-
-// clusterAccess is one of the link's clusters as its ACL errors name it.
-type clusterAccess struct {
-	role      string // "source" or "destination"
-	cluster   string // the cluster block's name
-	principal string // Cluster.Principal
-}
-
-func (l *Link) sourceAccess() clusterAccess {
-	return clusterAccess{role: "source", cluster: l.cfg.Source.Name, principal: l.cfg.Source.Principal}
-}
-
-func (l *Link) destAccess() clusterAccess {
-	return clusterAccess{role: "destination", cluster: l.cfg.Destination.Name, principal: l.cfg.Destination.Principal}
-}
-
-// refused is the error for an operation the cluster does not allow the
-// link's principal on a topic. It names the cluster, the principal, the
-// operation and the topic, says what the operation is for, and wraps cause
-// (TOPIC_AUTHORIZATION_FAILED, as the cluster answers or would answer).
-func (a clusterAccess) refused(op kmsg.ACLOperation, topic, why string, cause error) error {
-	return a.refusedOn(op, "Topic:"+topic, why, cause)
-}
-
-// refusedOn is refused for any resource, named as kafka-acls.sh names it
-// ("Group:app").
-func (a clusterAccess) refusedOn(op kmsg.ACLOperation, resource, why string, cause error) error {
-	return fmt.Errorf("%s cluster %q does not allow %s %s on %s (%s; see docs/acls.md): %w",
-		a.role, a.cluster, a.principal, opName(op), resource, why, cause)
-}
-
-// check returns the refusals of needs on td, whose AuthorizedOperations the
-// cluster reported; a cluster that did not report them (before Kafka 2.3)
-// is not checked here, and its refusals come from the requests themselves.
-func (a clusterAccess) check(td kadm.TopicDetail, needs ...topicNeed) []error {
-	if len(td.AuthorizedOperations) == 0 {
-		return nil
-	}
-	var errs []error
-	for _, n := range needs {
-		if !slices.Contains(td.AuthorizedOperations, n.op) {
-			errs = append(errs, a.refused(n.op, td.Topic, fmt.Sprintf("%s; it may %s", n.why, opList(td.AuthorizedOperations)), kerr.TopicAuthorizationFailed))
-		}
-	}
-	return errs
-}
-
-// opName spells an operation as kafka-acls.sh --operation does.
-func opName(op kmsg.ACLOperation) string {
-	switch op {
-	case kmsg.ACLOperationRead:
-		return "Read"
-	case kmsg.ACLOperationWrite:
-		return "Write"
-	case kmsg.ACLOperationCreate:
-		return "Create"
-	case kmsg.ACLOperationDelete:
-		return "Delete"
-	case kmsg.ACLOperationAlter:
-		return "Alter"
-	case kmsg.ACLOperationDescribe:
-		return "Describe"
-	case kmsg.ACLOperationClusterAction:
-		return "ClusterAction"
-	case kmsg.ACLOperationDescribeConfigs:
-		return "DescribeConfigs"
-	case kmsg.ACLOperationAlterConfigs:
-		return "AlterConfigs"
-	case kmsg.ACLOperationIdempotentWrite:
-		return "IdempotentWrite"
-	}
-	return op.String()
-}
-
-func opList(ops []kmsg.ACLOperation) string {
-	names := make([]string, len(ops))
-	for i, op := range ops {
-		names[i] = opName(op)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
-// maxRefusals is how many refusals one error lists.
-const maxRefusals = 10
-
-// joinRefusals joins refusals into one error, at most maxRefusals of them.
-func joinRefusals(errs []error) error {
-	if len(errs) > maxRefusals {
-		errs = append(errs[:maxRefusals:maxRefusals], fmt.Errorf("and %d more refusals of the same kind", len(errs)-maxRefusals))
-	}
-	return errors.Join(errs...)
-}
-
-// isAuthorization reports whether err is a Kafka authorization refusal,
-// which no retry cures.
-func isAuthorization(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
-		errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
-		errors.Is(err, kerr.GroupAuthorizationFailed)
-}
 
 // describeTopics asks the cluster of cl for the metadata of topics (of
 // every topic the principal may describe when none are named), with the
@@ -330,7 +223,7 @@ func expand(re *syntax.Regexp) ([]string, bool) {
 // is an error that names it (every one found, at most maxRefusals), not a
 // topic left out.
 func (s *session) discover(ctx context.Context) ([]Pair, error) {
-	srcAcc, dstAcc := s.l.sourceAccess(), s.l.destAccess()
+	srcAcc, dstAcc := s.l.acl.src, s.l.acl.dst
 	src, err := describeTopics(ctx, s.src)
 	if err != nil {
 		return nil, fmt.Errorf("list source topics: %w", err)
@@ -352,7 +245,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 				td := more[name]
 				switch {
 				case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
-					refusals = append(refusals, srcAcc.refused(kmsg.ACLOperationDescribe, name,
+					refusals = append(refusals, srcAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
 						"the link's topics name it, and Kafka lists only the topics the principal may describe; Read implies Describe", td.Err))
 				case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 					// Not there (yet): mirrored once it is.
@@ -368,8 +261,8 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 		if !s.l.cfg.Link.Selects(name) {
 			continue
 		}
-		if isAuthorization(td.Err) {
-			refusals = append(refusals, srcAcc.refused(kmsg.ACLOperationDescribe, name, "Read implies Describe", td.Err))
+		if access.IsRefusal(td.Err) {
+			refusals = append(refusals, srcAcc.RefusedTopic(kmsg.ACLOperationDescribe, name, "Read implies Describe", td.Err))
 			continue
 		}
 		if td.Err != nil {
@@ -379,16 +272,16 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			return nil, fmt.Errorf("source and destination are the same cluster (%s) and rename %q maps topic %s onto itself: set rename to a template that changes names, such as \"{source}.{topic}\"",
 				s.srcID, s.l.cfg.Link.Rename, name)
 		}
-		refusals = append(refusals, srcAcc.check(td, needSourceRead)...)
+		refusals = append(refusals, srcAcc.Check(td, needSourceRead)...)
 		selected = append(selected, td)
 	}
 	if len(refusals) > 0 {
-		return nil, joinRefusals(refusals)
+		return nil, access.Join(refusals)
 	}
 	if len(selected) == 0 {
 		if s.pipe == nil { // the session's first discovery (begin builds the pipeline after it)
 			s.log.Warn("no source topic matches the link's topics among those the source lists: Kafka lists only the topics the principal may describe, so a topic without Describe (or Read, which implies it) is left out without a word (see docs/acls.md)",
-				"cluster", srcAcc.cluster, "principal", srcAcc.principal)
+				"cluster", srcAcc.Name, "principal", srcAcc.Principal)
 		}
 		return nil, nil
 	}
@@ -410,23 +303,23 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 		d, ok := dst[name]
 		switch {
 		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-			refusals = append(refusals, srcAcc.check(td, needSourceDescribeConfigs)...)
+			refusals = append(refusals, srcAcc.Check(td, needSourceDescribeConfigs)...)
 			toCreate = append(toCreate, td)
-		case isAuthorization(d.Err):
-			refusals = append(refusals, dstAcc.refused(kmsg.ACLOperationDescribe, name,
+		case access.IsRefusal(d.Err):
+			refusals = append(refusals, dstAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
 				"mirrord needs Write and Read on it, which imply Describe, and Create unless the topic exists", d.Err))
 		case d.Err != nil:
 			return nil, fmt.Errorf("destination topic %s: %w", name, d.Err)
 		default:
-			refusals = append(refusals, dstAcc.check(d, needDestWrite, needDestRead)...)
+			refusals = append(refusals, dstAcc.Check(d, needDestWrite, needDestRead)...)
 			if len(d.Partitions) < len(td.Partitions) {
-				refusals = append(refusals, dstAcc.check(d, needDestAlter)...)
+				refusals = append(refusals, dstAcc.Check(d, needDestAlter)...)
 				toGrow = append(toGrow, td)
 			}
 		}
 	}
 	if len(refusals) > 0 {
-		return nil, joinRefusals(refusals)
+		return nil, access.Join(refusals)
 	}
 	for _, td := range toGrow {
 		name := s.destName(td.Topic)
@@ -437,8 +330,8 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 				err = pr.Err
 			}
 		}
-		if isAuthorization(err) {
-			return nil, dstAcc.refused(kmsg.ACLOperationAlter, name, needDestAlter.why, err)
+		if access.IsRefusal(err) {
+			return nil, dstAcc.RefusedTopic(kmsg.ACLOperationAlter, name, needDestAlter.Why, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, err)
@@ -454,7 +347,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 		for _, td := range toCreate {
 			created = append(created, s.destName(td.Topic))
 		}
-		if err := retry(ctx, 20, metadataRetry, func() error {
+		if err := metadataRetry.Retry(ctx, 20, func() error {
 			got, err := describeTopics(ctx, s.dst, created...)
 			if err != nil {
 				return err
@@ -463,17 +356,17 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			for _, name := range created {
 				d := got[name]
 				switch {
-				case isAuthorization(d.Err):
-					errs = append(errs, dstAcc.refused(kmsg.ACLOperationDescribe, name,
+				case access.IsRefusal(d.Err):
+					errs = append(errs, dstAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
 						"mirrord created the topic and needs Write and Read on it, which imply Describe", d.Err))
 				case d.Err != nil:
 					return fmt.Errorf("destination topic %s after its creation: %w", name, d.Err)
 				default:
-					errs = append(errs, dstAcc.check(d, needDestWrite, needDestRead)...)
+					errs = append(errs, dstAcc.Check(d, needDestWrite, needDestRead)...)
 				}
 			}
-			return joinRefusals(errs)
-		}); err != nil {
+			return access.Join(errs)
+		}, access.IsRefusal); err != nil {
 			return nil, err
 		}
 	}
@@ -481,7 +374,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 	// Fresh metadata for IDs and partition counts: what was just created
 	// may not be in any cache yet.
 	var pairs []Pair
-	err = retry(ctx, 20, metadataRetry, func() error {
+	err = metadataRetry.Retry(ctx, 20, func() error {
 		pairs = pairs[:0]
 		if err := s.srcLeaders.Refresh(ctx, topicsOf(selected)...); err != nil {
 			return err
@@ -512,7 +405,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			}
 		}
 		return nil
-	})
+	}, access.IsRefusal)
 	return pairs, err
 }
 
@@ -537,21 +430,21 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 	if len(sources) == 0 {
 		return nil
 	}
-	srcAcc, dstAcc := s.l.sourceAccess(), s.l.destAccess()
+	srcAcc, dstAcc := s.l.acl.src, s.l.acl.dst
 	names := topicsOf(sources)
 	rcs, err := s.srcAdm.DescribeTopicConfigs(ctx, names...)
-	if err != nil && !isAuthorization(err) {
+	if err != nil && !access.IsRefusal(err) {
 		return fmt.Errorf("describe source topic configs: %w", err)
 	}
 	for _, td := range sources {
 		rc, onErr := rcs.On(td.Topic, nil)
 		switch {
-		case onErr == nil && isAuthorization(rc.Err):
-			return srcAcc.refused(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.why, rc.Err)
+		case onErr == nil && access.IsRefusal(rc.Err):
+			return srcAcc.RefusedTopic(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.Why, rc.Err)
 		case onErr == nil && rc.Err != nil:
 			return fmt.Errorf("describe the configs of source topic %s: %w", td.Topic, rc.Err)
-		case isAuthorization(err):
-			return srcAcc.refused(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.why, err)
+		case access.IsRefusal(err):
+			return srcAcc.RefusedTopic(kmsg.ACLOperationDescribeConfigs, td.Topic, needSourceDescribeConfigs.Why, err)
 		case onErr != nil:
 			return fmt.Errorf("describe the configs of source topic %s: the answer does not hold the topic: %w", td.Topic, onErr)
 		}
@@ -563,8 +456,8 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 		rf := s.l.cfg.Link.DestinationReplicationFactor
 		_, err := s.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), rf, createConfigs(srcCfg), name)
 		switch {
-		case isAuthorization(err):
-			return dstAcc.refused(kmsg.ACLOperationCreate, name,
+		case access.IsRefusal(err):
+			return dstAcc.RefusedTopic(kmsg.ACLOperationCreate, name,
 				"mirrord creates a destination topic that does not exist; grant Create on the topic or on the cluster, or create the topic beforehand", err)
 		case err != nil && !errors.Is(err, kerr.TopicAlreadyExists):
 			return fmt.Errorf("create destination topic %s (%d partitions, replication factor %d): %w",
@@ -579,33 +472,5 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 	return nil
 }
 
-// retry runs fn until it succeeds, ctx ends or attempts run out, waiting
-// after each failure as policy says. An authorization refusal ends it at
-// once: waiting does not grant a permission.
-func retry(ctx context.Context, attempts int, policy backoff.Policy, fn func() error) error {
-	var err error
-	for i := 1; i <= attempts; i++ {
-		if err = fn(); err == nil || isAuthorization(err) {
-			return err
-		}
-		if !sleep(ctx, policy.Wait(i)) {
-			return ctx.Err()
-		}
-	}
-	return err
-}
-
 // metadataRetry is how a freshly created topic's metadata is waited for.
 var metadataRetry = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.Second}
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

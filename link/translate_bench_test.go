@@ -12,6 +12,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // BenchmarkTranslate measures one offset translation on kfake over a
@@ -61,7 +62,7 @@ func BenchmarkTranslate(b *testing.B) {
 	}()
 	mirrortest.WaitMirrored(b, src, dst, cfg.Link.StateTopic, map[string]string{"t": "t"}, 2*time.Minute)
 	var (
-		a  Anchor
+		a  translate.Anchor
 		ok bool
 		o  *online
 	)
@@ -81,7 +82,7 @@ func BenchmarkTranslate(b *testing.B) {
 	walk.CkSrc, walk.CkDst = 0, 0 // the walk from the log start: 1,000 batches to the position
 	for _, c := range []struct {
 		name string
-		a    Anchor
+		a    translate.Anchor
 		p    int64
 		via  string
 	}{
@@ -93,7 +94,7 @@ func BenchmarkTranslate(b *testing.B) {
 			var reqs, bytes int64
 			b.ReportAllocs()
 			for b.Loop() {
-				tr, err := o.tr.translate(ctx, c.a, c.p)
+				tr, err := o.logs.Translate(ctx, c.a, c.p)
 				if err != nil || tr.Via != c.via || tr.DestinationOffset != c.p {
 					b.Fatalf("translate %d: %+v, %v; want %d via %s", c.p, tr, err, c.p, c.via)
 				}

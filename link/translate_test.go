@@ -2,6 +2,7 @@ package link
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // ---- the answer found by reading both logs in full ----
@@ -86,7 +88,7 @@ func readTruth(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part 
 // offset of the first mirrored record whose source offset is at least p;
 // with none, the destination offset the next one gets (the end).
 func (lt logTruth) want(p int64) int64 {
-	i, _ := slices.BinarySearchFunc(lt.src, p, func(r *kgo.Record, p int64) int { return cmpInt(r.Offset, p) })
+	i, _ := slices.BinarySearchFunc(lt.src, p, func(r *kgo.Record, p int64) int { return cmp.Compare(r.Offset, p) })
 	if i == len(lt.src) {
 		return lt.dstEnd
 	}
@@ -196,7 +198,7 @@ func readPartition(t *testing.T, c *cluster, topic string, part int32, committed
 // ---- the translations under test ----
 
 // liveAnchor is what the running session of l knows of a source partition.
-func liveAnchor(t *testing.T, l *testLink, k tp.Key) (Anchor, *translator) {
+func liveAnchor(t *testing.T, l *testLink, k tp.Key) (translate.Anchor, *translate.Logs) {
 	t.Helper()
 	o := l.online.Load()
 	if o == nil {
@@ -205,13 +207,13 @@ func liveAnchor(t *testing.T, l *testLink, k tp.Key) (Anchor, *translator) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var (
-		a  Anchor
+		a  translate.Anchor
 		ok bool
 	)
 	if err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(k) }); err != nil || !ok {
 		t.Fatalf("anchor of %v: %v (mirrored: %v)", k, err, ok)
 	}
-	return a, o.tr
+	return a, o.logs
 }
 
 // way is one way to translate: the running link's, the offline
@@ -219,7 +221,7 @@ func liveAnchor(t *testing.T, l *testLink, k tp.Key) (Anchor, *translator) {
 // point, so that every strategy is tried at every position.
 type way struct {
 	name string
-	fn   func(ctx context.Context, p int64) (Translation, error)
+	fn   func(ctx context.Context, p int64) (translate.Result, error)
 	// must is the strategy that has to answer some of the positions.
 	must string
 }
@@ -230,13 +232,13 @@ func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt
 	if !a.Head || len(a.Spans) == 0 {
 		t.Fatalf("anchor of %v: %+v, want the head and a window", k, a)
 	}
-	off, err := NewTranslator(context.Background(), cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	off, err := NewOffline(context.Background(), cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(off.Close)
-	from := func(a Anchor) func(ctx context.Context, p int64) (Translation, error) {
-		return func(ctx context.Context, p int64) (Translation, error) { return tr.translate(ctx, a, p) }
+	from := func(a translate.Anchor) func(ctx context.Context, p int64) (translate.Result, error) {
+		return func(ctx context.Context, p int64) (translate.Result, error) { return tr.Translate(ctx, a, p) }
 	}
 	noWindow := a
 	noWindow.Spans = nil
@@ -246,10 +248,10 @@ func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt
 	stamp := noWindow
 	stamp.CkSrc, stamp.CkDst, stamp.Producers = -1, -1, nil
 	return []way{
-		{name: "link", must: "window", fn: func(ctx context.Context, p int64) (Translation, error) {
+		{name: "link", must: "window", fn: func(ctx context.Context, p int64) (translate.Result, error) {
 			return l.Translate(ctx, k.Topic, k.Partition, p)
 		}},
-		{name: "offline", must: "timestamp", fn: func(ctx context.Context, p int64) (Translation, error) {
+		{name: "offline", must: "timestamp", fn: func(ctx context.Context, p int64) (translate.Result, error) {
 			return off.Translate(ctx, k.Topic, k.Partition, p)
 		}},
 		{name: "anchor", must: "head", fn: from(a)},
@@ -271,8 +273,8 @@ func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart
 		for _, p := range ps {
 			got, err := w.fn(ctx, p)
 			if p > lt.srcEnd {
-				if !errors.Is(err, ErrPastSourceEnd) {
-					t.Errorf("%s: translate %d past the source's end %d: %+v, %v; want ErrPastSourceEnd", w.name, p, lt.srcEnd, got, err)
+				if !errors.Is(err, translate.ErrPastSourceEnd) {
+					t.Errorf("%s: translate %d past the source's end %d: %+v, %v; want translate.ErrPastSourceEnd", w.name, p, lt.srcEnd, got, err)
 				}
 				continue
 			}
@@ -411,7 +413,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 
 	// Edge cases on the same link.
 	t.Run("not-mirrored", func(t *testing.T) {
-		off, err := NewTranslator(ctx, cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+		off, err := NewOffline(ctx, cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,9 +422,9 @@ func testTranslateProperty(t *testing.T, e *env) {
 			topic string
 			part  int32
 		}{{private, 0}, {mixed, 7}, {"no-such-topic", 0}} {
-			for name, fn := range map[string]func(context.Context, string, int32, int64) (Translation, error){"link": l.Translate, "offline": off.Translate} {
-				if got, err := fn(ctx, c.topic, c.part, 0); !errors.Is(err, ErrNotMirrored) {
-					t.Errorf("%s: translate %s[%d]: %+v, %v; want ErrNotMirrored", name, c.topic, c.part, got, err)
+			for name, fn := range map[string]func(context.Context, string, int32, int64) (translate.Result, error){"link": l.Translate, "offline": off.Translate} {
+				if got, err := fn(ctx, c.topic, c.part, 0); !errors.Is(err, translate.ErrNotMirrored) {
+					t.Errorf("%s: translate %s[%d]: %+v, %v; want translate.ErrNotMirrored", name, c.topic, c.part, got, err)
 				} else {
 					t.Logf("%s: %v", name, err)
 				}
@@ -444,10 +446,10 @@ func testTranslateProperty(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		end := endOffset(t, src, mixed, 0)
-		if got, err := tr.translate(ctx, a, end); !errors.Is(err, ErrAheadOfLink) {
-			t.Errorf("translate %d with the link at %d: %+v, %v; want ErrAheadOfLink", end, a.SrcNext, got, err)
+		if got, err := tr.Translate(ctx, a, end); !errors.Is(err, translate.ErrAheadOfLink) {
+			t.Errorf("translate %d with the link at %d: %+v, %v; want translate.ErrAheadOfLink", end, a.SrcNext, got, err)
 		}
-		if got, err := tr.translate(ctx, a, a.SrcNext); err != nil || got.DestinationOffset != a.DstNext || got.Via != "head" {
+		if got, err := tr.Translate(ctx, a, a.SrcNext); err != nil || got.DestinationOffset != a.DstNext || got.Via != "head" {
 			t.Errorf("translate the link's position %d: %+v, %v; want %d via head", a.SrcNext, got, err, a.DstNext)
 		}
 		// Once mirrored, the same position translates to the first late
@@ -486,8 +488,8 @@ func testTranslateProperty(t *testing.T, e *env) {
 				switch {
 				case want < del:
 					below++
-					if !errors.Is(err, ErrBelowDestinationStart) {
-						t.Errorf("%s: translate %d (mirrored at %d, the destination starts at %d): %+v, %v; want ErrBelowDestinationStart", w.name, p, want, del, got, err)
+					if !errors.Is(err, translate.ErrBelowDestinationStart) {
+						t.Errorf("%s: translate %d (mirrored at %d, the destination starts at %d): %+v, %v; want translate.ErrBelowDestinationStart", w.name, p, want, del, got, err)
 					}
 				case err != nil || got.DestinationOffset != want:
 					t.Errorf("%s: translate %d: %+v, %v; want %d", w.name, p, got, err, want)
@@ -513,7 +515,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 			p    int64
 			want int64
 			err  error
-		}{{lt.srcEnd, lt.dstEnd, nil}, {3, lt.want(15), nil}, {20, lt.want(20), nil}, {end, 0, ErrAheadOfLink}, {end + 1, 0, ErrPastSourceEnd}} {
+		}{{lt.srcEnd, lt.dstEnd, nil}, {3, lt.want(15), nil}, {20, lt.want(20), nil}, {end, 0, translate.ErrAheadOfLink}, {end + 1, 0, translate.ErrPastSourceEnd}} {
 			// Link.Translate without a session reads the state topic.
 			got, err := l.Translate(ctx, cut, 0, c.p)
 			switch {

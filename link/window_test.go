@@ -1,13 +1,17 @@
 package link
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/seed83556561/mirrord/translate"
+)
 
 // Guards the window's bound: it keeps the WindowSpans newest spans, oldest
 // first, and never more.
 func TestWindowKeepsNewest(t *testing.T) {
 	var w window
 	for i := range int64(3*WindowSpans + 5) {
-		w.add(Span{From: 10 * i, Base: 10 * i, End: 10*i + 10, DstBase: 7 * i, DstEnd: 7*i + 7})
+		w.add(translate.Span{From: 10 * i, Base: 10 * i, End: 10*i + 10, DstBase: 7 * i, DstEnd: 7*i + 7})
 		got := w.list()
 		n := min(int(i)+1, WindowSpans)
 		if len(got) != n || cap(w.spans) > WindowSpans {
@@ -23,7 +27,7 @@ func TestWindowKeepsNewest(t *testing.T) {
 	if len(w.list()) != 0 {
 		t.Fatal("reset left spans")
 	}
-	w.add(Span{Base: 1})
+	w.add(translate.Span{Base: 1})
 	if got := w.list(); len(got) != 1 || got[0].Base != 1 {
 		t.Fatalf("after reset and add: %+v", got)
 	}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/link"
 )
 
@@ -398,7 +399,7 @@ func (c *Client) Resume(ctx context.Context, name string) (link.Status, error) {
 // Failover starts a failover of the link (POST
 // /v1/links/{name}/failover); the status returned shows it running, and
 // the link's status (Link) its progress and outcome.
-func (c *Client) Failover(ctx context.Context, name string, o link.FailoverOptions) (link.Status, error) {
+func (c *Client) Failover(ctx context.Context, name string, o failover.Options) (link.Status, error) {
 	var out link.Status
 	p, err := linkPath(name, "failover")
 	if err == nil {

@@ -17,9 +17,9 @@ import (
 
 	"github.com/seed83556561/mirrord/agent"
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/tlstest"
-	"github.com/seed83556561/mirrord/link"
 )
 
 const token = "client-test-token-0123456789"
@@ -139,7 +139,7 @@ func TestClientCallsTheAgent(t *testing.T) {
 	// The link's clusters do not run: it never mirrors, and a failover
 	// is refused with the API's reason.
 	var apiErr *APIError
-	if _, err := c.Failover(ctx, "l", link.FailoverOptions{Timeout: time.Minute}); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict ||
+	if _, err := c.Failover(ctx, "l", failover.Options{Timeout: time.Minute}); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict ||
 		!strings.Contains(apiErr.Message, "a failover starts from MIRRORING") {
 		t.Errorf("Failover of a link that is not mirroring: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/agent/adminclient"
-	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/failover"
 )
 
 func init() {
@@ -34,7 +34,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.opts.CertFile, "client-cert", "", "client certificate (PEM), for an agent with agent.admin.client_ca_file")
 	fs.StringVar(&f.opts.KeyFile, "client-key", "", "the client certificate's private key (PEM)")
 	name := fs.String("link", "", "the link (required)")
-	timeout := fs.Duration("timeout", link.DefaultFailoverTimeout, "how long the link may take to mirror up to the source's last stable offsets")
+	timeout := fs.Duration("timeout", failover.DefaultTimeout, "how long the link may take to mirror up to the source's last stable offsets")
 	allowLag := fs.Bool("allow-lag", false, "fail over after --timeout even if the link has not caught up, and report the lag")
 	asJSON := fs.Bool("json", false, "print the failover's status (the failover field of GET /v1/links/{name}) as JSON")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -51,7 +51,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	st, err := c.Failover(ctx, *name, link.FailoverOptions{Timeout: *timeout, AllowLag: *allowLag})
+	st, err := c.Failover(ctx, *name, failover.Options{Timeout: *timeout, AllowLag: *allowLag})
 	if err != nil {
 		fmt.Fprintf(stderr, "mirrord failover: %v\n", err)
 		if errors.Is(err, adminclient.ErrNotFound) {
@@ -79,7 +79,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		fo := s.Failover
-		if fo != nil && fo.Started.Equal(started) && fo.Outcome != link.FailoverRunning {
+		if fo != nil && fo.Started.Equal(started) && fo.Outcome != failover.Running {
 			return reportFailover(*name, fo, *asJSON, stdout, stderr)
 		}
 		if time.Now().After(deadline) {
@@ -91,7 +91,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 
 // reportFailover prints the outcome, each partition and each group's
 // partitions, and returns the exit code.
-func reportFailover(name string, fo *link.FailoverStatus, asJSON bool, stdout, stderr io.Writer) int {
+func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stderr io.Writer) int {
 	if asJSON {
 		b, _ := json.MarshalIndent(fo, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
@@ -121,10 +121,10 @@ func reportFailover(name string, fo *link.FailoverStatus, asJSON bool, stdout, s
 		}
 	}
 	switch fo.Outcome {
-	case link.FailoverDone, link.FailoverDoneWithLag:
+	case failover.Done, failover.DoneWithLag:
 		fmt.Fprintf(stderr, "mirrord failover: link %s is paused; consumers of the synced groups can start at the destination\n", name)
 		return exitOK
-	case link.FailoverNotCaughtUp:
+	case failover.NotCaughtUp:
 		fmt.Fprintf(stderr, "mirrord failover: link %s did not catch up (lag %d records); it keeps mirroring. Stop the source's producers, or pass --allow-lag\n", name, fo.Lag)
 	default:
 		fmt.Fprintf(stderr, "mirrord failover: link %s: failover %s: %s; the link was left as it was\n", name, fo.Outcome, fo.Error)

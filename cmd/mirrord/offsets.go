@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/seed83556561/mirrord/agent"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/seed83556561/mirrord/agent"
 
 	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/link"
@@ -23,9 +24,9 @@ func init() {
 }
 
 // runOffsetsTranslate translates with the link's configuration alone: it
-// reads the link's state topic and both clusters (link.NewTranslator), so
+// reads the link's state topic and both clusters (link.NewOffline), so
 // it works whether the agent runs or not. One position prints a
-// link.Translation; --group prints a link.GroupTranslation. Exit 1 when a
+// translate.Result; --group prints a translate.GroupOffsets. Exit 1 when a
 // translation failed (for a group: any of its partitions; the JSON names
 // each error).
 func runOffsetsTranslate(args []string, stdout, stderr io.Writer) int {
@@ -86,7 +87,7 @@ func runOffsetsTranslate(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	tr, err := link.NewTranslator(ctx, agent.LinkConfig(cfg, l),
+	tr, err := link.NewOffline(ctx, agent.LinkConfig(cfg, l),
 		link.Deps{SourceOpts: srcOpts, DestinationOpts: dstOpts})
 	if err != nil {
 		fmt.Fprintf(stderr, "mirrord %s: %v\n", cmd, err)
@@ -96,7 +97,7 @@ func runOffsetsTranslate(args []string, stdout, stderr io.Writer) int {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if *group != "" {
-		gt, err := tr.TranslateGroup(ctx, *group)
+		gt, err := tr.Group(ctx, *group)
 		if err != nil {
 			fmt.Fprintf(stderr, "mirrord %s: %v\n", cmd, err)
 			return exitError

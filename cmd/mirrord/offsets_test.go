@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
-	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // produceTxns writes three transactions of a transactional producer to
@@ -88,7 +88,7 @@ func TestOffsetsTranslateCommand(t *testing.T) {
 
 	for _, c := range []struct{ offset, want int64 }{{0, 0}, {4, 4}, {5, 5}, {7, 5}, {9, 5}, {10, 5}, {12, 7}, {14, 9}, {15, 9}} {
 		code, out, errs := runCmd("offsets", "translate", "--config", cfgPath, "--link", "l", "--topic", "orders", "--partition", "0", "--offset", fmt.Sprint(c.offset))
-		var tr link.Translation
+		var tr translate.Result
 		if err := json.Unmarshal([]byte(out), &tr); code != exitOK || err != nil {
 			t.Fatalf("offset %d: exit %d: %v\n%s%s", c.offset, code, err, out, errs)
 		}
@@ -98,7 +98,7 @@ func TestOffsetsTranslateCommand(t *testing.T) {
 	}
 
 	code, out, errs := runCmd("offsets", "translate", "--config", cfgPath, "--link", "l", "--group", "g")
-	var gt link.GroupTranslation
+	var gt translate.GroupOffsets
 	if err := json.Unmarshal([]byte(out), &gt); code != exitOK || err != nil {
 		t.Fatalf("--group: exit %d: %v\n%s%s", code, err, out, errs)
 	}

@@ -1,6 +1,7 @@
-package link
+package failover
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // Failover (DESIGN §13): an operator moves consumers to the destination in
@@ -20,12 +25,12 @@ import (
 // up within the timeout (and lag is not allowed), or the final sync fails,
 // the link is left as it was, mirroring.
 //
-// StartFailover hands the request to a goroutine that Link.Run starts and
-// waits for (runFailovers); the outcome and the report are in the link's
-// status (Status.Failover) while it runs and after.
+// Start hands the request to the goroutine that Mover.Run runs (failovers);
+// the outcome and the report are in the Mover's status (Status) while it
+// runs and after.
 
-// FailoverOptions are a failover's parameters.
-type FailoverOptions struct {
+// Options are a failover's parameters.
+type Options struct {
 	// Timeout bounds the wait for the link to catch up (default 5m).
 	Timeout time.Duration
 	// AllowLag fails over after Timeout even if the link has not caught
@@ -33,20 +38,20 @@ type FailoverOptions struct {
 	AllowLag bool
 }
 
-// DefaultFailoverTimeout is FailoverOptions.Timeout's default.
-const DefaultFailoverTimeout = 5 * time.Minute
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 5 * time.Minute
 
-// Failover outcomes.
+// Outcomes of a failover.
 const (
-	FailoverRunning     = "running"
-	FailoverDone        = "done"          // caught up, synced, paused
-	FailoverDoneWithLag = "done_with_lag" // with AllowLag: synced and paused behind the source
-	FailoverNotCaughtUp = "not_caught_up" // the link was left mirroring
-	FailoverFailed      = "failed"        // see Error; the link was left as it was
+	Running     = "running"
+	Done        = "done"          // caught up, synced, paused
+	DoneWithLag = "done_with_lag" // with AllowLag: synced and paused behind the source
+	NotCaughtUp = "not_caught_up" // the link was left mirroring
+	Failed      = "failed"        // see Error; the link was left as it was
 )
 
-// FailoverStatus is a link's last failover.
-type FailoverStatus struct {
+// Status is a link's last failover.
+type Status struct {
 	Started  time.Time     `json:"started"`
 	Ended    time.Time     `json:"ended,omitzero"`
 	Timeout  time.Duration `json:"timeout"`
@@ -55,14 +60,14 @@ type FailoverStatus struct {
 	Error    string        `json:"error,omitempty"`
 	// Lag is the committed source records not mirrored when the
 	// failover ended, over every partition.
-	Lag        int64               `json:"lag_records"`
-	Partitions []FailoverPartition `json:"partitions"`
+	Lag        int64       `json:"lag_records"`
+	Partitions []Partition `json:"partitions"`
 	// Groups is the final group sync's outcome, per group and partition.
 	Groups []GroupStatus `json:"groups"`
 }
 
-// FailoverPartition is one mirrored partition at the end of a failover.
-type FailoverPartition struct {
+// Partition is one mirrored partition at the end of a failover.
+type Partition struct {
 	SourceTopic      string `json:"source_topic"`
 	DestinationTopic string `json:"destination_topic"`
 	Partition        int32  `json:"partition"`
@@ -76,108 +81,111 @@ type FailoverPartition struct {
 	Lag              int64 `json:"lag_records"`
 }
 
-// Errors of StartFailover.
+// Errors of Start.
 var (
-	ErrNotMirroring    = errors.New("the link is not mirroring")
-	ErrFailoverRunning = errors.New("a failover of the link is running")
+	ErrNotMirroring = errors.New("the link is not mirroring")
+	ErrRunning      = errors.New("a failover of the link is running")
 )
 
-// StartFailover starts a failover of the link and returns at once; its
-// progress and outcome are in Status().Failover.
-func (l *Link) StartFailover(o FailoverOptions) error {
+// Start starts a failover of the link and returns at once; its progress
+// and outcome are in Status.
+func (m *Mover) Start(o Options) error {
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultFailoverTimeout
+		o.Timeout = DefaultTimeout
 	}
-	if st := l.Status().State; st != Mirroring {
+	if st := m.link.State(); st != statestore.Mirroring {
 		return fmt.Errorf("%w (it is %s): a failover starts from MIRRORING", ErrNotMirroring, st)
 	}
-	if !l.failing.CompareAndSwap(false, true) {
-		return ErrFailoverRunning
+	if !m.failing.CompareAndSwap(false, true) {
+		return ErrRunning
 	}
-	l.setStatus(func(s *Status) {
-		s.Failover = &FailoverStatus{Started: l.deps.Now(), Timeout: o.Timeout, AllowLag: o.AllowLag, Outcome: FailoverRunning,
-			Partitions: []FailoverPartition{}, Groups: []GroupStatus{}}
-	})
+	m.mu.Lock()
+	m.failover = &Status{Started: m.now(), Timeout: o.Timeout, AllowLag: o.AllowLag, Outcome: Running,
+		Partitions: []Partition{}, Groups: []GroupStatus{}}
+	m.mu.Unlock()
 	select {
-	case l.failovers <- o:
+	case m.requests <- o:
 		return nil
 	default: // cannot happen: failing admits one request at a time
-		l.failing.Store(false)
-		return ErrFailoverRunning
+		m.failing.Store(false)
+		return ErrRunning
 	}
 }
 
-// runFailovers carries out failover requests until ctx ends.
-func (l *Link) runFailovers(ctx context.Context) {
+// failovers carries out failover requests until ctx ends.
+func (m *Mover) failovers(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if l.failing.Load() {
-				l.endFailover(func(f *FailoverStatus) { f.Outcome, f.Error = FailoverFailed, "the agent stopped during the failover" })
+			if m.failing.Load() {
+				m.endFailover(func(f *Status) { f.Outcome, f.Error = Failed, "the agent stopped during the failover" })
 			}
 			return
-		case o := <-l.failovers:
-			l.failover(ctx, o)
+		case o := <-m.requests:
+			m.run(ctx, o)
 		}
 	}
 }
 
-func (l *Link) endFailover(fn func(*FailoverStatus)) {
-	l.setStatus(func(s *Status) {
-		f := FailoverStatus{}
-		if s.Failover != nil {
-			f = *s.Failover
-		}
-		fn(&f)
-		f.Ended = l.deps.Now()
-		s.Failover = &f
-	})
-	l.failing.Store(false)
+// setFailover changes the failover's status.
+func (m *Mover) setFailover(fn func(*Status)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := Status{}
+	if m.failover != nil {
+		f = *m.failover
+	}
+	fn(&f)
+	m.failover = &f
 }
 
-// failover runs one failover.
-func (l *Link) failover(ctx context.Context, o FailoverOptions) {
-	log := l.log.With("failover", true)
+func (m *Mover) endFailover(fn func(*Status)) {
+	m.setFailover(func(f *Status) {
+		fn(f)
+		f.Ended = m.now()
+	})
+	m.failing.Store(false)
+}
+
+// run runs one failover.
+func (m *Mover) run(ctx context.Context, o Options) {
+	log := m.log.With("failover", true)
 	log.Info("failover: waiting until the link has mirrored up to the source's last stable offsets", "timeout", o.Timeout, "allow_lag", o.AllowLag)
-	cl, err := kgo.NewClient(l.deps.SourceOpts...)
+	cl, err := kgo.NewClient(m.cfg.SourceOpts...)
 	if err != nil {
-		l.endFailover(func(f *FailoverStatus) { f.Outcome, f.Error = FailoverFailed, err.Error() })
+		m.endFailover(func(f *Status) { f.Outcome, f.Error = Failed, err.Error() })
 		return
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := l.deps.Now().Add(o.Timeout)
+	deadline := m.now().Add(o.Timeout)
 	var (
-		parts  []FailoverPartition
+		parts  []Partition
 		lag    int64
 		caught bool
 	)
 	for {
-		parts, lag, caught, err = l.catchUp(ctx, adm)
+		parts, lag, caught, err = m.catchUp(ctx, adm)
 		if ctx.Err() != nil {
 			return // runFailovers records it
 		}
-		l.setStatus(func(s *Status) {
-			if s.Failover != nil {
-				f := *s.Failover
-				f.Partitions, f.Lag = parts, lag
-				if err != nil {
-					f.Error = err.Error()
-				}
-				s.Failover = &f
+		m.setFailover(func(f *Status) {
+			f.Partitions, f.Lag = parts, lag
+			if err != nil {
+				f.Error = err.Error()
 			}
 		})
-		if caught || !l.deps.Now().Before(deadline) {
+		if caught || !m.now().Before(deadline) {
 			break
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
 			return
 		}
 	}
 	if !caught && !o.AllowLag {
 		log.Warn("failover: the link did not catch up within the timeout; it keeps mirroring", "lag_records", lag, "error", err)
-		l.endFailover(func(f *FailoverStatus) {
-			f.Outcome, f.Partitions, f.Lag = FailoverNotCaughtUp, parts, lag
+		m.endFailover(func(f *Status) {
+			f.Outcome, f.Partitions, f.Lag = NotCaughtUp, parts, lag
 			if err != nil {
 				f.Error = err.Error()
 			}
@@ -185,8 +193,8 @@ func (l *Link) failover(ctx context.Context, o FailoverOptions) {
 		return
 	}
 	groups := []GroupStatus{}
-	if l.groups.Load() != nil {
-		groups, err = l.SyncGroups(ctx)
+	if m.cfg.Groups != nil {
+		groups, err = m.SyncGroups(ctx)
 		failed := err
 		for _, g := range groups {
 			if failed == nil && g.State == GroupFailed {
@@ -195,30 +203,30 @@ func (l *Link) failover(ctx context.Context, o FailoverOptions) {
 		}
 		if failed != nil {
 			log.Error("failover: the final group sync failed; the link keeps mirroring", "error", failed)
-			l.endFailover(func(f *FailoverStatus) {
-				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = FailoverFailed, "final group sync: "+failed.Error(), groups, parts, lag
+			m.endFailover(func(f *Status) {
+				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = Failed, "final group sync: "+failed.Error(), groups, parts, lag
 			})
 			return
 		}
 	}
-	l.Pause()
-	for l.Status().State != Paused {
-		if !sleep(ctx, 20*time.Millisecond) {
+	m.link.Pause()
+	for m.link.State() != statestore.Paused {
+		if backoff.Sleep(ctx, 20*time.Millisecond) != nil {
 			return
 		}
-		if st := l.Status().State; st == Failed || st == Stopped {
-			l.endFailover(func(f *FailoverStatus) {
-				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = FailoverFailed, fmt.Sprintf("the link became %s instead of PAUSED", st), groups, parts, lag
+		if st := m.link.State(); st == statestore.Failed || st == statestore.Stopped {
+			m.endFailover(func(f *Status) {
+				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = Failed, fmt.Sprintf("the link became %s instead of PAUSED", st), groups, parts, lag
 			})
 			return
 		}
 	}
-	outcome := FailoverDone
+	outcome := Done
 	if !caught {
-		outcome = FailoverDoneWithLag
+		outcome = DoneWithLag
 	}
 	log.Info("failover: done; the link is paused", "outcome", outcome, "lag_records", lag, "groups", len(groups))
-	l.endFailover(func(f *FailoverStatus) {
+	m.endFailover(func(f *Status) {
 		f.Outcome, f.Groups, f.Partitions, f.Lag, f.Error = outcome, groups, parts, lag, ""
 	})
 }
@@ -227,19 +235,9 @@ func (l *Link) failover(ctx context.Context, o FailoverOptions) {
 // source's last stable offset: caught up when the source holds no
 // committed record between the link's position and it (a head
 // translation of it succeeds).
-func (l *Link) catchUp(ctx context.Context, adm *kadm.Client) (parts []FailoverPartition, lag int64, caught bool, err error) {
-	o := l.online.Load()
-	if o == nil {
-		return nil, 0, false, errors.New("the link runs no session")
-	}
-	var anchors []Anchor
-	if err := o.ask(ctx, func(pl *Pipeline) {
-		for _, pr := range pl.Pairs() {
-			if a, ok := pl.Anchor(pr.Src.Key()); ok {
-				anchors = append(anchors, a)
-			}
-		}
-	}); err != nil {
+func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partition, lag int64, caught bool, err error) {
+	anchors, err := m.link.Anchors(ctx)
+	if err != nil {
 		return nil, 0, false, err
 	}
 	if len(anchors) == 0 {
@@ -259,7 +257,7 @@ func (l *Link) catchUp(ctx context.Context, adm *kadm.Client) (parts []FailoverP
 	}
 	caught = true
 	for _, a := range anchors {
-		p := FailoverPartition{SourceTopic: a.Src.Topic, DestinationTopic: a.Dst.Topic, Partition: a.Src.Partition,
+		p := Partition{SourceTopic: a.Src.Topic, DestinationTopic: a.Dst.Topic, Partition: a.Src.Partition,
 			SourceNext: a.SrcNext, DestinationNext: -1}
 		lo, ok := lso.Lookup(a.Src.Topic, a.Src.Partition)
 		if !ok {
@@ -272,11 +270,11 @@ func (l *Link) catchUp(ctx context.Context, adm *kadm.Client) (parts []FailoverP
 		case a.SrcNext >= lo.Offset:
 			p.CaughtUp, p.DestinationNext = true, a.DstNext
 		default:
-			t, err := o.tr.translate(ctx, a, lo.Offset)
+			t, err := m.link.Translate(ctx, a.Src.Topic, a.Src.Partition, lo.Offset)
 			switch {
 			case err == nil:
 				p.CaughtUp, p.DestinationNext = true, t.DestinationOffset
-			case errors.Is(err, ErrAheadOfLink):
+			case errors.Is(err, translate.ErrAheadOfLink):
 				p.Lag = lo.Offset - a.SrcNext
 			default:
 				return nil, 0, false, err
@@ -286,14 +284,8 @@ func (l *Link) catchUp(ctx context.Context, adm *kadm.Client) (parts []FailoverP
 		lag += p.Lag
 		parts = append(parts, p)
 	}
-	slices.SortFunc(parts, func(a, b FailoverPartition) int {
-		if a.SourceTopic != b.SourceTopic {
-			if a.SourceTopic < b.SourceTopic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Partition - b.Partition)
+	slices.SortFunc(parts, func(a, b Partition) int {
+		return cmp.Or(cmp.Compare(a.SourceTopic, b.SourceTopic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return parts, lag, caught, nil
 }

@@ -1,4 +1,4 @@
-package link
+package twin
 
 import (
 	"encoding/binary"
@@ -12,7 +12,7 @@ import (
 
 const walkCluster = "AAAAAAAAAAAAAAAAAAAAKg" // region 42
 
-var walkSource = source{cluster: walkCluster, region: 42}
+var walkSource = Source{Cluster: walkCluster, Region: 42}
 
 func clock() time.Time { return time.Unix(1_700_000_000, 0) }
 
@@ -39,18 +39,18 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // walkAll drives a walker the way the pipeline does: each destination batch
 // is compared with source batches (fetched from the walk's start) until one
 // matches, is foreign or the source runs out.
-func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
+func walkAll(t *testing.T, w *Walker, src, dst [][]byte) []Step {
 	t.Helper()
-	var steps []walkStep
+	var steps []Step
 	si := 0
-	from := w.srcNext
+	from := w.SrcNext()
 	for _, d := range dst {
 		for {
 			if si == len(src) {
-				if err := w.foreignRest(d); err != nil {
+				if err := w.ForeignRest(d); err != nil {
 					t.Fatal(err)
 				}
-				steps = append(steps, stepForeign)
+				steps = append(steps, StepForeign)
 				break
 			}
 			before := clone(src[si])
@@ -58,7 +58,7 @@ func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := w.compare(src[si], h, from, d, clock())
+			st, err := w.Compare(src[si], h, from, d, clock())
 			if string(before) != string(src[si]) {
 				t.Fatal("compare modified the source batch")
 			}
@@ -66,10 +66,10 @@ func walkAll(t *testing.T, w *walker, src, dst [][]byte) []walkStep {
 				t.Fatal(err)
 			}
 			steps = append(steps, st)
-			if st == stepSkip || st == stepMatch {
+			if st == StepSkip || st == StepMatch {
 				si++
 			}
-			if st != stepSkip {
+			if st != StepSkip {
 				break
 			}
 		}
@@ -93,7 +93,7 @@ func TestWalker(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		src, dst         [][]byte
-		steps            []walkStep
+		steps            []Step
 		srcNext, dstNext int64
 		foreign          int
 	}{
@@ -101,60 +101,60 @@ func TestWalker(t *testing.T) {
 			name:    "tail fully ours",
 			src:     [][]byte{s0, s1, s2},
 			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
-			steps:   []walkStep{stepMatch, stepMatch},
+			steps:   []Step{StepMatch, StepMatch},
 			srcNext: 112, dstNext: 60,
 		},
 		{
 			name:    "foreign batch in between",
 			src:     [][]byte{s0, s1, s2},
 			dst:     [][]byte{appended(s0, m, 50), foreign, appended(s1, m, 57)},
-			steps:   []walkStep{stepMatch, stepForeign, stepMatch},
+			steps:   []Step{StepMatch, StepForeign, StepMatch},
 			srcNext: 112, dstNext: 62, foreign: 1,
 		},
 		{
 			name:    "destination holds more than the source has",
 			src:     [][]byte{s0},
 			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
-			steps:   []walkStep{stepMatch, stepForeign},
+			steps:   []Step{StepMatch, StepForeign},
 			srcNext: 105, dstNext: 60, foreign: 1,
 		},
 		{
 			name:    "same records under another PID are not ours",
 			src:     [][]byte{s0},
 			dst:     [][]byte{appended(s0, transform.MapPID(3, 43), 50)},
-			steps:   []walkStep{stepForeign},
+			steps:   []Step{StepForeign},
 			srcNext: 100, dstNext: 55, foreign: 1,
 		},
 		{
 			name:    "compacted source batch matches its re-encoding",
 			src:     [][]byte{s2, gappy},
 			dst:     [][]byte{appended(s2, m, 50), appended(gappy, m, 55)},
-			steps:   []walkStep{stepMatch, stepMatch},
+			steps:   []Step{StepMatch, StepMatch},
 			srcNext: 122, dstNext: 57,
 		},
 		{
 			name:    "batch without records is skipped",
 			src:     [][]byte{empty, s2},
 			dst:     [][]byte{appended(s2, m, 50)},
-			steps:   []walkStep{stepSkip, stepMatch},
+			steps:   []Step{StepSkip, StepMatch},
 			srcNext: 117, dstNext: 55,
 		},
 		{
 			name:    "duplicate source batch is skipped",
 			src:     [][]byte{s0, batchtest.Simple(105, 3, 0, 0, 5), s1},
 			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
-			steps:   []walkStep{stepMatch, stepSkip, stepMatch},
+			steps:   []Step{StepMatch, StepSkip, StepMatch},
 			srcNext: 112, dstNext: 60,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 50)
+			w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 50)
 			steps := walkAll(t, w, tc.src, tc.dst)
 			if fmt.Sprint(steps) != fmt.Sprint(tc.steps) {
 				t.Errorf("steps %v, want %v", steps, tc.steps)
 			}
-			if w.srcNext != tc.srcNext || w.dstNext != tc.dstNext || w.foreign != tc.foreign {
-				t.Errorf("srcNext %d dstNext %d foreign %d; want %d %d %d", w.srcNext, w.dstNext, w.foreign, tc.srcNext, tc.dstNext, tc.foreign)
+			if w.SrcNext() != tc.srcNext || w.DstNext() != tc.dstNext || w.Counts().Foreign != tc.foreign {
+				t.Errorf("srcNext %d dstNext %d foreign %d; want %d %d %d", w.SrcNext(), w.DstNext(), w.Counts().Foreign, tc.srcNext, tc.dstNext, tc.foreign)
 			}
 		})
 	}
@@ -172,23 +172,23 @@ func TestWalkerSalts(t *testing.T) {
 	t.Run("salt replayed", func(t *testing.T) {
 		psm := transform.NewPSM(transform.PSMConfig{})
 		psm.AddSalt(transform.Origin{Cluster: walkCluster, PID: 5 + 1<<31}, 9, clock())
-		w := newWalker(psm, walkSource, transform.NewReencoder(), 10, 0)
+		w := NewWalker(psm, walkSource, transform.NewReencoder(), 10, 0)
 		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(b, transform.MapPIDSalted(5, 42, 9), 2), appended(a2, transform.MapPID(5, 42), 4)}
 		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match match match]" {
 			t.Errorf("steps %v", steps)
 		}
-		if w.srcNext != 16 || w.dstNext != 6 {
-			t.Errorf("srcNext %d dstNext %d", w.srcNext, w.dstNext)
+		if w.SrcNext() != 16 || w.DstNext() != 6 {
+			t.Errorf("srcNext %d dstNext %d", w.SrcNext(), w.DstNext())
 		}
 	})
 	t.Run("salt never committed", func(t *testing.T) {
-		w := newWalker(transform.NewPSM(transform.PSMConfig{Rand: func() int64 { return 1 }}), walkSource, transform.NewReencoder(), 10, 0)
+		w := NewWalker(transform.NewPSM(transform.PSMConfig{Rand: func() int64 { return 1 }}), walkSource, transform.NewReencoder(), 10, 0)
 		dst := [][]byte{appended(a, transform.MapPID(5, 42), 0), appended(a2, transform.MapPID(5, 42), 2)}
 		if steps := walkAll(t, w, [][]byte{a, b, a2}, dst); fmt.Sprint(steps) != "[match stop]" {
 			t.Errorf("steps %v", steps)
 		}
-		if w.srcNext != 12 || w.foreign != 1 || !w.stopped {
-			t.Errorf("srcNext %d foreign %d stopped %v; want 12, 1, true", w.srcNext, w.foreign, w.stopped)
+		if w.SrcNext() != 12 || w.Counts().Foreign != 1 || !w.Stopped() {
+			t.Errorf("srcNext %d foreign %d stopped %v; want 12, 1, true", w.SrcNext(), w.Counts().Foreign, w.Stopped())
 		}
 	})
 }
@@ -205,13 +205,13 @@ func TestWalkerStartsMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary.BigEndian.PutUint64(trimmed, 0)
-	w := newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 102, 0)
+	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 102, 0)
 	steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{trimmed, appended(s1, m, 3)})
-	if fmt.Sprint(steps) != "[match match]" || w.srcNext != 110 || w.dstNext != 8 {
-		t.Errorf("steps %v srcNext %d dstNext %d; want two matches, 110, 8", steps, w.srcNext, w.dstNext)
+	if fmt.Sprint(steps) != "[match match]" || w.SrcNext() != 110 || w.DstNext() != 8 {
+		t.Errorf("steps %v srcNext %d dstNext %d; want two matches, 110, 8", steps, w.SrcNext(), w.DstNext())
 	}
 	// A walk from a later position skips batches that end before it.
-	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 0)
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 0)
 	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{appended(s1, m, 0)}); fmt.Sprint(steps) != "[skip match]" {
 		t.Errorf("steps %v, want [skip match]", steps)
 	}
@@ -243,14 +243,14 @@ func TestWalkerSkipsDuplicateAfterCheckpoint(t *testing.T) {
 
 	restored := transform.NewPSM(transform.PSMConfig{})
 	restored.Restore(pipe.Snapshot())
-	w := newWalker(restored, walkSource, transform.NewReencoder(), 105, 60)
-	if steps := walkAll(t, w, [][]byte{dup, y}, dst); fmt.Sprint(steps) != "[skip match]" || w.foreign != 0 || w.srcNext != 115 || w.dstNext != 65 {
-		t.Errorf("with the saved producer state: steps %v, foreign %d, resume at %d/%d; want [skip match], 0, 115/65", steps, w.foreign, w.srcNext, w.dstNext)
+	w := NewWalker(restored, walkSource, transform.NewReencoder(), 105, 60)
+	if steps := walkAll(t, w, [][]byte{dup, y}, dst); fmt.Sprint(steps) != "[skip match]" || w.Counts().Foreign != 0 || w.SrcNext() != 115 || w.DstNext() != 65 {
+		t.Errorf("with the saved producer state: steps %v, foreign %d, resume at %d/%d; want [skip match], 0, 115/65", steps, w.Counts().Foreign, w.SrcNext(), w.DstNext())
 	}
 
 	// What the previous release did: no state from before the checkpoint.
-	w = newWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 60)
-	if steps := walkAll(t, w, [][]byte{dup, y}, dst); w.foreign == 0 {
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 60)
+	if steps := walkAll(t, w, [][]byte{dup, y}, dst); w.Counts().Foreign == 0 {
 		t.Errorf("without the saved state the walk found no foreign batch (steps %v); the test no longer shows the failure it guards", steps)
 	}
 }

@@ -1,6 +1,7 @@
-package link
+package translate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,44 +17,43 @@ import (
 // GroupOffset is a source group's committed offset on one partition and
 // its translation; Error is set instead when it could not be translated.
 type GroupOffset struct {
-	Translation
+	Result
 	// Metadata is what the group committed with the offset.
 	Metadata string `json:"metadata"`
 	// LeaderEpoch is the source leader epoch committed with it (-1:
 	// none); it means nothing at the destination and is not carried over.
 	LeaderEpoch int32  `json:"source_leader_epoch"`
 	Error       string `json:"error,omitempty"`
-	err         error
+	// Err is the translation's error, nil if it was translated (Error
+	// spells it).
+	Err error `json:"-"`
 }
 
-// Err is the translation's error, nil if it was translated.
-func (g GroupOffset) Err() error { return g.err }
-
-// GroupTranslation is a group's committed offsets on the partitions a link
+// GroupOffsets is a group's committed offsets on the partitions a link
 // mirrors, by topic and partition.
-type GroupTranslation struct {
+type GroupOffsets struct {
 	Group      string        `json:"group"`
 	Partitions []GroupOffset `json:"partitions"`
 }
 
 // Failed counts the offsets that were not translated.
-func (g GroupTranslation) Failed() int {
+func (g GroupOffsets) Failed() int {
 	n := 0
 	for _, p := range g.Partitions {
-		if p.err != nil {
+		if p.Err != nil {
 			n++
 		}
 	}
 	return n
 }
 
-// translateGroup fetches group's committed offsets at the source and
+// Group fetches group's committed offsets at the source and
 // translates those on topics the link selects with tr. An offset committed
 // as -1 (none) is left out.
-func translateGroup(ctx context.Context, adm *kadm.Client, group string, selects func(string) bool,
-	tr func(ctx context.Context, topic string, partition int32, offset int64) (Translation, error),
-) (GroupTranslation, error) {
-	out := GroupTranslation{Group: group, Partitions: []GroupOffset{}}
+func Group(ctx context.Context, adm *kadm.Client, group string, selects func(string) bool,
+	tr Func,
+) (GroupOffsets, error) {
+	out := GroupOffsets{Group: group, Partitions: []GroupOffset{}}
 	offs, err := adm.FetchOffsets(ctx, group)
 	if err == nil {
 		err = offs.Error()
@@ -66,7 +66,7 @@ func translateGroup(ctx context.Context, adm *kadm.Client, group string, selects
 			return
 		}
 		t, err := tr(ctx, o.Topic, o.Partition, o.At)
-		g := GroupOffset{Translation: t, Metadata: o.Metadata, LeaderEpoch: o.LeaderEpoch, err: err}
+		g := GroupOffset{Result: t, Metadata: o.Metadata, LeaderEpoch: o.LeaderEpoch, Err: err}
 		g.SourceTopic, g.Partition, g.SourceOffset = o.Topic, o.Partition, o.At
 		if err != nil {
 			g.Error = err.Error()
@@ -74,19 +74,10 @@ func translateGroup(ctx context.Context, adm *kadm.Client, group string, selects
 		out.Partitions = append(out.Partitions, g)
 	})
 	slices.SortFunc(out.Partitions, func(a, b GroupOffset) int {
-		if a.SourceTopic != b.SourceTopic {
-			if a.SourceTopic < b.SourceTopic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Partition - b.Partition)
+		return cmp.Or(cmp.Compare(a.SourceTopic, b.SourceTopic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out, nil
 }
 
-// TranslateGroup translates the committed offsets of source group group on
-// the partitions the link mirrors.
-func (t *Translator) TranslateGroup(ctx context.Context, group string) (GroupTranslation, error) {
-	return translateGroup(ctx, t.srcAdm, group, t.cfg.Link.Selects, t.Translate)
-}
+// Func translates one source position of a partition the link mirrors.
+type Func func(ctx context.Context, topic string, partition int32, offset int64) (Result, error)

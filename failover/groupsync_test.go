@@ -1,4 +1,4 @@
-package link
+package failover
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // Guards the group sync's decisions: a group active at the destination is
@@ -15,12 +16,12 @@ import (
 // committed metadata goes with it; a partition that did not translate is
 // reported and the rest still sync.
 func TestPlanGroup(t *testing.T) {
-	off := func(topic string, part int32, src, dst int64, meta string, err error) GroupOffset {
-		g := GroupOffset{Translation: Translation{SourceTopic: topic, DestinationTopic: "dc1." + topic, Partition: part, SourceOffset: src, DestinationOffset: dst},
-			Metadata: meta, err: err}
+	off := func(topic string, part int32, src, dst int64, meta string, err error) translate.GroupOffset {
+		g := translate.GroupOffset{Result: translate.Result{SourceTopic: topic, DestinationTopic: "dc1." + topic, Partition: part, SourceOffset: src, DestinationOffset: dst},
+			Metadata: meta, Err: err}
 		return g
 	}
-	gt := GroupTranslation{Group: "g", Partitions: []GroupOffset{
+	gt := translate.GroupOffsets{Group: "g", Partitions: []translate.GroupOffset{
 		off("a", 0, 10, 7, "m0", nil),
 		off("a", 1, 20, 15, "m1", nil),
 		off("a", 2, 30, 25, "", nil),
@@ -33,7 +34,7 @@ func TestPlanGroup(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		active  bool
-		gt      GroupTranslation
+		gt      translate.GroupOffsets
 		commits []kadm.Offset
 		actions []string
 		state   string
@@ -41,8 +42,8 @@ func TestPlanGroup(t *testing.T) {
 		{"inactive", false, gt, []kadm.Offset{{Topic: "dc1.a", Partition: 0, At: 7, LeaderEpoch: -1, Metadata: "m0"}},
 			[]string{ActionCommitted, ActionKept, ActionKept, ActionFailed}, GroupFailed},
 		{"active", true, gt, nil, []string{ActionSkipped, ActionSkipped, ActionSkipped, ActionFailed}, GroupActive},
-		{"up to date", false, GroupTranslation{Partitions: gt.Partitions[1:3]}, nil, []string{ActionKept, ActionKept}, GroupUpToDate},
-		{"synced", false, GroupTranslation{Partitions: gt.Partitions[:2]}, []kadm.Offset{{Topic: "dc1.a", Partition: 0, At: 7, LeaderEpoch: -1, Metadata: "m0"}},
+		{"up to date", false, translate.GroupOffsets{Partitions: gt.Partitions[1:3]}, nil, []string{ActionKept, ActionKept}, GroupUpToDate},
+		{"synced", false, translate.GroupOffsets{Partitions: gt.Partitions[:2]}, []kadm.Offset{{Topic: "dc1.a", Partition: 0, At: 7, LeaderEpoch: -1, Metadata: "m0"}},
 			[]string{ActionCommitted, ActionKept}, GroupSynced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package link
+package failover
 
 import (
 	"context"
@@ -6,22 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // Group offset sync (DESIGN §13). For each source consumer group the link's
 // groups block selects, every group_sync_interval: its committed offsets on
-// the partitions the link mirrors are translated (translate.go) and
+// the partitions the link mirrors are translated (package translate) and
 // committed to the group of the same ID at the destination, on the
 // destination topic the link mirrors into, with the committed metadata.
 // Two rules keep it from harming consumers:
@@ -39,9 +38,9 @@ import (
 //     overwritten by that commit.
 //
 // The decisions are planGroup, a pure function; groupSync does the I/O. Its
-// goroutine (run) is started and waited for by Link.Run, which also closes
+// goroutine (run) is started and waited for by Mover.Run, which also closes
 // its clients; rounds are serialised by a mutex, so that the final sync of
-// a failover (Link.SyncGroups) never runs beside a periodic one.
+// a failover (Mover.SyncGroups) never runs beside a periodic one.
 
 // GroupSyncStatus is the group offset sync's part of a link's status.
 type GroupSyncStatus struct {
@@ -109,7 +108,7 @@ const (
 // destination topic and partition) and whether the group is active at the
 // destination, the offsets to commit and each partition's outcome. It
 // does no I/O.
-func planGroup(gt GroupTranslation, dst map[tp.Key]int64, active bool) (commits []kadm.Offset, parts []GroupPartitionSync, state string) {
+func planGroup(gt translate.GroupOffsets, dst map[tp.Key]int64, active bool) (commits []kadm.Offset, parts []GroupPartitionSync, state string) {
 	state = GroupUpToDate
 	if active {
 		state = GroupActive
@@ -123,8 +122,8 @@ func planGroup(gt GroupTranslation, dst map[tp.Key]int64, active bool) (commits 
 			p.DestinationCommitted = cur
 		}
 		switch {
-		case g.err != nil:
-			p.Action, p.Error = ActionFailed, g.err.Error()
+		case g.Err != nil:
+			p.Action, p.Error = ActionFailed, g.Err.Error()
 			if !active {
 				state = GroupFailed
 			}
@@ -156,12 +155,11 @@ func groupInactive(d kadm.DescribedGroup) bool {
 
 // groupSync runs a link's group offset sync.
 type groupSync struct {
-	l        *Link
+	m        *Mover
 	log      hclog.Logger
 	src, dst *kgo.Client
 	srcAdm   *kadm.Client
 	dstAdm   *kadm.Client
-	met      *groupLinkMetrics
 
 	mu sync.Mutex // one round at a time
 	// noneListed: the last round's source listing held no selected group
@@ -171,34 +169,22 @@ type groupSync struct {
 
 // Why group sync needs each Group permission (docs/acls.md).
 const (
-	whyDstGroupDescribe = "group sync describes the group at the destination and fetches its offsets there, to commit only while the group has no active members and never behind what it committed; Read implies Describe"
-	whyDstGroupRead     = "group sync commits the translated offsets, and OffsetCommit needs Read on the group"
-	whySrcGroupDescribe = "group sync fetches the group's committed offsets at the source"
+	WhyDstGroupDescribe = "group sync describes the group at the destination and fetches its offsets there, to commit only while the group has no active members and never behind what it committed; Read implies Describe"
+	WhyDstGroupRead     = "group sync commits the translated offsets, and OffsetCommit needs Read on the group"
+	WhySrcGroupDescribe = "group sync fetches the group's committed offsets at the source"
 )
 
-// groupRefused returns err explained when it is a refusal of op on group
-// by the cluster of acc, and err as it is otherwise.
-func groupRefused(acc clusterAccess, op kmsg.ACLOperation, group, why string, err error) error {
-	if errors.Is(err, kerr.GroupAuthorizationFailed) {
-		return acc.refusedOn(op, "Group:"+group, why, err)
-	}
-	return err
-}
-
-func newGroupSync(l *Link) (*groupSync, error) {
-	g := &groupSync{l: l, log: l.log.Named("groups"), met: l.deps.Metrics.groups.forLink(l.Name())}
+func newGroupSync(m *Mover) (*groupSync, error) {
+	g := &groupSync{m: m, log: m.log.Named("groups")}
 	var err error
-	if g.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
-		return nil, fmt.Errorf("group sync: source cluster %s client: %w", l.cfg.Source.Name, err)
+	if g.src, err = kgo.NewClient(m.cfg.SourceOpts...); err != nil {
+		return nil, fmt.Errorf("group sync: source cluster %s client: %w", m.cfg.Source.Name, err)
 	}
-	if g.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+	if g.dst, err = kgo.NewClient(m.cfg.DestinationOpts...); err != nil {
 		g.src.Close()
-		return nil, fmt.Errorf("group sync: destination cluster %s client: %w", l.cfg.Destination.Name, err)
+		return nil, fmt.Errorf("group sync: destination cluster %s client: %w", m.cfg.Destination.Name, err)
 	}
 	g.srcAdm, g.dstAdm = kadm.NewClient(g.src), kadm.NewClient(g.dst)
-	l.setStatus(func(s *Status) {
-		s.GroupSync = &GroupSyncStatus{Interval: l.cfg.Link.GroupSyncInterval, Groups: []GroupStatus{}}
-	})
 	return g, nil
 }
 
@@ -210,7 +196,7 @@ func (g *groupSync) close() {
 // run syncs every interval until ctx ends, and brings the age of the last
 // successful round up to date every second.
 func (g *groupSync) run(ctx context.Context) {
-	t := time.NewTicker(g.l.cfg.Link.GroupSyncInterval)
+	t := time.NewTicker(g.m.cfg.GroupSyncInterval)
 	defer t.Stop()
 	age := time.NewTicker(time.Second)
 	defer age.Stop()
@@ -219,7 +205,7 @@ func (g *groupSync) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-age.C:
-			g.met.refreshAge(g.l.deps.Now())
+			g.m.met.refreshAge(g.m.now())
 			continue
 		case <-t.C:
 		}
@@ -229,40 +215,21 @@ func (g *groupSync) run(ctx context.Context) {
 	}
 }
 
-// errNoGroupSync: the link has no groups block (or is not running).
-var errNoGroupSync = errors.New("the link syncs no groups (no groups block)")
-
-// SyncGroups runs one round of the group offset sync now and returns each
-// group's outcome; errNoGroupSync-wrapped if the link has no groups block
-// or does not run.
-func (l *Link) SyncGroups(ctx context.Context) ([]GroupStatus, error) {
-	g := l.groups.Load()
-	if g == nil {
-		return nil, fmt.Errorf("link %s: %w", l.Name(), errNoGroupSync)
-	}
-	return g.round(ctx)
-}
-
 // round syncs every selected group once.
 func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out, err := g.sync(ctx)
-	now := g.l.deps.Now()
+	now := g.m.now()
 	ok := err == nil
 	for _, s := range out {
 		ok = ok && s.State != GroupFailed
 	}
 	if ok {
-		g.met.lastSuccess.Store(now.UnixNano())
+		g.m.met.lastSuccess.Store(now.UnixNano())
 	}
-	g.met.refreshAge(now)
-	g.l.setStatus(func(s *Status) {
-		gs := s.GroupSync
-		if gs == nil {
-			gs = &GroupSyncStatus{Interval: g.l.cfg.Link.GroupSyncInterval}
-		}
-		c := *gs
+	g.m.met.refreshAge(now)
+	g.m.setGroups(func(c *GroupSyncStatus) {
 		c.LastRound, c.Groups, c.LastError = now, out, ""
 		if ok {
 			c.LastSuccess = now
@@ -270,7 +237,6 @@ func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 		if err != nil {
 			c.LastError = err.Error()
 		}
-		s.GroupSync = &c
 	})
 	return out, err
 }
@@ -282,7 +248,7 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 	}
 	var names []string
 	for _, n := range listed.Groups() {
-		if g.l.cfg.Link.Groups.Selects(n) {
+		if g.m.cfg.Groups.Selects(n) {
 			names = append(names, n)
 		}
 	}
@@ -293,7 +259,7 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 			// As with topics, Kafka leaves out of a listing what the
 			// principal may not describe.
 			g.log.Warn("group offset sync: no source group matches the link's groups among those the source lists: Kafka lists only the groups the principal may describe, so a group without Describe on it is left out without a word, as is a group that has not committed offsets yet (see docs/acls.md)",
-				"source", g.l.cfg.Source.Name, "principal", g.l.cfg.Source.Principal, "listed", len(listed.Groups()))
+				"source", g.m.cfg.Source.Name, "principal", g.m.cfg.Source.Principal, "listed", len(listed.Groups()))
 			g.noneListed = true
 		}
 		return out, nil
@@ -311,9 +277,9 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 			described[n] = kadm.DescribedGroup{Group: n, Err: kerr.GroupAuthorizationFailed}
 		}
 	}
-	tr, done, err := g.l.roundTranslator(ctx)
+	tr, done, err := g.m.link.Translator(ctx)
 	if err != nil {
-		return out, err
+		return out, fmt.Errorf("group sync: %w", err)
 	}
 	defer done()
 	for _, name := range names {
@@ -326,14 +292,14 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 }
 
 // group syncs one group.
-func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGroup, tr translateFunc) GroupStatus {
-	st := GroupStatus{Group: name, At: g.l.deps.Now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
+func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGroup, tr translate.Func) GroupStatus {
+	st := GroupStatus{Group: name, At: g.m.now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
 	fail := func(err error) GroupStatus {
 		st.State, st.Error = GroupFailed, err.Error()
 		if ctx.Err() != nil {
 			return st // the link stops: not a failure of the group
 		}
-		g.met.errors.Inc()
+		g.m.met.errors.Inc()
 		g.log.Warn("group offset sync: group not synced this round", "group", name, "error", err)
 		return st
 	}
@@ -343,18 +309,18 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 	if d.Err != nil {
 		// Not knowing whether it is active, it is left alone.
 		return fail(fmt.Errorf("describe group %q at the destination: %w", name,
-			groupRefused(g.l.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, d.Err)))
+			g.m.cfg.Destination.RefusedGroup(kmsg.ACLOperationDescribe, name, WhyDstGroupDescribe, d.Err)))
 	}
 	active := !groupInactive(d)
-	gt, err := translateGroup(ctx, g.srcAdm, name, g.l.cfg.Link.Selects, tr)
+	gt, err := translate.Group(ctx, g.srcAdm, name, g.m.cfg.Selects, tr)
 	if err != nil {
-		return fail(groupRefused(g.l.sourceAccess(), kmsg.ACLOperationDescribe, name, whySrcGroupDescribe, err))
+		return fail(g.m.cfg.Source.RefusedGroup(kmsg.ACLOperationDescribe, name, WhySrcGroupDescribe, err))
 	}
 	for _, p := range gt.Partitions {
-		if p.err != nil {
-			g.met.errors.Inc()
+		if p.Err != nil {
+			g.m.met.errors.Inc()
 		} else {
-			g.met.translated.Inc()
+			g.m.met.translated.Inc()
 		}
 	}
 	dst := map[tp.Key]int64{}
@@ -368,7 +334,7 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 		}
 		if err != nil {
 			return fail(fmt.Errorf("fetch the committed offsets of group %q at the destination: %w", name,
-				groupRefused(g.l.destAccess(), kmsg.ACLOperationDescribe, name, whyDstGroupDescribe, err)))
+				g.m.cfg.Destination.RefusedGroup(kmsg.ACLOperationDescribe, name, WhyDstGroupDescribe, err)))
 		}
 		offs.Each(func(o kadm.OffsetResponse) {
 			if o.At >= 0 {
@@ -405,75 +371,12 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 				}
 			}
 			return fail(fmt.Errorf("commit the offsets of group %q at the destination: %w", name,
-				groupRefused(g.l.destAccess(), kmsg.ACLOperationRead, name, whyDstGroupRead, err)))
+				g.m.cfg.Destination.RefusedGroup(kmsg.ACLOperationRead, name, WhyDstGroupRead, err)))
 		}
 		g.log.Info("group offsets synced", "group", name, "partitions", len(commits))
 	}
 	if st.State != GroupFailed {
-		g.met.synced.Inc()
+		g.m.met.synced.Inc()
 	}
 	return st
-}
-
-// translateFunc translates one position.
-type translateFunc func(ctx context.Context, topic string, partition int32, offset int64) (Translation, error)
-
-// roundTranslator is how a round translates: through the running
-// session's window and positions, or, with no session running, with one
-// Translator over the state topic for the whole round.
-func (l *Link) roundTranslator(ctx context.Context) (translateFunc, func(), error) {
-	if l.online.Load() != nil {
-		return l.Translate, func() {}, nil
-	}
-	t, err := NewTranslator(ctx, l.cfg, l.deps)
-	if err != nil {
-		return nil, nil, fmt.Errorf("group sync: %w", err)
-	}
-	return t.Translate, t.Close, nil
-}
-
-// ---- metrics ----
-
-// groupMetrics are the group offset sync's metrics, labelled by link.
-type groupMetrics struct {
-	synced, translated, errors *prometheus.CounterVec
-	age                        *prometheus.GaugeVec
-}
-
-func newGroupMetrics(counter func(name, help string, labels ...string) *prometheus.CounterVec,
-	gauge func(name, help string, labels ...string) *prometheus.GaugeVec,
-) *groupMetrics {
-	return &groupMetrics{
-		synced:     counter("group_sync_groups_synced_total", "Consumer groups whose round of the group offset sync ended without an error (offsets committed, or nothing to move forward)."),
-		translated: counter("group_sync_partitions_translated_total", "Committed offsets of source groups translated by the group offset sync."),
-		errors:     counter("group_sync_translation_errors_total", "Group offset sync failures: offsets that could not be translated, and groups that could not be read or committed."),
-		age: gauge("group_sync_last_success_age_seconds",
-			"Seconds since the last round of the group offset sync in which every selected group synced without an error, refreshed every second (absent before the first)."),
-	}
-}
-
-func (m *groupMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.synced, m.translated, m.errors, m.age}
-}
-
-// groupLinkMetrics are one link's.
-type groupLinkMetrics struct {
-	synced, translated, errors prometheus.Counter
-	age                        *prometheus.GaugeVec
-	link                       string
-	lastSuccess                atomic.Int64 // unix nanoseconds; 0: none yet
-}
-
-func (m *groupMetrics) forLink(name string) *groupLinkMetrics {
-	return &groupLinkMetrics{
-		synced: m.synced.WithLabelValues(name), translated: m.translated.WithLabelValues(name), errors: m.errors.WithLabelValues(name),
-		age: m.age, link: name,
-	}
-}
-
-// refreshAge sets the age gauge from the last success, once there is one.
-func (m *groupLinkMetrics) refreshAge(now time.Time) {
-	if last := m.lastSuccess.Load(); last != 0 {
-		m.age.WithLabelValues(m.link).Set(now.Sub(time.Unix(0, last)).Seconds())
-	}
 }

@@ -1,6 +1,7 @@
-package link
+package translate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,50 +17,8 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/twin"
 )
-
-// Offset translation (DESIGN §13). A source position p of a mirrored
-// partition (the next offset a consumer would read) translates to the
-// destination offset of the first mirrored record whose source offset is at
-// least p; when p is at or past the link's position and nothing lies
-// between, to the destination offset the next mirrored record will get.
-// Records the link does not mirror (aborted transactions, transaction
-// markers, records compaction removed, duplicates) translate to the next
-// mirrored one, so a consumer that moves neither re-reads nor skips a
-// record.
-//
-// Every destination batch the link wrote is the twin (decide.go) of one
-// committed source batch. A translation reads the committed source batches
-// from p (read_committed, the batches a consumer would get), finds the
-// twin of the first one the link mirrored, and adds p's place among the
-// records the twin holds. Where to look for the twin comes from the nearest
-// pair of positions known, tried in this order:
-//
-//   - head: p at or past the link's position (the anchor's SrcNext with
-//     Head): the destination offset the next record gets, after checking
-//     that the source holds no committed record between the two;
-//   - window: p inside the window of recently mirrored batches: the span of
-//     the batch says where its twin is (one source and one destination
-//     fetch);
-//   - checkpoint: p at or past a checkpoint: a walk from the checkpoint's
-//     pair, source and destination in step, as reconciliation walks (the
-//     walker of walk.go, with the producer state saved with the checkpoint);
-//   - timestamp: anything else, and a walk that meets a batch it cannot
-//     place: the destination's first offset at or after the earliest create
-//     time of the source batch (ListOffsets), scanned forward for the twin.
-//     Twins carry the source's create times, so nothing of the link's at
-//     or after the twin lies before that offset.
-//
-// Cost, per translation: a head or window translation reads one chunk from
-// each cluster (translateChunk, 1 MiB); a checkpoint walk reads what lies
-// between the checkpoint and p; a timestamp translation makes one
-// ListOffsets request and reads from there to the twin. No translation
-// reads more than translateBudget (16 MiB) from either cluster: past it, it
-// answers ErrUntranslatable.
-//
-// A position below the source's log start translates as the log start (a
-// consumer there would be reset to it); one whose translation lies below
-// the destination's log start is ErrBelowDestinationStart.
 
 // Errors of offset translation, matched with errors.Is; each comes wrapped
 // with the partition and offsets it concerns.
@@ -84,9 +43,9 @@ var (
 	ErrUntranslatable = errors.New("no mirror of the source batch found")
 )
 
-// Translation is where a consumer at source position SourceOffset resumes at
-// the destination.
-type Translation struct {
+// Result is where a consumer at source position SourceOffset resumes at the
+// destination.
+type Result struct {
 	SourceTopic       string `json:"source_topic"`
 	DestinationTopic  string `json:"destination_topic"`
 	Partition         int32  `json:"partition"`
@@ -122,34 +81,54 @@ const (
 
 var translateRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
 
-// translator translates positions of one link's partitions through the
-// clients it is given: one request at a time, one partition per request.
-// It keeps nothing between translations but the leader caches, and is safe
-// for concurrent use (each translation has its own re-encoder and
-// producer state).
-type translator struct {
-	src, dst               *kgo.Client
-	srcLeaders, dstLeaders *leaders.Cache
-	source                 source
-	now                    func() time.Time
-	budget                 int64 // per cluster and translation; 0: translateBudget
+// Logs reads the two logs of a link's partitions, the source's and the
+// destination's, and translates positions with what an Anchor says: one
+// request at a time, one partition per request. It keeps nothing between
+// translations but the leader caches of its Clusters, and is safe for
+// concurrent use (each translation has its own re-encoder and producer
+// state).
+type Logs struct {
+	Source, Destination *Cluster
+	// From is the source cluster as the link maps its producers.
+	From twin.Source
+	// Now is the clock the walks' producer-state commits read (nil:
+	// time.Now).
+	Now func() time.Time
+	// Budget is what one translation may read from each cluster (0:
+	// translateBudget).
+	Budget int64
 }
 
-// translate translates source position p of the partition a describes.
-func (tr *translator) translate(ctx context.Context, a Anchor, p int64) (Translation, error) {
-	x := &translation{
-		translator: tr,
-		a:          a,
-		reenc:      transform.NewReencoder(),
-		psm:        saltedPSM(a.Salts),
-		dstStart:   -1,
-		out: Translation{
+// Cluster is one cluster as translations read it: raw fetches and
+// ListOffsets sent to each partition's leader, following leader moves.
+type Cluster struct {
+	cl      *kgo.Client
+	leaders *leaders.Cache
+}
+
+// NewCluster reads through cl, which the caller owns and closes.
+func NewCluster(cl *kgo.Client) *Cluster {
+	return &Cluster{cl: cl, leaders: leaders.New(cl, 0)}
+}
+
+// Translate translates source position p of the partition a describes.
+func (lg *Logs) Translate(ctx context.Context, a Anchor, p int64) (Result, error) {
+	x := &job{
+		Logs:     lg,
+		a:        a,
+		reenc:    transform.NewReencoder(),
+		psm:      saltedPSM(a.Salts),
+		dstStart: -1,
+		out: Result{
 			SourceTopic: a.Src.Topic, DestinationTopic: a.Dst.Topic, Partition: a.Src.Partition,
 			SourceOffset: p, SourceBatch: -1, DestinationBatch: -1,
 		},
 	}
-	if x.budget <= 0 {
+	if x.budget = lg.Budget; x.budget <= 0 {
 		x.budget = translateBudget
+	}
+	if x.now = lg.Now; x.now == nil {
+		x.now = time.Now
 	}
 	err := x.run(ctx, p)
 	x.out.Bytes = x.srcRead + x.dstRead
@@ -172,13 +151,15 @@ func saltedPSM(salts map[transform.Origin]int64) *transform.PSM {
 	return psm
 }
 
-// translation is one translation in progress.
-type translation struct {
-	*translator
-	a     Anchor
-	reenc *transform.Reencoder
-	psm   *transform.PSM // salts only: decide, never commit
-	out   Translation
+// job is one translation in progress.
+type job struct {
+	*Logs
+	a      Anchor
+	budget int64
+	now    func() time.Time
+	reenc  *transform.Reencoder
+	psm    *transform.PSM // salts only: decide, never commit
+	out    Result
 
 	srcRead, dstRead int64
 	dstStart         int64 // the destination's log start as a fetch reported it; -1 unknown
@@ -195,7 +176,7 @@ type cut struct {
 	known     bool
 }
 
-func (x *translation) run(ctx context.Context, p int64) error {
+func (x *job) run(ctx context.Context, p int64) error {
 	a := x.a
 	if p < 0 {
 		return fmt.Errorf("source offset %d is negative", p)
@@ -247,7 +228,7 @@ var (
 
 // lower is the greatest pair of positions at or below p that a walk can
 // start from: the checkpoint, or a reconciling partition's position.
-func (x *translation) lower(p int64) cut {
+func (x *job) lower(p int64) cut {
 	a := x.a
 	var c cut
 	if a.CkSrc >= 0 && a.CkSrc <= p {
@@ -262,7 +243,7 @@ func (x *translation) lower(p int64) cut {
 // upper is the least pair of positions above p: the window's first span,
 // the head, or the checkpoint. Without one (known false) the destination's
 // high watermark bounds the reads.
-func (x *translation) upper(p int64) cut {
+func (x *job) upper(p int64) cut {
 	a := x.a
 	var c cut
 	consider := func(s, d int64) {
@@ -285,7 +266,7 @@ func (x *translation) upper(p int64) cut {
 // head translates p at or past the pair (s, d) beyond which the destination
 // holds nothing of the link's: d, if the source has no committed record from
 // s up to p.
-func (x *translation) head(ctx context.Context, p, s, d int64) error {
+func (x *job) head(ctx context.Context, p, s, d int64) error {
 	x.out.Via = "head"
 	for pos := s; pos < p; {
 		r, err := x.committed(ctx, pos)
@@ -323,7 +304,7 @@ func (x *translation) head(ctx context.Context, p, s, d int64) error {
 // batch from p with a span is the first mirrored one (the pipeline made a
 // span of every batch it appended), and its twin must be where the span
 // says.
-func (x *translation) viaWindow(ctx context.Context, p int64) error {
+func (x *job) viaWindow(ctx context.Context, p int64) error {
 	x.out.Via = "window"
 	spans := x.a.Spans
 	for pos := p; pos < x.a.SrcNext; {
@@ -337,7 +318,7 @@ func (x *translation) viaWindow(ctx context.Context, p int64) error {
 				x.out.DestinationOffset = x.a.DstNext
 				return nil
 			}
-			i, found := slices.BinarySearchFunc(spans, c.h.BaseOffset, func(sp Span, base int64) int { return cmpInt(sp.Base, base) })
+			i, found := slices.BinarySearchFunc(spans, c.h.BaseOffset, func(sp Span, base int64) int { return cmp.Compare(sp.Base, base) })
 			if !found {
 				continue // a batch the pipeline skipped (a duplicate)
 			}
@@ -370,7 +351,7 @@ func (x *translation) viaWindow(ctx context.Context, p int64) error {
 // found ends a translation at the twin of source batch c (mirrored from
 // from) at destination offset base: p's place among the records the twin
 // holds.
-func (x *translation) found(c srcBatch, from, base, p int64) error {
+func (x *job) found(c srcBatch, from, base, p int64) error {
 	t := base
 	for _, o := range c.offsets {
 		if o >= from && o < p {
@@ -390,12 +371,12 @@ func (x *translation) found(c srcBatch, from, base, p int64) error {
 // batch d is its twin. A destination batch with fewer records may be the
 // twin of c trimmed: the link began mirroring inside c, at the record that
 // leaves as many as d holds.
-func (x *translation) mirror(c srcBatch, from int64, d []byte) (decision, bool, error) {
-	dec, err := decide(x.psm, x.source, x.reenc, nil, c.raw, c.h, from, true)
-	if err != nil || dec.verdict != forward {
+func (x *job) mirror(c srcBatch, from int64, d []byte) (twin.Decision, bool, error) {
+	dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, from, true)
+	if err != nil || dec.Verdict != twin.Forward {
 		return dec, false, err
 	}
-	if twin(dec.out, d) {
+	if twin.Match(dec.Out, d) {
 		return dec, true, nil
 	}
 	return dec, false, nil
@@ -403,7 +384,7 @@ func (x *translation) mirror(c srcBatch, from int64, d []byte) (decision, bool, 
 
 // mirrorFrom is mirror trying c whole and, failing that, trimmed to the
 // records d holds; it returns the position the twin was decided from.
-func (x *translation) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err error) {
+func (x *job) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err error) {
 	if _, ok, err := x.mirror(c, c.h.BaseOffset, d); ok || err != nil {
 		return c.h.BaseOffset, ok, err
 	}
@@ -425,11 +406,11 @@ func (x *translation) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err
 // translation. A destination batch the walk cannot place (the link owns
 // its destination, so this means the walk's producer state is not the
 // pipeline's) hands the translation to the timestamp search.
-func (x *translation) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
+func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 	x.out.Via = "checkpoint"
 	psm := saltedPSM(x.a.Salts)
 	psm.Restore(lo.producers)
-	w := newWalker(psm, x.source, x.reenc, lo.s, lo.d)
+	w := twin.NewWalker(psm, x.From, x.reenc, lo.s, lo.d)
 	var (
 		srcQ             []srcBatch
 		dstQ             [][]byte
@@ -476,18 +457,18 @@ func (x *translation) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		}
 		c := srcQ[0]
 		from := max(c.from, lo.s)
-		st, err := w.compare(c.raw, c.h, from, dstQ[0], x.now())
+		st, err := w.Compare(c.raw, c.h, from, dstQ[0], x.now())
 		if err != nil {
 			return err
 		}
 		switch st {
-		case stepMatch:
+		case twin.StepMatch:
 			if c.h.NextOffset() > p {
 				dh, _ := transform.ParseHeader(dstQ[0])
 				return x.found(c, from, dh.BaseOffset, p)
 			}
 			srcQ, dstQ = srcQ[1:], dstQ[1:]
-		case stepSkip:
+		case twin.StepSkip:
 			srcQ = srcQ[1:]
 		default:
 			return errWalkLost
@@ -499,11 +480,11 @@ func (x *translation) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		x.out.DestinationOffset = hi.d
 		return nil
 	}
-	if w.srcNext > p {
-		x.out.DestinationOffset = w.dstNext
+	if w.SrcNext() > p {
+		x.out.DestinationOffset = w.DstNext()
 		return nil
 	}
-	err := x.head(ctx, p, w.srcNext, w.dstNext)
+	err := x.head(ctx, p, w.SrcNext(), w.DstNext())
 	x.out.Via = "checkpoint"
 	return err
 }
@@ -516,7 +497,7 @@ func (x *translation) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 // scan meets after a later one's twin was not mirrored; the search then
 // starts again from the earlier of their create times, and if that is the
 // destination's log start, what was not found lies below it.
-func (x *translation) viaTimestamp(ctx context.Context, p int64, hi cut) error {
+func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 	x.out.Via = "timestamp"
 	var cands []srcBatch
 	for pos := p; len(cands) == 0; {
@@ -591,7 +572,7 @@ func (x *translation) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 }
 
 // destinationStart is the destination partition's log start.
-func (x *translation) destinationStart(ctx context.Context) (int64, error) {
+func (x *job) destinationStart(ctx context.Context) (int64, error) {
 	if x.dstStart >= 0 {
 		return x.dstStart, nil
 	}
@@ -602,7 +583,7 @@ func (x *translation) destinationStart(ctx context.Context) (int64, error) {
 	return start, err
 }
 
-func (x *translation) bound(hi cut) string {
+func (x *job) bound(hi cut) string {
 	if hi.known {
 		return fmt.Sprintf("offset %d (the mirror of source offset %d)", hi.d, hi.s)
 	}
@@ -610,7 +591,7 @@ func (x *translation) bound(hi cut) string {
 }
 
 // earliest is the least create time of the records of cs.
-func (x *translation) earliest(cs []srcBatch) (int64, error) {
+func (x *job) earliest(cs []srcBatch) (int64, error) {
 	least := int64(math.MaxInt64)
 	for _, c := range cs {
 		if err := transform.Validate(c.raw); err != nil {
@@ -628,18 +609,18 @@ func (x *translation) earliest(cs []srcBatch) (int64, error) {
 // scan reads the destination from offset r up to hi for the first batch
 // that is the twin of one of cands: its index, the position it was decided
 // from and its base offset; -1 when none is within the budget.
-func (x *translation) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j int, from, base int64, err error) {
+func (x *job) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j int, from, base int64, err error) {
 	// Each candidate is decided once, whole, and compared with every
 	// destination batch (twin rejects a batch of another length at once);
 	// the trimmed decision of mirrorFrom only for a batch of fewer records.
 	whole := make([][]byte, len(cands))
 	for i, c := range cands {
-		dec, err := decide(x.psm, x.source, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
+		dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
 		if err != nil {
 			return -1, 0, 0, err
 		}
-		if dec.verdict == forward {
-			whole[i] = dec.out
+		if dec.Verdict == twin.Forward {
+			whole[i] = dec.Out
 		}
 	}
 	for pos := r; !hi.known || pos < hi.d; {
@@ -659,7 +640,7 @@ func (x *translation) scan(ctx context.Context, cands []srcBatch, r int64, hi cu
 				return -1, 0, 0, nil
 			}
 			for i, c := range cands {
-				if whole[i] != nil && twin(whole[i], d) {
+				if whole[i] != nil && twin.Match(whole[i], d) {
 					return i, c.h.BaseOffset, dh.BaseOffset, nil
 				}
 				if int(dh.NumRecords) >= len(c.offsets) {
@@ -729,7 +710,7 @@ var errBudget = errors.New("translation read budget spent")
 // kgo's own consumer runs, over the fetch response's aborted transactions
 // (DESIGN §1). Batches that hold no committed record (aborted ones,
 // transaction markers, batches compaction emptied) are not returned.
-func (x *translation) committed(ctx context.Context, pos int64) (read, error) {
+func (x *job) committed(ctx context.Context, pos int64) (read, error) {
 	if x.last != nil && x.lastPos == pos {
 		return *x.last, nil
 	}
@@ -805,7 +786,7 @@ func plainDense(h transform.Header) bool {
 // dstBatches reads the destination from pos (READ_UNCOMMITTED: the link's
 // batches are not transactional): its batches with offsets at or after pos,
 // in order. A position below the log start reads from the log start.
-func (x *translation) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
+func (x *job) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
 	rp, err := x.fetch(ctx, false, pos)
 	var re *rangeError
 	if errors.As(err, &re) && pos < re.start {
@@ -835,17 +816,18 @@ func (x *translation) dstBatches(ctx context.Context, pos int64) ([][]byte, erro
 
 // fetch is one raw fetch of the partition at pos from its leader,
 // following leader moves; an offset outside the log is a *rangeError.
-func (x *translation) fetch(ctx context.Context, source bool, pos int64) (*kmsg.FetchResponseTopicPartition, error) {
-	cl, cache, p, used, side := x.dst, x.dstLeaders, x.a.Dst, &x.dstRead, "destination"
+func (x *job) fetch(ctx context.Context, source bool, pos int64) (*kmsg.FetchResponseTopicPartition, error) {
+	c, p, used, side := x.Destination, x.a.Dst, &x.dstRead, "destination"
 	if source {
-		cl, cache, p, used, side = x.src, x.srcLeaders, x.a.Src, &x.srcRead, "source"
+		c, p, used, side = x.Source, x.a.Src, &x.srcRead, "source"
 	}
+	cl, cache := c.cl, c.leaders
 	if *used >= x.budget {
 		return nil, fmt.Errorf("%w: %d bytes read from the %s", errBudget, *used, side)
 	}
 	var last error
 	for attempt := range translateAttempts {
-		if attempt > 0 && !sleep(ctx, translateRetry.Wait(attempt)) {
+		if attempt > 0 && backoff.Sleep(ctx, translateRetry.Wait(attempt)) != nil {
 			return nil, ctx.Err()
 		}
 		ld, err := cache.Lookup(ctx, p.Key())
@@ -891,7 +873,7 @@ func (x *translation) fetch(ctx context.Context, source bool, pos int64) (*kmsg.
 
 // offsetAfter is the destination's first offset whose timestamp is at or
 // after ms, or its high watermark if there is none.
-func (x *translation) offsetAfter(ctx context.Context, ms int64) (int64, error) {
+func (x *job) offsetAfter(ctx context.Context, ms int64) (int64, error) {
 	o, err := x.listOffset(ctx, false, ms)
 	if err == nil && o < 0 {
 		return x.listOffset(ctx, false, -1)
@@ -902,14 +884,15 @@ func (x *translation) offsetAfter(ctx context.Context, ms int64) (int64, error) 
 // listOffset sends ListOffsets for the partition to its leader: ts -2 is
 // the log start, -1 the high watermark, else the first offset whose
 // timestamp is at or after ts (-1 if there is none).
-func (x *translation) listOffset(ctx context.Context, source bool, ts int64) (int64, error) {
-	cl, cache, p := x.dst, x.dstLeaders, x.a.Dst
+func (x *job) listOffset(ctx context.Context, source bool, ts int64) (int64, error) {
+	c, p := x.Destination, x.a.Dst
 	if source {
-		cl, cache, p = x.src, x.srcLeaders, x.a.Src
+		c, p = x.Source, x.a.Src
 	}
+	cl, cache := c.cl, c.leaders
 	var last error
 	for attempt := range translateAttempts {
-		if attempt > 0 && !sleep(ctx, translateRetry.Wait(attempt)) {
+		if attempt > 0 && backoff.Sleep(ctx, translateRetry.Wait(attempt)) != nil {
 			return 0, ctx.Err()
 		}
 		ld, err := cache.Lookup(ctx, p.Key())
@@ -951,14 +934,4 @@ func (x *translation) listOffset(ctx context.Context, source bool, ts int64) (in
 		}
 	}
 	return 0, fmt.Errorf("list offsets of %s at timestamp %d: %w", p, ts, last)
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,0 +1,185 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/translate"
+)
+
+// Link is what a Mover needs of the link whose consumers it moves: its
+// state, a pause, what its running session knows of each partition, and
+// translation. A Mover never reaches further into the link.
+type Link interface {
+	// State is the link's lifecycle state.
+	State() statestore.LinkState
+	// Pause asks the link to stop mirroring after a final checkpoint; it
+	// does not wait.
+	Pause()
+	// Anchors returns what the running session knows of every partition
+	// it mirrors, or an error when no session runs.
+	Anchors(ctx context.Context) ([]translate.Anchor, error)
+	// Translate translates one source position of a partition the link
+	// mirrors.
+	Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error)
+	// Translator returns how a round of many translations translates
+	// (through the running session, or through one translate.Offline for
+	// the whole round) and a function that releases what it holds.
+	Translator(ctx context.Context) (translate.Func, func(), error)
+}
+
+// GroupSelector says which consumer groups a link syncs (the config's
+// groups block: anchored include and exclude patterns).
+type GroupSelector interface {
+	Selects(group string) bool
+}
+
+// Config configures a Mover.
+type Config struct {
+	// Groups selects the source consumer groups whose committed offsets
+	// are synced to the destination; nil: no group offset sync.
+	// GroupSyncInterval is how often they are synced.
+	Groups            GroupSelector
+	GroupSyncInterval time.Duration
+	// Selects reports whether the link mirrors a source topic.
+	Selects func(topic string) bool
+	// Source and Destination name the clusters in errors for permissions
+	// they refuse; SourceOpts and DestinationOpts reach them.
+	Source, Destination         access.Cluster
+	SourceOpts, DestinationOpts []kgo.Opt
+}
+
+// Deps are a Mover's collaborators.
+type Deps struct {
+	Logger  hclog.Logger // nil: none
+	Metrics *Metrics     // nil: an unregistered set
+	Link    string       // the link's name, the metrics' label
+	Now     func() time.Time
+}
+
+// Mover moves a link's consumers to its mirror: the group offset sync on
+// an interval, and the failover in one step. Run owns its goroutines;
+// Start, SyncGroups and the status accessors are safe from any goroutine.
+type Mover struct {
+	cfg  Config
+	link Link
+	log  hclog.Logger
+	met  *linkMetrics
+	now  func() time.Time
+
+	groups *groupSync // set by Run while it runs; nil without cfg.Groups
+
+	requests chan Options // a failover request to the goroutine that runs it
+	failing  atomic.Bool  // set while a failover runs
+
+	mu        sync.Mutex // guards groupStat and failover
+	groupStat *GroupSyncStatus
+	failover  *Status
+}
+
+// New builds a Mover for link. It does no I/O and starts no goroutine.
+func New(cfg Config, link Link, deps Deps) *Mover {
+	if deps.Logger == nil {
+		deps.Logger = hclog.NewNullLogger()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics(nil)
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m := &Mover{
+		cfg: cfg, link: link, log: deps.Logger, met: deps.Metrics.forLink(deps.Link), now: deps.Now,
+		requests: make(chan Options, 1),
+	}
+	if cfg.Groups != nil {
+		m.groupStat = &GroupSyncStatus{Interval: cfg.GroupSyncInterval, Groups: []GroupStatus{}}
+	}
+	return m
+}
+
+// Run runs the group offset sync (with a Groups selector: a round every
+// GroupSyncInterval) and carries out failovers, one at a time, until ctx
+// ends; it waits for both and closes the sync's clients before it returns.
+func (m *Mover) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if m.cfg.Groups != nil {
+		g, err := newGroupSync(m)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.groups = g
+		m.mu.Unlock()
+		defer func() {
+			m.mu.Lock()
+			m.groups = nil
+			m.mu.Unlock()
+			g.close()
+		}()
+		wg.Go(func() { g.run(ctx) })
+	}
+	m.failovers(ctx)
+	return nil
+}
+
+// ErrNoGroupSync: the link has no groups block, or its Mover does not run.
+var ErrNoGroupSync = errors.New("the link syncs no groups (no groups block)")
+
+// SyncGroups runs one round of the group offset sync now and returns each
+// group's outcome; ErrNoGroupSync-wrapped if there is no group sync
+// running.
+func (m *Mover) SyncGroups(ctx context.Context) ([]GroupStatus, error) {
+	m.mu.Lock()
+	g := m.groups
+	m.mu.Unlock()
+	if g == nil {
+		return nil, fmt.Errorf("%w", ErrNoGroupSync)
+	}
+	return g.round(ctx)
+}
+
+// GroupSync returns the group offset sync's status, copied (nil without a
+// Groups selector).
+func (m *Mover) GroupSync() *GroupSyncStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.groupStat == nil {
+		return nil
+	}
+	c := *m.groupStat
+	return &c
+}
+
+// Failover returns the last failover's status, copied (nil: none yet).
+func (m *Mover) Failover() *Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failover == nil {
+		return nil
+	}
+	c := *m.failover
+	return &c
+}
+
+// setGroups changes the group sync's status.
+func (m *Mover) setGroups(fn func(*GroupSyncStatus)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := GroupSyncStatus{Interval: m.cfg.GroupSyncInterval}
+	if m.groupStat != nil {
+		c = *m.groupStat
+	}
+	fn(&c)
+	m.groupStat = &c
+}

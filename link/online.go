@@ -1,0 +1,144 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/translate"
+)
+
+// online is what a running session offers to other goroutines: queries run
+// on the link goroutine against its pipeline, and the readers of both
+// clusters that its translations use. Link.online holds it while the session's event loop runs.
+type online struct {
+	queries chan query
+	done    chan struct{} // closed when the event loop returned
+	logs    *translate.Logs
+}
+
+// query is a function the link goroutine runs with the pipeline; done is
+// closed when it ran.
+type query struct {
+	fn   func(*Pipeline)
+	done chan struct{}
+}
+
+// errSessionEnded: the session ended before it answered.
+var errSessionEnded = errors.New("the link's session ended")
+
+// ask runs fn on the link goroutine with the session's pipeline and waits
+// until it ran. fn must only read the pipeline and copy what it keeps.
+func (o *online) ask(ctx context.Context, fn func(*Pipeline)) error {
+	q := query{fn: fn, done: make(chan struct{})}
+	select {
+	case o.queries <- q:
+	case <-o.done:
+		return errSessionEnded
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-q.done:
+		return nil
+	case <-o.done:
+		return errSessionEnded
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Translate translates source position offset of topic's partition. While
+// the link mirrors, the translation starts from its session's window and
+// positions and reads through the session's clients; otherwise it reads
+// the state topic and both clusters with clients of its own (NewOffline).
+func (l *Link) Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+	if o := l.online.Load(); o != nil {
+		var (
+			a  translate.Anchor
+			ok bool
+		)
+		err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(tp.Key{Topic: topic, Partition: partition}) })
+		switch {
+		case err == nil && ok:
+			return o.logs.Translate(ctx, a, offset)
+		case err == nil && !l.cfg.Link.Selects(topic):
+			return translate.Result{SourceTopic: topic, Partition: partition, SourceOffset: offset, SourceBatch: -1, DestinationBatch: -1},
+				fmt.Errorf("translate %s[%d] offset %d: %w: link %s does not select topic %q", topic, partition, offset, translate.ErrNotMirrored, l.Name(), topic)
+		case ctx.Err() != nil:
+			return translate.Result{}, ctx.Err()
+		}
+		// The session ended, or does not mirror the partition yet:
+		// what the state topic says decides.
+	}
+	t, err := NewOffline(ctx, l.cfg, l.deps)
+	if err != nil {
+		return translate.Result{}, fmt.Errorf("translate %s[%d] offset %d: %w", topic, partition, offset, err)
+	}
+	defer t.Close()
+	return t.Translate(ctx, topic, partition, offset)
+}
+
+// NewOffline is a translator of the link's positions that needs no session:
+// it reads the link's state topic and both clusters (translate.Offline).
+// deps gives the clients' options and, optionally, the clock.
+func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline, error) {
+	l := cfg.Link
+	return translate.NewOffline(ctx, translate.OfflineConfig{
+		Link: l.Name, StateTopic: l.StateTopic,
+		Selects:          l.Selects,
+		DestinationTopic: func(source string) string { return l.DestinationTopic(source, cfg.Source.Name) },
+		SourceName:       cfg.Source.Name, DestinationName: cfg.Destination.Name,
+		SourceClusterID: cfg.Source.ClusterID,
+		SourceOpts:      deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
+		Now: deps.Now,
+	})
+}
+
+// moverView is the link as its failover.Mover sees it: the state, a pause,
+// the running session's anchors and translation; nothing of the session or
+// the pipeline beyond that.
+type moverView struct{ l *Link }
+
+func (v moverView) State() State { return v.l.State() }
+
+func (v moverView) Pause() { v.l.Pause() }
+
+func (v moverView) Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+	return v.l.Translate(ctx, topic, partition, offset)
+}
+
+// Anchors asks the running session for the anchor of every partition it
+// mirrors, in the order they joined.
+func (v moverView) Anchors(ctx context.Context) ([]translate.Anchor, error) {
+	o := v.l.online.Load()
+	if o == nil {
+		return nil, errors.New("the link runs no session")
+	}
+	var anchors []translate.Anchor
+	if err := o.ask(ctx, func(pl *Pipeline) {
+		for _, pr := range pl.Pairs() {
+			if a, ok := pl.Anchor(pr.Src.Key()); ok {
+				anchors = append(anchors, a)
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return anchors, nil
+}
+
+// Translator is how a round of translations translates: through the
+// running session's window and positions, or, with no session running,
+// with one translate.Offline over the state topic for the whole round.
+func (v moverView) Translator(ctx context.Context) (translate.Func, func(), error) {
+	if v.l.online.Load() != nil {
+		return v.l.Translate, func() {}, nil
+	}
+	t, err := NewOffline(ctx, v.l.cfg, v.l.deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.Translate, t.Close, nil
+}

@@ -1,0 +1,75 @@
+// Package translate is offset translation (DESIGN §13): where a consumer
+// that read a mirrored source partition up to a position resumes at the
+// destination.
+//
+// # Concept
+//
+// A source position p of a mirrored
+// partition (the next offset a consumer would read) translates to the
+// destination offset of the first mirrored record whose source offset is at
+// least p; when p is at or past the link's position and nothing lies
+// between, to the destination offset the next mirrored record will get.
+// Records the link does not mirror (aborted transactions, transaction
+// markers, records compaction removed, duplicates) translate to the next
+// mirrored one, so a consumer that moves neither re-reads nor skips a
+// record.
+//
+// Every destination batch the link wrote is the twin (package twin) of one
+// committed source batch. A translation reads the committed source batches
+// from p (read_committed, the batches a consumer would get), finds the
+// twin of the first one the link mirrored, and adds p's place among the
+// records the twin holds. Where to look for the twin comes from the nearest
+// pair of positions known, tried in this order:
+//
+//   - head: p at or past the link's position (the anchor's SrcNext with
+//     Head): the destination offset the next record gets, after checking
+//     that the source holds no committed record between the two;
+//   - window: p inside the window of recently mirrored batches: the span of
+//     the batch says where its twin is (one source and one destination
+//     fetch);
+//   - checkpoint: p at or past a checkpoint: a walk from the checkpoint's
+//     pair, source and destination in step, as reconciliation walks (the
+//     twin.Walker, with the producer state saved with the checkpoint);
+//   - timestamp: anything else, and a walk that meets a batch it cannot
+//     place: the destination's first offset at or after the earliest create
+//     time of the source batch (ListOffsets), scanned forward for the twin.
+//     Twins carry the source's create times, so nothing of the link's at
+//     or after the twin lies before that offset.
+//
+// Cost, per translation: a head or window translation reads one chunk from
+// each cluster (translateChunk, 1 MiB); a checkpoint walk reads what lies
+// between the checkpoint and p; a timestamp translation makes one
+// ListOffsets request and reads from there to the twin. No translation
+// reads more than translateBudget (16 MiB) from either cluster: past it, it
+// answers ErrUntranslatable.
+//
+// A position below the source's log start translates as the log start (a
+// consumer there would be reset to it); one whose translation lies below
+// the destination's log start is ErrBelowDestinationStart.
+//
+// # Inputs
+//
+// A translation knows nothing of a link but what it is handed: an Anchor
+// (the pair of partitions, and what the link knows of it without reading
+// either cluster: its head, its window of recently appended batches, its
+// last checkpoint and producer state, its salts) and Logs, the readers of
+// both clusters. A running link hands the Anchor of its pipeline; Offline
+// builds one from the state topic's checkpoint while no session runs.
+// Group translates a consumer group's committed offsets one by one.
+//
+// # Invariants
+//
+//   - A translation never answers a position a consumer would re-read or
+//     skip from: where the twin of the first mirrored source batch at or
+//     after the position cannot be found within the budget, the answer is
+//     an error (ErrUntranslatable and the other sentinel errors), never a
+//     guess.
+//   - It decides source batches with twin.Decide and matches with
+//     twin.Match, as the pipeline and reconciliation do (I3).
+//
+// # Goroutines
+//
+// None: a translation runs on its caller's goroutine. Logs and Offline are
+// safe for concurrent use; their clients are closed by their owner
+// (Offline.Close; a link closes the clients of its sessions' Logs).
+package translate
