@@ -189,7 +189,7 @@ func (s *sampler) run(ctx context.Context) {
 
 func (s *sampler) baseline(now time.Time, sts []link.Status) {
 	for _, st := range sts {
-		s.prev[st.Name] = mark{at: now, records: st.Counters.Records, bytes: st.Counters.Bytes}
+		s.prev[st.Name] = mark{at: now, records: st.Counters.Get(link.RecordsMirrored), bytes: st.Counters.Get(link.BytesMirrored)}
 	}
 }
 
@@ -198,7 +198,7 @@ func (s *sampler) baseline(now time.Time, sts []link.Status) {
 // the link's lag and state.
 func (s *sampler) sample(now time.Time, sts []link.Status) {
 	for _, st := range sts {
-		cur := mark{at: now, records: st.Counters.Records, bytes: st.Counters.Bytes}
+		cur := mark{at: now, records: st.Counters.Get(link.RecordsMirrored), bytes: st.Counters.Get(link.BytesMirrored)}
 		smp := point{atMs: now.UnixMilli(), lag: st.Lag, state: st.State}
 		if p, ok := s.prev[st.Name]; ok {
 			if dt := now.Sub(p.at).Seconds(); dt > 0 {

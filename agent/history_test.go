@@ -90,7 +90,7 @@ func (f *fakeTicker) ticker(d time.Duration) (<-chan time.Time, func()) {
 func TestSamplerRun(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	st := func(name string, state link.State, records, bytes, lag int64) link.Status {
-		return link.Status{Name: name, State: state, Lag: lag, Counters: link.Counters{Records: records, Bytes: bytes}}
+		return link.Status{Name: name, State: state, Lag: lag, Counters: link.CountsOf(map[link.Counter]int64{link.RecordsMirrored: records, link.BytesMirrored: bytes})}
 	}
 	// Reading i is what the links show at baseline (0) and at tick i.
 	readings := [][]link.Status{
@@ -198,7 +198,7 @@ func TestHistoryEndpoint(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		a.smp.sample(t0.Add(time.Duration(i)*10*time.Second), []link.Status{{
 			Name: "l", State: link.Mirroring, Lag: int64(i),
-			Counters: link.Counters{Records: int64(i * i * 100), Bytes: int64(i * 1000)},
+			Counters: link.CountsOf(map[link.Counter]int64{link.RecordsMirrored: int64(i * i * 100), link.BytesMirrored: int64(i * 1000)}),
 		}})
 	}
 

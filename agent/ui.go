@@ -142,7 +142,10 @@ type Overview struct {
 	// differences between two snapshots by the difference of their At.
 	At      time.Time    `json:"at"`
 	History HistoryShape `json:"history"`
-	Links   []LinkView   `json:"links"`
+	// Counters is the link counter table: each link's counters, in the
+	// order the page lists them, with their labels.
+	Counters []link.CounterInfo `json:"counters"`
+	Links    []LinkView         `json:"links"`
 }
 
 // HistoryShape is how GET /v1/links/{name}/history samples.
@@ -188,9 +191,10 @@ func regionOf(clusterID string) (string, bool) {
 // overview answers GET /v1/status.
 func (a *Agent) overview(w http.ResponseWriter, _ *http.Request) {
 	out := Overview{
-		At:      a.now().UTC(),
-		History: HistoryShape{IntervalSeconds: a.hist.interval.Seconds(), Capacity: a.hist.capacity},
-		Links:   make([]LinkView, 0, len(a.links)),
+		At:       a.now().UTC(),
+		History:  HistoryShape{IntervalSeconds: a.hist.interval.Seconds(), Capacity: a.hist.capacity},
+		Counters: link.CounterTable(),
+		Links:    make([]LinkView, 0, len(a.links)),
 	}
 	for _, st := range a.statuses() {
 		out.Links = append(out.Links, newLinkView(st))

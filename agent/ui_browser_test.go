@@ -391,7 +391,7 @@ func bigStatus(records int64) link.Status {
 	st := link.Status{
 		Name: "big", Source: "src", Destination: "dst", State: link.Mirroring, Since: time.Now().Add(-time.Hour),
 		SourceClusterID: kafkatest.SourceClusterID, DestinationClusterID: kafkatest.DestClusterID,
-		Counters:    link.Counters{Records: records, Bytes: records * 180, Batches: records / 10, Checkpoints: records / 1000, ForeignBatches: 3},
+		Counters:    link.CountsOf(map[link.Counter]int64{link.RecordsMirrored: records, link.BytesMirrored: records * 180, link.BatchesMirrored: records / 10, link.Checkpoints: records / 1000, link.ForeignBatches: 3}),
 		LastError:   "append orders[7]: lease expired",
 		LastErrorAt: time.Now().Add(-10 * time.Minute),
 	}
@@ -431,7 +431,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 	for i := range 360 {
 		a.smp.sample(at.Add(time.Duration(i-359)*10*time.Second), []link.Status{{
 			Name: "big", State: link.Mirroring, Lag: int64(1000 + 900*((i/30)%2)),
-			Counters: link.Counters{Records: int64(i * i * 50), Bytes: int64(i * i * 9000)},
+			Counters: link.CountsOf(map[link.Counter]int64{link.RecordsMirrored: int64(i * i * 50), link.BytesMirrored: int64(i * i * 9000)}),
 		}})
 	}
 	var polls atomic.Int64
@@ -445,7 +445,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 			{Group: "billing", State: "synced", Partitions: make([]failover.GroupPartitionSync, 3), At: at.Add(-12 * time.Second)},
 			{Group: "audit", State: "active", Members: 2, At: at.Add(-5 * time.Minute), Error: "2 members at the destination"},
 		}}
-		raw := Overview{At: at, History: HistoryShape{IntervalSeconds: 10, Capacity: 360}, Links: []LinkView{newLinkView(st)}}
+		raw := Overview{At: at, History: HistoryShape{IntervalSeconds: 10, Capacity: 360}, Counters: link.CounterTable(), Links: []LinkView{newLinkView(st)}}
 		rec := httptest.NewRecorder()
 		writeJSON(rec, http.StatusOK, raw)
 		body.Store(int64(rec.Body.Len()))
@@ -544,6 +544,17 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		field("big", "error-box"), field("big", "error"), field("big", "error-at")))
 	if !eval[bool](b, card("big", `dd[data-counter="foreign_batches"]`)+".parentElement.classList.contains('alarm')") {
 		t.Error("3 foreign batches are not marked as an alarm")
+	}
+	// One table drives the page: the card lists every counter of the link
+	// counter table that is not a headline figure, in its order.
+	var counters []string
+	for _, c := range link.CounterTable() {
+		if !c.Headline {
+			counters = append(counters, c.Name)
+		}
+	}
+	if got := eval[[]string](b, `[...document.querySelectorAll('.link[data-link="big"] dd[data-counter]')].map(d => d.dataset.counter)`); !slices.Equal(got, counters) {
+		t.Errorf("the card lists the counters %q, want %q", got, counters)
 	}
 	if got := eval[[]string](b, fmt.Sprintf(`%s.hidden ? [] : [...%s.querySelectorAll('th, td')].map(c => c.textContent)`, field("big", "groups"), field("big", "groups"))); !slices.Equal(got,
 		[]string{"group", "state", "partitions", "destination members", "last sync", "error",

@@ -2,16 +2,20 @@ package barrier
 
 import (
 	"context"
+	"errors"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
-	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -85,16 +89,15 @@ func seqRand(vals ...int64) func() int64 {
 	}
 }
 
-// TestEmitApplyReplay guards DESIGN §8: the barrier resets exactly the
-// mirrored producer state of the partitions it names, live and on replay,
-// and a restarted agent that replays the state topic decides batches
-// exactly as the live agent does.
-func TestEmitApplyReplay(t *testing.T) {
+// TestApplyAndRestore guards DESIGN §8: a barrier, committed with the
+// partition's checkpoint in one state transaction, resets exactly the
+// mirrored producer state of the partition it names; and a restarted agent
+// that restores the salts of the replayed state topic (Salts) maps every
+// origin, and decides every batch that follows, as the live agent does.
+func TestApplyAndRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, dst := kafkatest.Pair(t)
-	var logs logtest.Buffer
-	log := logtest.Logger(&logs)
 	newStore := func() *statestore.Store {
 		s, err := statestore.New(statestore.Config{}, statestore.Deps{ClientOpts: []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)}})
 		if err != nil {
@@ -137,19 +140,22 @@ func TestEmitApplyReplay(t *testing.T) {
 	if err := live.sess.Commit(ctx, statestore.Mirroring, SaltTombstone(p1, gone.Origin)); err != nil {
 		t.Fatal(err)
 	}
-	// Another link's barrier in the same state topic.
-	if err := Emit(ctx, begin("l2"), []Partition{pOther}, kafkatest.ThirdClusterID, now); err != nil {
-		t.Fatalf("emit l2: %v", err)
+	// Another link's barrier and salt in the same state topic.
+	other := transform.Salt{Origin: transform.Origin{Cluster: kafkatest.SourceClusterID, PID: 5}, Salt: 9, Colliding: kafkatest.ThirdClusterID}
+	if err := begin("l2").Commit(ctx, statestore.Mirroring, Record(pOther, kafkatest.ThirdClusterID, now), SaltRecord(pOther, other, now)); err != nil {
+		t.Fatalf("commit l2's barrier: %v", err)
 	}
 
+	// The barrier of p0 goes with its checkpoint, as the pipeline commits
+	// them, and is applied once they committed.
 	checkpoint := statestore.Record{
 		Key:   statestore.CheckpointKey{LinkName: "l1", TopicID: topicA, Partition: 0},
 		Value: statestore.CheckpointValue{SourceTopic: "a", SourceNextOffset: 42, DestNextOffset: 40, TimestampMs: now.UnixMilli()},
 	}
-	if err := Emit(ctx, live.sess, []Partition{p0}, kafkatest.SourceClusterID, now, checkpoint); err != nil {
-		t.Fatalf("Emit: %v", err)
+	if err := live.sess.Commit(ctx, statestore.Mirroring, Record(p0, kafkatest.SourceClusterID, now), checkpoint); err != nil {
+		t.Fatalf("commit the barrier: %v", err)
 	}
-	if n := Apply(live.psms[p0], log, p0); n != 3 {
+	if n := Apply(live.psms[p0]); n != 3 {
 		t.Errorf("Apply expired %d producers on p0, want 3", n)
 	}
 	if n := live.psms[p0].Len(); n != 0 {
@@ -158,9 +164,8 @@ func TestEmitApplyReplay(t *testing.T) {
 	if n := live.psms[p1].Len(); n != 2 {
 		t.Errorf("p1 holds %d producers after p0's barrier, want its 2", n)
 	}
-	wantLog := `[INFO]  MIRROR_PID_RESET applied: expired mirrored producer IDs: topic_id=qgECAwQFBgcICQoLDA0ODw partition=0 expired=3` + "\n"
-	if !strings.Contains(logs.String(), wantLog) {
-		t.Errorf("log does not hold %q:\n%s", wantLog, logs.String())
+	if _, ok := live.psms[p0].Salt(transform.Origin{Cluster: kafkatest.ThirdClusterID, PID: 5}); !ok {
+		t.Error("the barrier dropped p0's salt; it drops producer entries only")
 	}
 
 	// The barrier, the checkpoint and the link record are one
@@ -173,48 +178,29 @@ func TestEmitApplyReplay(t *testing.T) {
 		t.Errorf("barrier of p0: %+v, want %+v", got, want)
 	}
 	if _, ok := view.Barriers[statestore.PIDResetKey{TopicID: topicA, Partition: 1}]; ok {
-		t.Error("p1 has a barrier, but only p0 was emitted")
+		t.Error("p1 has a barrier, but only p0's was committed")
 	}
 	if got := view.Checkpoints[checkpoint.Key.(statestore.CheckpointKey)]; !reflect.DeepEqual(got, checkpoint.Value) {
 		t.Errorf("checkpoint %+v, want %+v", got, checkpoint.Value)
 	}
 
-	// An agent whose producer state predates the barrier (as one that
-	// rejoins after FAILED) replays the topic: the barrier expires p0's
-	// mirrored producers and leaves p1's alone.
-	stale := &pipeline{t: t, ctx: ctx, sess: live.sess, psms: newPSMs(), now: now}
-	for _, b := range []struct {
-		p Partition
-		b transform.BatchInfo
-	}{
-		{p0, info(kafkatest.SourceClusterID, srcRegion, 5, 0)},
-		{p0, info(kafkatest.SourceClusterID, srcRegion, 8, 0)},
-		{p1, info(kafkatest.SourceClusterID, srcRegion, 5, 0)},
-		{p1, info(kafkatest.SourceClusterID, srcRegion, 6, 0)},
-	} {
-		d := stale.psms[b.p].Decide(b.b)
-		stale.psms[b.p].Commit(d, now)
+	// A restarted agent (fresh PSMs) restores the salts of the replayed
+	// state topic: each partition gets its own (not another link's, not
+	// the tombstoned one), and the same decision for every batch that
+	// follows as the live agent.
+	salts := Salts(view)
+	if got := len(salts[p0]) + len(salts[p1]); got != 1 {
+		t.Errorf("restored %d salts of l1's partitions (%v), want p0's one", got, salts)
 	}
-	psmFor := func(psms map[Partition]*transform.PSM) func(Partition) *transform.PSM {
-		return func(p Partition) *transform.PSM { return psms[p] }
+	if got := salts[pOther]; len(got) != 1 || got[0].Origin != other.Origin || got[0].Salt != other.Salt || !got[0].At.Equal(now) {
+		t.Errorf("the other link's partition restores %+v, want its salt %+v", got, other)
 	}
-	st := Replay(view.Records, psmFor(stale.psms), log)
-	if st.Barriers != 1 || st.Expired != 2 || st.Salts != 2 || st.SaltTombstones != 1 {
-		t.Errorf("replay stats %+v, want 1 barrier, 2 expired, 2 salts, 1 tombstone", st)
-	}
-	if n := stale.psms[p0].Len(); n != 0 {
-		t.Errorf("p0 holds %d producers after replaying its barrier", n)
-	}
-	for _, pid := range []int64{5, 6} {
-		if _, ok := stale.psms[p1].Mapped(transform.Origin{Cluster: kafkatest.SourceClusterID, PID: pid}); !ok {
-			t.Errorf("replay of p0's barrier dropped producer %d of p1", pid)
+	restarted := newPSMs()
+	for p, psm := range restarted {
+		for _, s := range salts[p] {
+			psm.AddSalt(s.Origin, s.Salt, s.At)
 		}
 	}
-
-	// A restarted agent (fresh PSMs) against the live one: same salts,
-	// and the same decision for every batch that follows.
-	restarted := newPSMs()
-	Replay(view.Records, psmFor(restarted), log)
 	origins := []transform.Origin{
 		{Cluster: kafkatest.SourceClusterID, PID: 5},
 		{Cluster: kafkatest.ThirdClusterID, PID: 5},
@@ -244,5 +230,54 @@ func TestEmitApplyReplay(t *testing.T) {
 		}
 		live.psms[p0].Commit(ld, now)
 		restarted[p0].Commit(rd, now)
+	}
+}
+
+// TestBrokerRefusesBarrierBatch shows why mirrord writes the barrier to the
+// state topic: spec 000 puts it into the data partition as a control batch,
+// and a broker refuses a control batch from a client. kfake, like Kafka's
+// LogValidator, answers INVALID_RECORD.
+func TestBrokerRefusesBarrierBatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, dst := kafkatest.Pair(t)
+	cl := kafkatest.Client(t, dst)
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "data"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := adm.Metadata(ctx, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := md.Topics["data"]
+
+	// The spec's control record: key {version 0, type 7}, value the
+	// state topic's MirrorPidResetValue, in a control batch.
+	key := kbin.AppendInt16(kbin.AppendInt16(nil, 0), 7)
+	value := statestore.EncodeValue(statestore.PIDResetValue{SourceClusterID: kafkatest.SourceClusterID, TimestampMs: 1_700_000_000_000})
+	batch := batchtest.Build(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, Control: true, FirstTimestamp: 1_700_000_000_000,
+		Records: []batchtest.Record{{Key: key, Value: value}}})
+
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 10_000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = "data", td.ID
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = 0
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := cl.Broker(int(td.Partitions[0].Leader)).Request(ctx, req)
+	if err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	resp := kresp.(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("response %+v", resp)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); !errors.Is(err, kerr.InvalidRecord) {
+		t.Fatalf("produce of a client control batch: %v, want INVALID_RECORD", err)
 	}
 }

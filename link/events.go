@@ -6,11 +6,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
-	"github.com/seed83556561/mirrord/transform"
 )
 
 // The pipeline's inputs (In*) and actions (Do*). The driver turns what the
@@ -45,11 +45,7 @@ type Placement struct {
 }
 
 // Salt is one replayed collision salt of a destination partition.
-type Salt struct {
-	Origin transform.Origin
-	Salt   int64
-	At     time.Time
-}
+type Salt = barrier.Salt
 
 // InAdd adds partitions to the session. Initial marks the partitions
 // PREPARING found: the pipeline commits their barriers in one state

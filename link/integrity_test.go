@@ -102,7 +102,7 @@ func TestStopWithAppendInBroker(t *testing.T) {
 	waitCaughtUp(t, b, 60, 60*time.Second)
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
 	exactlyOnce(t, dst, p, "t")
-	if got := b.Status().Counters.ReconciledBatches; got < 1 {
+	if got := b.Status().Counters.Get(ReconciledBatches); got < 1 {
 		t.Errorf("reconciled batches %d: the held batch should have been recognised as the link's own", got)
 	}
 }
@@ -205,7 +205,7 @@ func TestListingGapStopsNothing(t *testing.T) {
 	if n := len(l.Status().Partitions); n != 3 {
 		t.Errorf("link mirrors %d partitions, want 3", n)
 	}
-	if got := l.Status().Counters.PartitionsRemoved; got != 0 {
+	if got := l.Status().Counters.Get(PartitionsRemoved); got != 0 {
 		t.Errorf("%d partitions removed, want none", got)
 	}
 }
@@ -381,7 +381,7 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 		}
 		t.Fatalf("destination holds batches with base sequences %v, want [0 5]: x and y once, the duplicate skipped", seqs)
 	}
-	if c := l.Status().Counters; c.ForeignBatches != 0 || c.ReconciledBatches < 1 || c.DuplicatesSkipped < 1 {
+	if c := l.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) < 1 || c.Get(DuplicatesSkipped) < 1 {
 		t.Errorf("counters %+v: want no foreign batch, y reconciled, the duplicate skipped", c)
 	}
 }
@@ -425,7 +425,7 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 	src.CreateTopic(t, "late", 1, nil)
 	load(t, src, p, idempotent, 1, "late", 20, "late")
 	deadline := time.Now().Add(30 * time.Second)
-	for l.Status().Counters.ForeignBatches == 0 && time.Now().Before(deadline) {
+	for l.Status().Counters.Get(ForeignBatches) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	deadline = time.Now().Add(30 * time.Second)
@@ -441,7 +441,7 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 	if left.Load() || l.prepared.Load() != 1 {
 		t.Errorf("the link left MIRRORING (prepared %d times) to add a partition", l.prepared.Load())
 	}
-	if got := l.Status().Counters.ForeignBatches; got != 1 {
+	if got := l.Status().Counters.Get(ForeignBatches); got != 1 {
 		t.Errorf("foreign batches %d, want the 1 record someone else wrote", got)
 	}
 	recs := consumeAll(t, dst, false, "late")
@@ -523,9 +523,9 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 	if _, err := src.Admin.DeleteTopics(ctx, "u"); err != nil {
 		t.Fatal(err)
 	}
-	for l.Status().Counters.PartitionsRemoved < 2 {
+	for l.Status().Counters.Get(PartitionsRemoved) < 2 {
 		if ctx.Err() != nil {
-			t.Fatalf("partitions removed %d after the source topic was deleted, want 2; status %+v", l.Status().Counters.PartitionsRemoved, l.Status())
+			t.Fatalf("partitions removed %d after the source topic was deleted, want 2; status %+v", l.Status().Counters.Get(PartitionsRemoved), l.Status())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -562,7 +562,7 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 		t.Fatalf("destination u holds %d records of the recreated topic, want its 30", len(newKeys))
 	}
 	exactlyOnce(t, dst, p, "t", "u") // u: the old topic's records and the new one's, each once
-	if c := l.Status().Counters; c.PartitionsRemoved != 2 || c.ForeignBatches != 0 {
+	if c := l.Status().Counters; c.Get(PartitionsRemoved) != 2 || c.Get(ForeignBatches) != 0 {
 		t.Errorf("counters %+v: want 2 partitions removed and no foreign batch", c)
 	}
 	if !strings.Contains(logs.String(), "gone") {

@@ -473,7 +473,7 @@ func (l *Link) fail(err error) {
 	kind := errorKind(err)
 	l.met.error(kind)
 	if errors.Is(err, statestore.ErrFenced) {
-		l.met.fenced.Inc()
+		l.met.add(SessionsFenced, 1)
 		l.log.Warn("link session fenced: another mirrord runs this link; standing by until its lease lapses", "error", err)
 		return
 	}

@@ -53,18 +53,6 @@ const (
 	sourceEndRetry = time.Second
 )
 
-// Stats are the pipeline's counters since it was built; the driver exports
-// their increments as metrics.
-type Stats struct {
-	Records, Bytes, Batches, Reencoded  int64
-	Collisions, Unresolvable            int64
-	Barriers, Duplicates, Gaps          int64
-	LowerEpoch, Foreign, Reconciled     int64
-	Unknown, Refetches, Checkpoints     int64
-	Expired, SaltsExpired, Skipped      int64
-	DestinationGaps, Removed, Discovery int64
-}
-
 // Pipeline is one link session's pipeline as a pure state machine (DESIGN
 // §12): Step takes an event and the current time and returns the actions
 // to carry out. It owns every partition's phase, queue, positions and
@@ -96,7 +84,10 @@ type Pipeline struct {
 	out []Action
 
 	gen, tags uint64 // the last fetcher generation and append tag given
-	stats     Stats
+	counts    Counts // the counters since the pipeline was built (counters.go)
+	// discoveryFailures counts failed topic discoveries (and placements),
+	// which the driver reports as errors of kind discovery.
+	discoveryFailures int64
 
 	// State transactions: one in flight at a time.
 	commitID      uint64
@@ -342,7 +333,7 @@ func (pl *Pipeline) fetched(r fetcher.Result) {
 	}
 	p.hw, p.lso = r.HighWatermark, r.LastStableOffset
 	if r.SkippedRecords > 0 {
-		pl.stats.Skipped += r.SkippedRecords
+		pl.counts.Add(SourceRecordsSkipped, r.SkippedRecords)
 	}
 	n := len(p.queue)
 	pos := r.Start
@@ -396,7 +387,7 @@ func (pl *Pipeline) next(p *partition) {
 			pl.finishHead(p)
 		case twin.SkipDuplicate:
 			p.psm.Commit(d.PSM, pl.now)
-			pl.stats.Duplicates++
+			pl.counts.Inc(DuplicatesSkipped)
 			pl.finishHead(p)
 		case twin.NeedSalt:
 			p.phase = phaseSalting
@@ -449,7 +440,7 @@ func (pl *Pipeline) appended(res appender.Result) {
 	case res.Err == nil:
 		pl.acked(p, res.BaseOffset)
 	case errors.Is(res.Err, appender.ErrUnknownOutcome):
-		pl.stats.Unknown++
+		pl.counts.Inc(UnknownOutcomes)
 		p.phase = phaseSettling
 		delay, early := pl.settleDelay(res)
 		pl.log(hclog.Warn, "append outcome unknown; settling it against the destination before anything else is sent",
@@ -467,7 +458,7 @@ func (pl *Pipeline) appended(res appender.Result) {
 			return
 		}
 		p.refetchedAt = h.BaseOffset
-		pl.stats.Refetches++
+		pl.counts.Inc(CorruptRefetches)
 		pl.log(hclog.Warn, "destination refused a batch as corrupt; fetching it again from the source",
 			"destination", p.Dst.String(), "source", p.Src.String(), "source_offset", h.BaseOffset)
 		p.phase = phaseIdle
@@ -536,7 +527,7 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 		// Someone else wrote between the link's appends: another
 		// producer, or a batch an earlier session sent that landed after
 		// this session read the tail. Say so; nothing can be undone.
-		pl.stats.DestinationGaps += base - p.dstNext
+		pl.counts.Add(DestinationGapOffsets, base-p.dstNext)
 		pl.log(hclog.Error, "destination offsets this link did not write appeared before its append (another producer writes the destination topic, or an earlier session's append landed late)",
 			"destination", p.Dst.String(), "from", p.dstNext, "to", base, "source_offset", p.queue[p.head].hdr.BaseOffset)
 	case base < p.dstNext:
@@ -548,22 +539,21 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
 	it := &p.queue[p.head]
 	p.win.add(translate.Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: base, DstEnd: p.dstNext})
-	s := &pl.stats
-	s.Records += int64(oh.NumRecords) // what was appended: a trimmed batch holds fewer than its source
-	s.Bytes += int64(len(d.Out))
-	s.Batches++
+	pl.counts.Add(RecordsMirrored, int64(oh.NumRecords)) // what was appended: a trimmed batch holds fewer than its source
+	pl.counts.Add(BytesMirrored, int64(len(d.Out)))
+	pl.counts.Inc(BatchesMirrored)
 	if d.Reencoded {
-		s.Reencoded++
+		pl.counts.Inc(BatchesReencoded)
 	}
 	// Counted once appended: a batch decided twice (fetched again after
 	// CORRUPT_MESSAGE) counts once.
 	switch d.PSM.Kind {
 	case transform.KindSequenceGap:
-		s.Gaps++
+		pl.counts.Inc(SequenceGaps)
 	case transform.KindLowerEpoch:
-		s.LowerEpoch++
+		pl.counts.Inc(LowerEpochBatches)
 	case transform.KindUnresolvable:
-		s.Unresolvable++
+		pl.counts.Inc(CollisionsUnresolvable)
 	}
 	p.dec = twin.Decision{}
 	p.phase = phaseIdle
@@ -748,8 +738,8 @@ func (pl *Pipeline) reconciled(p *partition) {
 	w := p.rc.w
 	n := w.Counts()
 	p.srcNext, p.dstNext = w.SrcNext(), w.DstNext()
-	pl.stats.Reconciled += int64(n.Matched)
-	pl.stats.Foreign += int64(n.Foreign)
+	pl.counts.Add(ReconciledBatches, int64(n.Matched))
+	pl.counts.Add(ForeignBatches, int64(n.Foreign))
 	if n.Foreign > 0 {
 		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
 			"destination", p.Dst.String(), "foreign_batches", n.Foreign, "resume_source_offset", p.srcNext)
@@ -769,7 +759,7 @@ func (pl *Pipeline) reconciled(p *partition) {
 func (pl *Pipeline) discovered(e InDiscovered) {
 	if e.Err != nil {
 		pl.discovering = false
-		pl.stats.Discovery++
+		pl.discoveryFailures++
 		pl.log(hclog.Warn, "topic discovery failed; retrying at the next interval", "error", e.Err)
 		return
 	}
@@ -798,7 +788,7 @@ func (pl *Pipeline) discovered(e InDiscovered) {
 func (pl *Pipeline) placed(e InPlaced) {
 	pl.discovering = false
 	if e.Err != nil {
-		pl.stats.Discovery++
+		pl.discoveryFailures++
 		pl.log(hclog.Warn, "placing new partitions failed; retrying at the next discovery", "error", e.Err)
 		return
 	}
@@ -831,7 +821,7 @@ func (pl *Pipeline) remove(p *partition) {
 	delete(pl.byDst, p.Dst.Key())
 	delete(pl.bySrc, p.Src.Key())
 	pl.parts = slices.DeleteFunc(pl.parts, func(q *partition) bool { return q == p })
-	pl.stats.Removed++
+	pl.counts.Inc(PartitionsRemoved)
 }
 
 // ---- state transactions ----
@@ -852,7 +842,7 @@ func (pl *Pipeline) committed(e InCommitted) {
 		pl.fail(fmt.Errorf("commit state transaction: %w", e.Err))
 		return
 	}
-	pl.stats.Checkpoints++
+	pl.counts.Inc(Checkpoints)
 	for p, at := range c.at {
 		p.ckSrc, p.ckDst = at[0], at[1]
 	}
@@ -861,7 +851,7 @@ func (pl *Pipeline) committed(e InCommitted) {
 	}
 	for _, s := range c.salts {
 		s.p.psm.AddSalt(s.salt.Origin, s.salt.Salt, pl.now)
-		pl.stats.Collisions++
+		pl.counts.Inc(CollisionsResolved)
 		if s.p.phase == phaseSalting {
 			s.p.phase = phaseIdle
 			pl.next(s.p)
@@ -877,12 +867,14 @@ func (pl *Pipeline) committed(e InCommitted) {
 // admitted starts mirroring partitions whose barrier committed; with
 // initial, the link is MIRRORING.
 func (pl *Pipeline) admitted(ps []*partition, initial bool) {
-	pl.stats.Barriers += int64(len(ps))
+	pl.counts.Add(BarriersEmitted, int64(len(ps)))
+	expired := 0
 	for _, p := range ps {
 		if p.phase != phaseAdmitting {
 			continue // removed meanwhile
 		}
-		n := p.psm.ResetMirrored()
+		n := barrier.Apply(p.psm)
+		expired += n
 		pl.log(hclog.Debug, "MIRROR_PID_RESET applied", "destination", p.Dst.String(), "expired_producers", n)
 		p.phase = phaseIdle
 		pl.assign(p)
@@ -891,7 +883,7 @@ func (pl *Pipeline) admitted(ps []*partition, initial bool) {
 		}
 	}
 	if len(ps) > 0 {
-		pl.log(hclog.Info, "MIRROR_PID_RESET barriers committed; mirrored producer state reset", "partitions", len(ps))
+		pl.log(hclog.Info, "MIRROR_PID_RESET barriers committed; mirrored producer state reset", "partitions", len(ps), "expired_producers", expired)
 	}
 	if initial {
 		pl.mirroring = true
@@ -954,8 +946,8 @@ func (pl *Pipeline) flushCommits() {
 				continue
 			}
 			expired, tombs := p.psm.Expire(pl.now)
-			pl.stats.Expired += int64(expired)
-			pl.stats.SaltsExpired += int64(len(tombs))
+			pl.counts.Add(ProducersExpired, int64(expired))
+			pl.counts.Add(SaltsExpired, int64(len(tombs)))
 			for _, o := range tombs {
 				recs = append(recs, barrier.SaltTombstone(p.barrierKey(), o))
 			}
@@ -1043,8 +1035,14 @@ func (pl *Pipeline) stop(state State) {
 
 // ---- for the driver and tests ----
 
-// Stats returns the counters.
-func (pl *Pipeline) Stats() Stats { return pl.stats }
+// Count is counter c's value since the pipeline was built.
+func (pl *Pipeline) Count(c Counter) int64 { return pl.counts.Get(c) }
+
+// Counts returns a copy of every counter.
+func (pl *Pipeline) Counts() Counts { return pl.counts.clone() }
+
+// DiscoveryFailures is how many topic discoveries and placements failed.
+func (pl *Pipeline) DiscoveryFailures() int64 { return pl.discoveryFailures }
 
 // Unresolved is the number of partitions whose append is in flight or of
 // unknown outcome.

@@ -497,43 +497,19 @@ func (s *session) placeNew(ctx context.Context, pairs []Pair) Input {
 	return InPlaced{Parts: parts, Err: err}
 }
 
-// report adds the pipeline's new counts to the metrics.
+// report adds the pipeline's new counts to the link's totals and metrics.
 func (s *session) report() {
-	now := s.pipe.Stats()
-	d := func(a, b int64) float64 { return float64(a - b) }
-	was := s.reported
 	m := s.l.met
-	add := func(c interface{ Add(float64) }, a, b int64) {
-		if a != b {
-			c.Add(d(a, b))
+	for i := range counterTable {
+		c := Counter(i)
+		if now := s.pipe.Count(c); now != s.reported.Get(c) {
+			m.add(c, now-s.reported.Get(c))
+			s.reported.Add(c, now-s.reported.Get(c))
 		}
 	}
-	add(m.records, now.Records, was.Records)
-	add(m.bytes, now.Bytes, was.Bytes)
-	add(m.batches, now.Batches, was.Batches)
-	add(m.reencoded, now.Reencoded, was.Reencoded)
-	add(m.collisions, now.Collisions, was.Collisions)
-	add(m.unresolvable, now.Unresolvable, was.Unresolvable)
-	add(m.barriers, now.Barriers, was.Barriers)
-	add(m.duplicates, now.Duplicates, was.Duplicates)
-	add(m.gaps, now.Gaps, was.Gaps)
-	add(m.lowEpoch, now.LowerEpoch, was.LowerEpoch)
-	add(m.foreign, now.Foreign, was.Foreign)
-	add(m.reconciled, now.Reconciled, was.Reconciled)
-	add(m.unknown, now.Unknown, was.Unknown)
-	add(m.refetches, now.Refetches, was.Refetches)
-	add(m.checkpoints, now.Checkpoints, was.Checkpoints)
-	add(m.expired, now.Expired, was.Expired)
-	add(m.saltsExpired, now.SaltsExpired, was.SaltsExpired)
-	add(m.destinationGaps, now.DestinationGaps, was.DestinationGaps)
-	m.skipped.Add(now.Skipped - was.Skipped)
-	add(m.removed, now.Removed, was.Removed)
-	if now.Discovery != was.Discovery {
-		for range now.Discovery - was.Discovery {
-			m.error("discovery")
-		}
+	for ; s.reportedDiscovery < s.pipe.DiscoveryFailures(); s.reportedDiscovery++ {
+		m.error("discovery")
 	}
-	s.reported = now
 }
 
 // publish refreshes the status snapshot and the lag gauges.

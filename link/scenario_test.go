@@ -59,7 +59,7 @@ func TestTwoSessionsOfOneLink(t *testing.T) {
 		if b.Status().State != Mirroring {
 			t.Errorf("newer session: state %s, want MIRRORING", b.Status().State)
 		}
-		if got := testutil.ToFloat64(a.met.fenced); got < 1 {
+		if got := testutil.ToFloat64(a.met.counters[SessionsFenced]); got < 1 {
 			t.Errorf("sessions fenced counted %v, want at least 1", got)
 		}
 	})
@@ -132,7 +132,7 @@ func TestCompactedSource(t *testing.T) {
 
 		l := startLink(t, e.linkConfig("compacted", src, dst, "kv"), src, dst, "compacted")
 		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("kv"), 90*time.Second)
-		if got := testutil.ToFloat64(l.met.reencoded); int(got) != gappy {
+		if got := testutil.ToFloat64(l.met.counters[BatchesReencoded]); int(got) != gappy {
 			t.Errorf("batches re-encoded: %v, want %d (the batches compaction left with gaps)", got, gappy)
 		}
 		t.Logf("compacted topic: %d records mirrored, %d gappy batches re-encoded", rep.Records, gappy)
@@ -286,7 +286,7 @@ func TestChainCollision(t *testing.T) {
 		if salted := transform.MapPIDSalted(local, rA, salt.Salt); cPID[salted] != 15 {
 			t.Errorf("B's local producer is not under its salted PID %d at C: %v", salted, cPID)
 		}
-		if got := testutil.ToFloat64(bc.met.collisions); got != 1 {
+		if got := testutil.ToFloat64(bc.met.counters[CollisionsResolved]); got != 1 {
 			t.Errorf("collisions resolved: %v, want 1", got)
 		}
 	})
@@ -512,7 +512,7 @@ func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, 
 			t.Fatalf("destination record %d: key %s, want %s", mirrored+i, r.Key, want)
 		}
 	}
-	if got := l.Status().Counters.SourceRecordsSkipped; got != int64(100-mirrored-kept) {
+	if got := l.Status().Counters.Get(SourceRecordsSkipped); got != int64(100-mirrored-kept) {
 		t.Errorf("source records skipped %d, want %d", got, 100-mirrored-kept)
 	}
 }

@@ -818,21 +818,21 @@ func windowString(spans []translate.Span) string {
 	return strings.Join(parts, ",")
 }
 
-// stats checks counters by their Stats field names, lower-cased.
+// stats checks counters by their names in the counter table (and
+// discovery_failures, the failed topic discoveries).
 func (s *script) stats(kv map[string]string) {
 	s.t.Helper()
-	st := s.pipeline().Stats()
-	fields := map[string]int64{
-		"records": st.Records, "bytes": st.Bytes, "batches": st.Batches, "reencoded": st.Reencoded,
-		"collisions": st.Collisions, "unresolvable": st.Unresolvable, "barriers": st.Barriers,
-		"duplicates": st.Duplicates, "gaps": st.Gaps, "lowerepoch": st.LowerEpoch, "foreign": st.Foreign,
-		"reconciled": st.Reconciled, "unknown": st.Unknown, "refetches": st.Refetches, "checkpoints": st.Checkpoints,
-		"skipped": st.Skipped, "expired": st.Expired, "saltsexpired": st.SaltsExpired, "destinationgaps": st.DestinationGaps, "removed": st.Removed, "discovery": st.Discovery,
-	}
+	pl := s.pipeline()
 	for k, v := range kv {
-		got, ok := fields[k]
-		if !ok {
-			s.fatalf("stats: unknown counter %q", k)
+		var got int64
+		if k == "discovery_failures" {
+			got = pl.DiscoveryFailures()
+		} else {
+			i := slices.IndexFunc(CounterTable(), func(c CounterInfo) bool { return c.Name == k })
+			if i < 0 {
+				s.fatalf("stats: unknown counter %q", k)
+			}
+			got = pl.Count(Counter(i))
 		}
 		if strconv.FormatInt(got, 10) != v {
 			s.fatalf("stats: %s is %d, want %s", k, got, v)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
@@ -64,9 +65,11 @@ type session struct {
 	logs         *translate.Logs // offset translations' readers
 	trSrc, trDst *kgo.Client     // logs' clients
 
-	reported  Stats // the pipeline's counters already added to the metrics
-	published int   // partitions in the last published status
-	closed    bool
+	reported Counts // the pipeline's counters already added to the link's totals
+	// reportedDiscovery: the pipeline's discovery failures already counted.
+	reportedDiscovery int64
+	published         int // partitions in the last published status
+	closed            bool
 }
 
 // begin is PREPARING up to the pipeline (DESIGN §8): connect, resolve
@@ -150,7 +153,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	s.sess, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
 		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout),
-		statestore.OnCommitRetry(func(string, error) { l.met.commitRetries.Inc() }))
+		statestore.OnCommitRetry(func(string, error) { l.met.add(StateCommitRetries, 1) }))
 	if err != nil {
 		return nil, err // it says "begin state session of link ..."
 	}
@@ -311,11 +314,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	if err != nil {
 		return nil, fmt.Errorf("list destination end offsets: %w", err)
 	}
-	salts := make(map[statestore.PIDResetKey][]Salt)
-	for k, v := range view.Salts {
-		bk := statestore.PIDResetKey{TopicID: k.TopicID, Partition: k.Partition}
-		salts[bk] = append(salts[bk], Salt{Origin: transform.Origin{Cluster: k.SourceClusterID, PID: k.OriginalPID}, Salt: v.Salt, At: time.UnixMilli(v.TimestampMs)})
-	}
+	salts := barrier.Salts(view)
 	out := make([]Placement, 0, len(pairs))
 	for _, pr := range pairs {
 		pc := Placement{Pair: pr}
@@ -331,7 +330,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		if pc.DstEnd, err = offsetOf(dstEnds, pr.Dst, "destination end"); err != nil {
 			return nil, err
 		}
-		pc.Salts = salts[statestore.PIDResetKey{TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]
+		pc.Salts = salts[barrier.Partition{TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]
 		out = append(out, pc)
 	}
 	return out, nil

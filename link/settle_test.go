@@ -114,7 +114,7 @@ func TestSettleAnswered(t *testing.T) {
 			if !strings.Contains(logs.String(), "append settled: "+tc.settled) {
 				t.Errorf("the log does not say %q:\n%s", tc.settled, logs.String())
 			}
-			if c := l.Status().Counters; c.UnknownOutcomes != 1 || c.ForeignBatches != 0 {
+			if c := l.Status().Counters; c.Get(UnknownOutcomes) != 1 || c.Get(ForeignBatches) != 0 {
 				t.Errorf("counters %+v: want one unknown outcome and no foreign batch", c)
 			}
 			if st := l.Status(); st.State != Mirroring {
@@ -275,7 +275,7 @@ func TestSettleUnanswered(t *testing.T) {
 			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 90*time.Second)
 			exactlyOnce(t, dst, p, "t")
 			out := logs.String()
-			if c := l.Status().Counters; c.UnknownOutcomes != 1 || c.ForeignBatches != 0 {
+			if c := l.Status().Counters; c.Get(UnknownOutcomes) != 1 || c.Get(ForeignBatches) != 0 {
 				t.Errorf("counters %+v: want one unknown outcome and no foreign batch", c)
 			}
 			if early := strings.Contains(out, "settling an unanswered append early"); early != tc.move {

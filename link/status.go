@@ -31,44 +31,13 @@ type Status struct {
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 
 	// Counters are the link's totals since the process started, the
-	// values of its mirrord_* counters.
-	Counters Counters `json:"counters"`
+	// values of its mirrord_* counters (counters.go).
+	Counters Counts `json:"counters"`
 
 	// GroupSync is the group offset sync's last round (nil: the link has
 	// no groups block); Failover the last failover (nil: none).
 	GroupSync *failover.GroupSyncStatus `json:"group_sync,omitempty"`
 	Failover  *failover.Status          `json:"failover,omitempty"`
-}
-
-// Counters are a link's running totals since the process started: the
-// values its Prometheus counters hold (see the README's metrics table).
-type Counters struct {
-	Records           int64 `json:"records_mirrored"`
-	Bytes             int64 `json:"bytes_mirrored"`
-	Batches           int64 `json:"batches_mirrored"`
-	Reencoded         int64 `json:"batches_reencoded"`
-	Collisions        int64 `json:"collisions_resolved"`
-	Unresolvable      int64 `json:"collisions_unresolvable"`
-	DuplicatesSkipped int64 `json:"duplicates_skipped"`
-	SequenceGaps      int64 `json:"sequence_gaps"`
-	LowerEpochBatches int64 `json:"lower_epoch_batches"`
-	Barriers          int64 `json:"barriers_emitted"`
-	Checkpoints       int64 `json:"checkpoints"`
-	// StateCommitRetries counts failed state transactions committed
-	// again within the lease.
-	StateCommitRetries int64 `json:"state_commit_retries"`
-	ForeignBatches     int64 `json:"foreign_batches"`
-	ReconciledBatches  int64 `json:"reconciled_batches"`
-	UnknownOutcomes    int64 `json:"unknown_outcomes"`
-	CorruptRefetches   int64 `json:"corrupt_refetches"`
-	SessionsFenced     int64 `json:"sessions_fenced"`
-	// DestinationGapOffsets counts destination offsets someone else
-	// wrote between the link's appends; SourceRecordsSkipped records lost
-	// at the source before they were mirrored; PartitionsRemoved
-	// partitions whose source is gone.
-	DestinationGapOffsets int64 `json:"destination_gap_offsets"`
-	SourceRecordsSkipped  int64 `json:"source_records_skipped"`
-	PartitionsRemoved     int64 `json:"partitions_removed"`
 }
 
 // PartitionStatus is one destination partition of a link.
@@ -99,7 +68,7 @@ func (l *Link) Status() Status {
 	s := l.status
 	s.Partitions = slices.Clone(s.Partitions)
 	s.GroupSync, s.Failover = l.mover.GroupSync(), l.mover.Failover()
-	s.Counters = l.met.counters()
+	s.Counters = l.met.counts()
 	return s
 }
 

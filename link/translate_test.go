@@ -377,7 +377,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 	l := startLink(t, cfg, src, dst, "translate")
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed), kv: renamed(kv), cut: renamed(cut)}, 90*time.Second)
 	l.waitState(t, Mirroring, 30*time.Second)
-	if got := testutil.ToFloat64(l.met.reencoded); got == 0 {
+	if got := testutil.ToFloat64(l.met.counters[BatchesReencoded]); got == 0 {
 		t.Fatal("the link re-encoded no batch: the compacted and cut topics do not exercise the re-encode path")
 	}
 

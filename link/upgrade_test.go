@@ -117,10 +117,10 @@ func TestUpgradeFromV0State(t *testing.T) {
 			l := startLink(t, e.linkConfig("upgrade", src, dst, "orders"), src, dst, "upgrade")
 			rep := waitMirrored(t, src, dst, "__mirror_state", map[string]string{"orders": "orders"}, 60*time.Second)
 			c := l.Status().Counters
-			if c.ForeignBatches != 0 || c.Records != newRecords {
+			if c.Get(ForeignBatches) != 0 || c.Get(RecordsMirrored) != newRecords {
 				t.Errorf("counters %+v: want no foreign batch and exactly the %d records produced after the upgrade appended", c, newRecords)
 			}
-			if scenario == "crash" && c.ReconciledBatches == 0 {
+			if scenario == "crash" && c.Get(ReconciledBatches) == 0 {
 				t.Errorf("the crash left batches past the checkpoint, but none was reconciled: %+v", c)
 			}
 			l.stop(t, false)
@@ -134,7 +134,7 @@ func TestUpgradeFromV0State(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d old destination batches; verify compared %d records; the new session appended %d, reconciled %d batches",
-				scenario, oldBatches, rep.Records, c.Records, c.ReconciledBatches)
+				scenario, oldBatches, rep.Records, c.Get(RecordsMirrored), c.Get(ReconciledBatches))
 		})
 	}
 }

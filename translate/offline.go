@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
@@ -124,10 +125,8 @@ func (o *Offline) anchor(ctx context.Context, src tp.Key) (Anchor, error) {
 		a.CkSrc, a.CkDst = ck.SourceNextOffset, ck.DestNextOffset
 		a.Producers = statestore.ProducerEntries(ck.Producers)
 	}
-	for k, v := range o.view.Salts {
-		if k.TopicID == statestore.UUID(pr.Dst.ID) && k.Partition == pr.Dst.Partition {
-			a.Salts[transform.Origin{Cluster: k.SourceClusterID, PID: k.OriginalPID}] = v.Salt
-		}
+	for _, s := range barrier.Salts(o.view)[barrier.Partition{TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}] {
+		a.Salts[s.Origin] = s.Salt
 	}
 	return a, nil
 }

@@ -13,25 +13,6 @@ const TOKEN_KEY = 'mirrord.admin-token';
 const POLL_MS = 1000;
 const RATE_WINDOW_MS = 5000; // records/s and bytes/s: over the last polls within this window
 
-// The counters a card lists, in order; alarm: a non-zero value deserves a
-// look (the README's Operations section alerts on these).
-const COUNTERS = [
-  { key: 'checkpoints', label: 'checkpoints' },
-  { key: 'batches_mirrored', label: 'batches mirrored' },
-  { key: 'batches_reencoded', label: 'batches re-encoded' },
-  { key: 'collisions_resolved', label: 'collisions resolved' },
-  { key: 'collisions_unresolvable', label: 'collisions unresolvable', alarm: true },
-  { key: 'duplicates_skipped', label: 'duplicates skipped' },
-  { key: 'sequence_gaps', label: 'sequence gaps' },
-  { key: 'lower_epoch_batches', label: 'lower-epoch batches' },
-  { key: 'barriers_emitted', label: 'barriers emitted' },
-  { key: 'reconciled_batches', label: 'reconciled batches' },
-  { key: 'foreign_batches', label: 'foreign batches', alarm: true },
-  { key: 'unknown_outcomes', label: 'unknown outcomes' },
-  { key: 'corrupt_refetches', label: 'corrupt refetches' },
-  { key: 'sessions_fenced', label: 'sessions fenced', alarm: true },
-];
-
 const SERIES = {
   records: { key: 'records_per_second', format: fmt.count, unit: 'records/s' },
   bytes: { key: 'bytes_per_second', format: (v) => `${fmt.bytes(v)}/s`, unit: '', round: niceBytes },
@@ -148,7 +129,11 @@ function setConn(text, level) {
 // ---- one card per link -----------------------------------------------------
 
 class LinkCard {
-  constructor(name) {
+  // counters: the link counter table GET v1/status serves ({key, label,
+  // alarm, headline, help}, in order); the card lists every counter that is
+  // not a headline figure, and marks a non-zero alarm counter (the
+  // README's Operations section alerts on these).
+  constructor(name, counters) {
     const frag = $('link-template').content.cloneNode(true);
     this.el = frag.querySelector('.link');
     this.el.dataset.link = name;
@@ -167,10 +152,12 @@ class LinkCard {
       b.addEventListener('click', () => this.command(b.dataset.command));
     }
     this.counters = {};
-    for (const c of COUNTERS) {
+    for (const c of counters) {
+      if (c.headline) continue;
       const div = document.createElement('div');
       const dt = document.createElement('dt');
       dt.textContent = c.label;
+      dt.title = c.help;
       const dd = document.createElement('dd');
       dd.dataset.counter = c.key;
       div.append(dt, dd);
@@ -345,7 +332,7 @@ function render(ov) {
     seen.add(st.name);
     let card = cards.get(st.name);
     if (!card) {
-      card = new LinkCard(st.name);
+      card = new LinkCard(st.name, ov.counters || []);
       cards.set(st.name, card);
       main.append(card.el);
     }
