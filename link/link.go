@@ -342,7 +342,7 @@ func (l *Link) Run(ctx context.Context) error {
 // lifecycle is the link goroutine's state loop.
 func (l *Link) lifecycle(ctx context.Context) error {
 	state := Stopped
-	move := func(e Event, cause error) error {
+	move := func(e Trigger, cause error) error {
 		next, err := Next(state, e)
 		if err != nil {
 			return err
@@ -365,7 +365,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 		})
 		return nil
 	}
-	if err := move(EvStart, nil); err != nil {
+	if err := move(OnStart, nil); err != nil {
 		return err
 	}
 	retry := backoff.Policy{First: l.cfg.Tuning.BackoffBase, Max: l.cfg.Tuning.BackoffMax}
@@ -374,7 +374,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 		fenced   bool // the last session was fenced: stand by before taking over
 		last     *handover
 	)
-	defer func() { _ = move(EvStop, nil) }()
+	defer func() { _ = move(OnStop, nil) }()
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -384,20 +384,20 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			since := l.deps.Now()
 			s, err := l.begin(ctx, fenced, last)
 			var (
-				ev  Event
+				ev  Trigger
 				end sessionEnd
 			)
 			if err == nil {
 				ev, end, err = s.run(ctx, func() error {
 					l.prepared.Add(1)
-					return move(EvPrepared, nil)
+					return move(OnPrepared, nil)
 				})
 				s.close()
-				last = &handover{epoch: s.sess.Epoch(), unresolved: end.unresolved, at: l.deps.Now()}
+				last = &handover{epoch: s.state.Epoch(), unresolved: end.unresolved, at: l.deps.Now()}
 			} else {
-				ev = EvFail
+				ev = OnFail
 				if errors.Is(err, errPaused) {
-					ev, err = EvPause, nil
+					ev, err = OnPause, nil
 				}
 			}
 			if ctx.Err() != nil {
@@ -408,7 +408,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			}
 			fenced = errors.Is(err, statestore.ErrFenced)
 			switch ev {
-			case EvFail:
+			case OnFail:
 				l.fail(err)
 				// A link that mirrored for longer than the longest
 				// backoff has recovered: its next failure starts the
@@ -420,8 +420,8 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			default:
 				attempts = 0
 			}
-			if state == Preparing && ev != EvFail && ev != EvPause {
-				ev = EvStop
+			if state == Preparing && ev != OnFail && ev != OnPause {
+				ev = OnStop
 			}
 			if err := move(ev, err); err != nil {
 				return err
@@ -431,7 +431,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 				return nil
 			}
 			attempts = 0
-			if err := move(EvResume, nil); err != nil {
+			if err := move(OnResume, nil); err != nil {
 				return err
 			}
 		case Failed:
@@ -445,15 +445,15 @@ func (l *Link) lifecycle(ctx context.Context) error {
 				return nil
 			case c := <-l.ctl:
 				t.Stop()
-				ev := EvRetry // a resume while failed retries at once
+				ev := OnRetry // a resume while failed retries at once
 				if c == ctlPause {
-					ev = EvPause
+					ev = OnPause
 				}
 				if err := move(ev, nil); err != nil {
 					return err
 				}
 			case <-t.C:
-				if err := move(EvRetry, nil); err != nil {
+				if err := move(OnRetry, nil); err != nil {
 					return err
 				}
 			}

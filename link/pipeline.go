@@ -254,7 +254,7 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 			pl.log(hclog.Warn, "partition added twice; keeping the one the session has", "destination", pc.Dst.String(), "source", pc.Src.String())
 			continue
 		}
-		p := pl.place(pc)
+		p := pl.join(pc)
 		p.initial = initial
 		pl.parts = append(pl.parts, p)
 		pl.byDst[p.Dst.Key()] = p
@@ -277,10 +277,10 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 	}
 }
 
-// place makes the pipeline state of a joining partition and decides where
+// join makes the pipeline state of a joining partition and decides where
 // it resumes: its checkpoint if the checkpoint is of this very source
 // partition (same topic ID, I5), otherwise start_from at the source.
-func (pl *Pipeline) place(pc Placement) *partition {
+func (pl *Pipeline) join(pc Placement) *partition {
 	psm := transform.NewPSM(transform.PSMConfig{Expiry: pl.cfg.ProducerStateExpiry, Rand: pl.cfg.Rand})
 	for _, s := range pc.Salts {
 		psm.AddSalt(s.Origin, s.Salt, s.At)

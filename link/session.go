@@ -47,20 +47,21 @@ type session struct {
 	sameCluster            bool
 
 	store *statestore.Store
-	sess  *statestore.Session
+	state *statestore.Session
 	fetch *fetcher.Fetcher
 	app   *appender.Appender
 	pipe  *Pipeline
 
-	// events carries what the committer and the workers report to the
-	// link goroutine. It holds at most one event per outstanding action:
-	// one commit, one discovery or placement, one settle per partition,
-	// one tail read and one source lookup per reconciling partition.
-	events  *mailbox.Box[Input]
+	// inputs carries what the committer and the workers report to the
+	// link goroutine, as the pipeline's inputs. It holds at most one per
+	// outstanding action: one commit, one discovery or placement, one
+	// settle per partition, one tail read and one source lookup per
+	// reconciling partition.
+	inputs  *mailbox.Box[Input]
 	commits chan DoCommit // to the committer; the pipeline keeps one in flight
 	// queries are other goroutines' reads of the pipeline (online.ask),
-	// run by the event loop; tr translates offsets over the session's
-	// clients.
+	// run by the event loop; logs translates offsets over clients of the
+	// session's own.
 	queries      chan query
 	logs         *translate.Logs // offset translations' readers
 	trSrc, trDst *kgo.Client     // logs' clients
@@ -82,7 +83,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	s := &session{
 		l:       l,
 		log:     l.log,
-		events:  mailbox.New[Input](),
+		inputs:  mailbox.New[Input](),
 		commits: make(chan DoCommit, 1),
 		queries: make(chan query),
 	}
@@ -150,14 +151,14 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 			return nil, err
 		}
 	}
-	s.sess, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
+	s.state, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
 		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout),
 		statestore.OnCommitRetry(func(string, error) { l.met.add(StateCommitRetries, 1) }))
 	if err != nil {
 		return nil, err // it says "begin state session of link ..."
 	}
-	l.setStatus(func(st *Status) { st.SessionEpoch = s.sess.Epoch() })
+	l.setStatus(func(st *Status) { st.SessionEpoch = s.state.Epoch() })
 	view, err := s.store.Replay(ctx)
 	if err != nil {
 		return nil, err
@@ -197,7 +198,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		RequestTimeout: l.cfg.Link.ProduceTimeout,
 	}, appender.Deps{
 		Client: s.dst, Leaders: s.dstLeaders, Logger: l.deps.Logger, Metrics: l.deps.AppenderMetrics, Now: l.deps.Now,
-		Lease: s.sess.LeaseDeadline,
+		Lease: s.state.LeaseDeadline,
 	}); err != nil {
 		return nil, err
 	}
@@ -215,7 +216,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	s.goRun(func() error { return s.fetch.Run(s.ctx) })
 	s.goRun(func() error { return s.app.Run(s.ctx) })
 	s.goRun(s.committer)
-	s.events.Put(InAdd{Parts: parts, Initial: true})
+	s.inputs.Put(InAdd{Parts: parts, Initial: true})
 	return s, nil
 }
 
@@ -233,7 +234,7 @@ func (s *session) goRun(fn func() error) {
 
 // keepalive commits the link record (state PREPARING), renewing the lease.
 func (s *session) keepalive(ctx context.Context) error {
-	if err := s.sess.Commit(ctx, Preparing); err != nil {
+	if err := s.state.Commit(ctx, Preparing); err != nil {
 		return fmt.Errorf("commit PREPARING: %w", err)
 	}
 	return nil
@@ -278,7 +279,7 @@ func (s *session) waitLease(ctx context.Context, view *statestore.View, last *ha
 // place looks up where partitions joining the session resume: their
 // checkpoints and salts in view, where start_from puts them at the source,
 // and the destination's log start and end offsets. The pipeline decides
-// from these (Pipeline.place).
+// from these (Pipeline.join).
 func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair) ([]Placement, error) {
 	if len(pairs) == 0 {
 		return nil, nil
@@ -441,9 +442,9 @@ func (s *session) close() {
 	s.closed = true
 	s.cancel(errClosed)
 	_ = s.g.Wait()
-	if s.sess != nil {
+	if s.state != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.sess.Close(ctx)
+		_ = s.state.Close(ctx)
 		cancel()
 	}
 	if s.store != nil {

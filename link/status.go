@@ -98,3 +98,45 @@ func (l *Link) setStatus(fn func(*Status)) {
 	fn(&l.status)
 	l.mu.Unlock()
 }
+
+// report adds the pipeline's new counts to the link's totals and metrics.
+func (s *session) report() {
+	m := s.l.met
+	for i := range counterTable {
+		c := Counter(i)
+		if now := s.pipe.Count(c); now != s.reported.Get(c) {
+			m.add(c, now-s.reported.Get(c))
+			s.reported.Add(c, now-s.reported.Get(c))
+		}
+	}
+	for ; s.reportedDiscovery < s.pipe.DiscoveryFailures(); s.reportedDiscovery++ {
+		m.error("discovery")
+	}
+}
+
+// publish refreshes the status snapshot and the lag gauges.
+func (s *session) publish() {
+	ps := s.pipe.Partitions(s.l.deps.Now())
+	var total int64
+	var lagSeconds *float64
+	for _, p := range ps {
+		total += p.Lag
+		if len(ps) <= MaxPartitionLagSeries {
+			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
+		}
+		if p.LagSeconds != nil && (lagSeconds == nil || *p.LagSeconds > *lagSeconds) {
+			lagSeconds = p.LagSeconds
+		}
+	}
+	s.l.met.lag.Set(float64(total))
+	if lagSeconds != nil {
+		s.l.met.lagSeconds.Set(*lagSeconds)
+	}
+	s.l.met.partitions.Set(float64(len(ps)))
+	s.l.setStatus(func(st *Status) {
+		st.Partitions = ps
+		st.Lag = total
+		st.LagSeconds = lagSeconds
+	})
+	s.published = len(ps)
+}

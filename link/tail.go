@@ -102,3 +102,21 @@ func (t *tailReader) fetch(ctx context.Context) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+// readTail reads the next chunk of a destination tail for reconciliation.
+func (s *session) readTail(ctx context.Context, a DoReadTail) Input {
+	tr := &tailReader{cl: s.dst, leaders: s.dstLeaders, p: a.Dst, pos: a.From, end: a.End}
+	batches, err := tr.next(ctx)
+	return InTailRead{Dst: a.Dst.Key(), Batches: batches, Err: err}
+}
+
+// sourceEnd looks up a source partition's last stable offset.
+func (s *session) sourceEnd(ctx context.Context, src tp.Partition) Input {
+	offs, err := s.srcAdm.ListCommittedOffsets(ctx, src.Topic)
+	ev := InSourceEnd{Src: src.Key()}
+	if err == nil {
+		ev.LSO, err = offsetOf(offs, src, "source last stable")
+	}
+	ev.Err = err
+	return ev
+}

@@ -4,13 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"regexp/syntax"
-	"slices"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -19,6 +14,7 @@ import (
 
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 )
 
@@ -45,27 +41,6 @@ func createConfigs(source map[string]*string) map[string]*string {
 	}
 	return out
 }
-
-// What the link needs on its topics (docs/acls.md has the whole list, with
-// the state topic and the transactional ID that package statestore
-// checks). Kafka answers a Metadata request with the operations the
-// principal may perform on each topic it may describe (KIP-430), so
-// discover checks them before anything runs: a permission the link needs
-// only now and then (Read on a destination topic, for reconciliation and
-// settling; Alter, for growing it) would otherwise fail the link days
-// later, or only log a warning.
-var (
-	needSourceRead = access.Need{Op: kmsg.ACLOperationRead, Why: "mirrord fetches the topic's batches"}
-	// needSourceDescribeConfigs is checked only for a destination topic
-	// the link creates.
-	needSourceDescribeConfigs = access.Need{Op: kmsg.ACLOperationDescribeConfigs,
-		Why: "mirrord reads cleanup.policy, retention.ms, retention.bytes and max.message.bytes to create the destination topic with them; or create the destination topic beforehand"}
-	needDestWrite = access.Need{Op: kmsg.ACLOperationWrite, Why: "mirrord appends the mirrored batches"}
-	needDestRead  = access.Need{Op: kmsg.ACLOperationRead, Why: "mirrord reads the destination partitions to reconcile after a restart and to settle appends of unknown outcome"}
-	// needDestAlter is checked only for a destination topic that has
-	// fewer partitions than its source.
-	needDestAlter = access.Need{Op: kmsg.ACLOperationAlter, Why: "mirrord adds partitions to a destination topic when its source topic has more"}
-)
 
 // describeTopics asks the cluster of cl for the metadata of topics (of
 // every topic the principal may describe when none are named), with the
@@ -111,177 +86,34 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics ...string) (kadm
 	return out, nil
 }
 
-// maxNamed bounds the topic names read out of one include pattern.
-const maxNamed = 256
-
-// namedTopics returns the topic names that the link's include patterns
-// spell out: a pattern such as orders|payments or orders\.(eu|us) names a
-// finite set of topics, which discover asks the source about directly, so
-// that a named topic the principal may not describe is an error rather
-// than a topic silently not mirrored. A pattern that matches without
-// bound (orders\..*) names none: Kafka lists only the topics the principal
-// may describe, and there is no way to ask about the others.
-func namedTopics(l *Settings) []string {
-	var out []string
-	for _, re := range l.Include {
-		names, ok := finiteNames(re)
-		if !ok {
-			continue
-		}
-		for _, n := range names {
-			if l.Selects(n) {
-				out = append(out, n)
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// finiteNames returns every string re matches, if they are at most
-// maxNamed and each a legal topic name.
-func finiteNames(re *regexp.Regexp) ([]string, bool) {
-	parsed, err := syntax.Parse(re.String(), syntax.Perl)
-	if err != nil {
-		return nil, false
-	}
-	names, ok := expand(parsed.Simplify())
-	if !ok {
-		return nil, false
-	}
-	for _, n := range names {
-		if n == "" || len(n) > 249 || strings.ContainsFunc(n, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-		}) {
-			return nil, false
-		}
-	}
-	return names, true
-}
-
-// expand enumerates the strings re matches, or reports false when they are
-// unbounded or more than maxNamed.
-func expand(re *syntax.Regexp) ([]string, bool) {
-	switch re.Op {
-	case syntax.OpEmptyMatch, syntax.OpBeginText, syntax.OpEndText, syntax.OpBeginLine, syntax.OpEndLine:
-		return []string{""}, true
-	case syntax.OpLiteral:
-		if re.Flags&syntax.FoldCase != 0 {
-			return nil, false
-		}
-		return []string{string(re.Rune)}, true
-	case syntax.OpCharClass:
-		var out []string
-		for i := 0; i+1 < len(re.Rune); i += 2 {
-			for r := re.Rune[i]; r <= re.Rune[i+1]; r++ {
-				if len(out) == maxNamed || !utf8.ValidRune(r) {
-					return nil, false
-				}
-				out = append(out, string(r))
-			}
-		}
-		return out, true
-	case syntax.OpCapture:
-		return expand(re.Sub[0])
-	case syntax.OpQuest:
-		sub, ok := expand(re.Sub[0])
-		return append([]string{""}, sub...), ok && len(sub) < maxNamed
-	case syntax.OpConcat:
-		out := []string{""}
-		for _, sub := range re.Sub {
-			parts, ok := expand(sub)
-			if !ok || len(out)*len(parts) > maxNamed {
-				return nil, false
-			}
-			next := make([]string, 0, len(out)*len(parts))
-			for _, a := range out {
-				for _, b := range parts {
-					next = append(next, a+b)
-				}
-			}
-			out = next
-		}
-		return out, true
-	case syntax.OpAlternate:
-		var out []string
-		for _, sub := range re.Sub {
-			parts, ok := expand(sub)
-			if !ok || len(out)+len(parts) > maxNamed {
-				return nil, false
-			}
-			out = append(out, parts...)
-		}
-		return out, true
-	}
-	return nil, false // repetitions, any character, word boundaries
-}
-
 // discover lists the source topics the link selects, checks that the
 // link's principal may do on them and on their destination topics what
 // mirroring needs, creates or grows their destination topics, and returns
 // every partition pair in topic and partition order. A missing permission
-// is an error that names it (every one found, at most maxRefusals), not a
-// topic left out.
+// is an error that names it (every one found, at most access.MaxRefusals),
+// not a topic left out. What to do is decided by the pure functions of
+// topicplan.go; discover reads the clusters for them and carries out what
+// they decide.
 func (s *session) discover(ctx context.Context) ([]Pair, error) {
-	srcAcc, dstAcc := s.l.acl.src, s.l.acl.dst
+	rules := s.topicRules()
 	src, err := describeTopics(ctx, s.src)
 	if err != nil {
 		return nil, fmt.Errorf("list source topics: %w", err)
 	}
-	var refusals []error
-	if named := namedTopics(&s.l.cfg.Link); len(named) > 0 {
-		var ask []string
-		for _, n := range named {
-			if _, ok := src[n]; !ok {
-				ask = append(ask, n)
-			}
-		}
-		if len(ask) > 0 {
-			more, err := describeTopics(ctx, s.src, ask...)
-			if err != nil {
-				return nil, fmt.Errorf("describe source topics %v: %w", ask, err)
-			}
-			for _, name := range more.Names() {
-				td := more[name]
-				switch {
-				case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
-					refusals = append(refusals, srcAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
-						"the link's topics name it, and Kafka lists only the topics the principal may describe; Read implies Describe", td.Err))
-				case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
-					// Not there (yet): mirrored once it is.
-				default:
-					src[name] = td
-				}
-			}
+	var named kadm.TopicDetails
+	if ask := rules.unlisted(src); len(ask) > 0 {
+		if named, err = describeTopics(ctx, s.src, ask...); err != nil {
+			return nil, fmt.Errorf("describe source topics %v: %w", ask, err)
 		}
 	}
-	var selected []kadm.TopicDetail
-	for _, name := range src.Names() {
-		td := src[name]
-		if !s.l.cfg.Link.Selects(name) {
-			continue
-		}
-		if access.IsRefusal(td.Err) {
-			refusals = append(refusals, srcAcc.RefusedTopic(kmsg.ACLOperationDescribe, name, "Read implies Describe", td.Err))
-			continue
-		}
-		if td.Err != nil {
-			continue // being created or deleted: the next discovery sees it
-		}
-		if s.sameCluster && s.destName(name) == name {
-			return nil, fmt.Errorf("source and destination are the same cluster (%s) and rename %q maps topic %s onto itself: set rename to a template that changes names, such as \"{source}.{topic}\"",
-				s.srcID, s.l.cfg.Link.Rename, name)
-		}
-		refusals = append(refusals, srcAcc.Check(td, needSourceRead)...)
-		selected = append(selected, td)
-	}
-	if len(refusals) > 0 {
-		return nil, access.Join(refusals)
+	selected, err := rules.sources(src, named)
+	if err != nil {
+		return nil, err
 	}
 	if len(selected) == 0 {
 		if s.pipe == nil { // the session's first discovery (begin builds the pipeline after it)
 			s.log.Warn("no source topic matches the link's topics among those the source lists: Kafka lists only the topics the principal may describe, so a topic without Describe (or Read, which implies it) is left out without a word (see docs/acls.md)",
-				"cluster", srcAcc.Name, "principal", srcAcc.Principal)
+				"cluster", rules.src.Name, "principal", rules.src.Principal)
 		}
 		return nil, nil
 	}
@@ -294,36 +126,12 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list destination topics: %w", err)
 	}
-	var (
-		toCreate []kadm.TopicDetail
-		toGrow   []kadm.TopicDetail // the source topics
-	)
-	for _, td := range selected {
-		name := s.destName(td.Topic)
-		d, ok := dst[name]
-		switch {
-		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-			refusals = append(refusals, srcAcc.Check(td, needSourceDescribeConfigs)...)
-			toCreate = append(toCreate, td)
-		case access.IsRefusal(d.Err):
-			refusals = append(refusals, dstAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
-				"mirrord needs Write and Read on it, which imply Describe, and Create unless the topic exists", d.Err))
-		case d.Err != nil:
-			return nil, fmt.Errorf("destination topic %s: %w", name, d.Err)
-		default:
-			refusals = append(refusals, dstAcc.Check(d, needDestWrite, needDestRead)...)
-			if len(d.Partitions) < len(td.Partitions) {
-				refusals = append(refusals, dstAcc.Check(d, needDestAlter)...)
-				toGrow = append(toGrow, td)
-			}
-		}
+	plan, err := rules.destinations(selected, dst)
+	if err != nil {
+		return nil, err
 	}
-	if len(refusals) > 0 {
-		return nil, access.Join(refusals)
-	}
-	for _, td := range toGrow {
-		name := s.destName(td.Topic)
-		add := len(td.Partitions) - len(dst[name].Partitions)
+	for i, td := range plan.grow {
+		name, add := s.destName(td.Topic), plan.growBy[i]
 		resp, err := s.dstAdm.CreatePartitions(ctx, add, name)
 		if err == nil {
 			if pr, ok := resp[name]; ok && pr.Err != nil && !errors.Is(pr.Err, kerr.InvalidPartitions) {
@@ -331,20 +139,20 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			}
 		}
 		if access.IsRefusal(err) {
-			return nil, dstAcc.RefusedTopic(kmsg.ACLOperationAlter, name, needDestAlter.Why, err)
+			return nil, rules.dst.RefusedTopic(kmsg.ACLOperationAlter, name, needDestAlter.Why, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("add %d partitions to destination topic %s: %w", add, name, err)
 		}
 		s.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
 	}
-	if err := s.createTopics(ctx, toCreate); err != nil {
+	if err := s.createTopics(ctx, plan.create); err != nil {
 		return nil, err
 	}
-	if len(toCreate) > 0 {
+	if len(plan.create) > 0 {
 		// What the link created must also let it append and read.
 		var created []string
-		for _, td := range toCreate {
+		for _, td := range plan.create {
 			created = append(created, s.destName(td.Topic))
 		}
 		if err := metadataRetry.Retry(ctx, 20, func() error {
@@ -352,20 +160,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, name := range created {
-				d := got[name]
-				switch {
-				case access.IsRefusal(d.Err):
-					errs = append(errs, dstAcc.RefusedTopic(kmsg.ACLOperationDescribe, name,
-						"mirrord created the topic and needs Write and Read on it, which imply Describe", d.Err))
-				case d.Err != nil:
-					return fmt.Errorf("destination topic %s after its creation: %w", name, d.Err)
-				default:
-					errs = append(errs, dstAcc.Check(d, needDestWrite, needDestRead)...)
-				}
-			}
-			return access.Join(errs)
+			return rules.created(created, got)
 		}, access.IsRefusal); err != nil {
 			return nil, err
 		}
@@ -474,3 +269,74 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 
 // metadataRetry is how a freshly created topic's metadata is waited for.
 var metadataRetry = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// discoverAll lists the selected source topics, creating or growing their
+// destination topics, and asks the source directly about every known
+// partition the listing leaves out: only an answer that the topic does not
+// exist, or exists under another topic ID, makes it gone (I6).
+func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
+	pairs, err := s.discover(ctx)
+	if err != nil {
+		return InDiscovered{Err: err}
+	}
+	listed := make(map[tp.Key]bool, len(pairs))
+	for _, pr := range pairs {
+		listed[pr.Src.Key()] = true
+	}
+	var missing []tp.Partition
+	topics := map[string]bool{}
+	for _, p := range known {
+		if !listed[p.Key()] {
+			missing = append(missing, p)
+			topics[p.Topic] = true
+		}
+	}
+	if len(missing) == 0 {
+		return InDiscovered{Pairs: pairs}
+	}
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	resp, err := leaders.Metadata(ctx, s.src, names...)
+	if err != nil {
+		// Not an answer about the topics: nothing is gone.
+		s.log.Warn("topic discovery: the listing leaves out partitions the link mirrors and the source could not be asked about them; keeping them", "topics", names, "error", err)
+		return InDiscovered{Pairs: pairs}
+	}
+	type topicState struct {
+		unknown bool
+		id      [16]byte
+	}
+	states := map[string]topicState{}
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		states[*t.Topic] = topicState{unknown: t.ErrorCode == kerr.UnknownTopicOrPartition.Code, id: t.TopicID}
+	}
+	ev := InDiscovered{Pairs: pairs}
+	for _, p := range missing {
+		st, ok := states[p.Topic]
+		switch {
+		case ok && st.unknown:
+			ev.Gone = append(ev.Gone, p.Key())
+		case ok && st.id != ([16]byte{}) && p.ID != ([16]byte{}) && st.id != p.ID:
+			ev.Gone = append(ev.Gone, p.Key())
+		default:
+			s.log.Debug("topic discovery: a mirrored partition is missing from the listing but the source still has its topic; keeping it", "source", p.String())
+		}
+	}
+	return ev
+}
+
+// placeNew looks up where new partitions start, from a fresh replay of the
+// state topic.
+func (s *session) placeNew(ctx context.Context, pairs []Pair) Input {
+	view, err := s.store.Replay(ctx)
+	if err != nil {
+		return InPlaced{Err: err}
+	}
+	parts, err := s.place(ctx, view, pairs)
+	return InPlaced{Parts: parts, Err: err}
+}

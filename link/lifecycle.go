@@ -22,40 +22,41 @@ const (
 // States lists every state, for metrics and tests.
 var States = statestore.LinkStates
 
-// Event is something that moves a link from one state to another.
-type Event uint8
+// Trigger is what moves a link from one lifecycle state to another (the
+// pipeline of a session has inputs and actions instead; see events.go).
+type Trigger uint8
 
 const (
-	EvStart    Event = iota // the agent starts the link
-	EvPrepared              // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
-	EvPause                 // an operator paused the link
-	EvResume                // an operator resumed it
-	EvFail                  // an error the link cannot continue through (including being fenced)
-	EvRetry                 // the FAILED backoff elapsed
-	EvStop                  // shutdown
+	OnStart    Trigger = iota // the agent starts the link
+	OnPrepared                // PREPARING finished: session begun, state replayed, lease waited out, topics ready, tails reconciled, barrier committed
+	OnPause                   // an operator paused the link
+	OnResume                  // an operator resumed it
+	OnFail                    // an error the link cannot continue through (including being fenced)
+	OnRetry                   // the FAILED backoff elapsed
+	OnStop                    // shutdown
 )
 
-var eventNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop"}
+var triggerNames = [...]string{"start", "prepared", "pause", "resume", "fail", "retry", "stop"}
 
-func (e Event) String() string {
-	if int(e) < len(eventNames) {
-		return eventNames[e]
+func (t Trigger) String() string {
+	if int(t) < len(triggerNames) {
+		return triggerNames[t]
 	}
-	return fmt.Sprintf("event(%d)", e)
+	return fmt.Sprintf("trigger(%d)", t)
 }
 
-// Events lists every event, for tests.
-var Events = []Event{EvStart, EvPrepared, EvPause, EvResume, EvFail, EvRetry, EvStop}
+// Triggers lists every trigger, for tests.
+var Triggers = []Trigger{OnStart, OnPrepared, OnPause, OnResume, OnFail, OnRetry, OnStop}
 
-// ErrTransition is returned by Next for an event that makes no sense in the
+// TransitionError is returned by Next for a trigger that makes no sense in the
 // current state; the driver treats it as a bug.
-type ErrTransition struct {
-	From  State
-	Event Event
+type TransitionError struct {
+	From    State
+	Trigger Trigger
 }
 
-func (e *ErrTransition) Error() string {
-	return fmt.Sprintf("link: no transition from %s on %s", e.From, e.Event)
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("link: no transition from %s on %s", e.From, e.Trigger)
 }
 
 // Next is the lifecycle of DESIGN §8 as a pure function:
@@ -67,39 +68,39 @@ func (e *ErrTransition) Error() string {
 // Resuming goes through PREPARING, so that every PREPARING → MIRRORING emits
 // a barrier, also after PAUSED or FAILED. Pausing a link that is preparing
 // or failed parks it in PAUSED; a repeated pause or resume is a no-op.
-func Next(s State, e Event) (State, error) {
+func Next(s State, e Trigger) (State, error) {
 	switch e {
-	case EvStop:
+	case OnStop:
 		return Stopped, nil
-	case EvFail:
+	case OnFail:
 		switch s {
 		case Preparing, Mirroring, Paused:
 			return Failed, nil
 		}
-	case EvStart:
+	case OnStart:
 		if s == Stopped {
 			return Preparing, nil
 		}
-	case EvPrepared:
+	case OnPrepared:
 		if s == Preparing {
 			return Mirroring, nil
 		}
-	case EvPause:
+	case OnPause:
 		switch s {
 		case Preparing, Mirroring, Failed, Paused:
 			return Paused, nil
 		}
-	case EvResume:
+	case OnResume:
 		switch s {
 		case Paused:
 			return Preparing, nil
 		case Preparing, Mirroring:
 			return s, nil
 		}
-	case EvRetry:
+	case OnRetry:
 		if s == Failed {
 			return Preparing, nil
 		}
 	}
-	return s, &ErrTransition{From: s, Event: e}
+	return s, &TransitionError{From: s, Trigger: e}
 }

@@ -11,40 +11,40 @@ import (
 // fails here.
 func TestNextExhaustive(t *testing.T) {
 	const bad = State(-1) // the event is refused in that state
-	want := map[State]map[Event]State{
+	want := map[State]map[Trigger]State{
 		Stopped: {
-			EvStart: Preparing, EvPrepared: bad, EvPause: bad, EvResume: bad,
-			EvFail: bad, EvRetry: bad, EvStop: Stopped,
+			OnStart: Preparing, OnPrepared: bad, OnPause: bad, OnResume: bad,
+			OnFail: bad, OnRetry: bad, OnStop: Stopped,
 		},
 		Preparing: {
-			EvStart: bad, EvPrepared: Mirroring, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			OnStart: bad, OnPrepared: Mirroring, OnPause: Paused, OnResume: Preparing,
+			OnFail: Failed, OnRetry: bad, OnStop: Stopped,
 		},
 		Mirroring: {
-			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Mirroring,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			OnStart: bad, OnPrepared: bad, OnPause: Paused, OnResume: Mirroring,
+			OnFail: Failed, OnRetry: bad, OnStop: Stopped,
 		},
 		Paused: {
-			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: Preparing,
-			EvFail: Failed, EvRetry: bad, EvStop: Stopped,
+			OnStart: bad, OnPrepared: bad, OnPause: Paused, OnResume: Preparing,
+			OnFail: Failed, OnRetry: bad, OnStop: Stopped,
 		},
 		Failed: {
-			EvStart: bad, EvPrepared: bad, EvPause: Paused, EvResume: bad,
-			EvFail: bad, EvRetry: Preparing, EvStop: Stopped,
+			OnStart: bad, OnPrepared: bad, OnPause: Paused, OnResume: bad,
+			OnFail: bad, OnRetry: Preparing, OnStop: Stopped,
 		},
 	}
 	if len(want) != len(States) {
 		t.Fatalf("table covers %d states, there are %d", len(want), len(States))
 	}
 	for _, s := range States {
-		if len(want[s]) != len(Events) {
-			t.Fatalf("table row %s covers %d events, there are %d", s, len(want[s]), len(Events))
+		if len(want[s]) != len(Triggers) {
+			t.Fatalf("table row %s covers %d events, there are %d", s, len(want[s]), len(Triggers))
 		}
-		for _, e := range Events {
+		for _, e := range Triggers {
 			got, err := Next(s, e)
 			if w := want[s][e]; w == bad {
-				var te *ErrTransition
-				if !errors.As(err, &te) || got != s || te.From != s || te.Event != e {
+				var te *TransitionError
+				if !errors.As(err, &te) || got != s || te.From != s || te.Trigger != e {
 					t.Errorf("Next(%s, %s) = %s, %v; want refusal leaving %s", s, e, got, err, s)
 				}
 				if want := "link: no transition from " + s.String() + " on " + e.String(); err.Error() != want {
@@ -61,7 +61,7 @@ func TestNextExhaustive(t *testing.T) {
 // the barrier is emitted.
 func TestEveryReturnToMirroringPrepares(t *testing.T) {
 	for _, s := range States {
-		for _, e := range Events {
+		for _, e := range Triggers {
 			if got, err := Next(s, e); err == nil && got == Mirroring && s != Mirroring && s != Preparing {
 				t.Errorf("%s --%s--> MIRRORING skips PREPARING", s, e)
 			}
@@ -77,7 +77,7 @@ func TestStateNames(t *testing.T) {
 			t.Errorf("state %d named %q, want %q", s, s, want[i])
 		}
 	}
-	if State(9).String() != "STATE(9)" || Event(99).String() != "event(99)" {
+	if State(9).String() != "STATE(9)" || Trigger(99).String() != "event(99)" {
 		t.Error("unknown values not named by number")
 	}
 }

@@ -28,7 +28,7 @@ type Pair = tp.Pair
 // that joins the session: its latest checkpoint, if any, where start_from
 // puts it at the source, where the destination log starts and ends, and its
 // collision salts. The pipeline decides from it where the partition resumes
-// (placeOf).
+// (Pipeline.join).
 type Placement struct {
 	Pair
 	// Checkpoint is the partition's latest checkpoint in the state topic,
@@ -127,7 +127,7 @@ type InTick struct{}
 // Final set) and DoFinish follows.
 type InStop struct{ State State }
 
-// InDrainTimeout: the drain after EvStop took too long; the final commit
+// InDrainTimeout: the drain after OnStop took too long; the final commit
 // goes out with whatever is unresolved counted.
 type InDrainTimeout struct{}
 
