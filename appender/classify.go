@@ -107,7 +107,7 @@ func classifyCode(p tp.Partition, node int32, code int16, msg *string, size int)
 		detail = ": " + *msg
 	}
 	where := fmt.Sprintf("%s on broker %d", p, node)
-	if cause == kerr.UnknownServerError && code != kerr.UnknownServerError.Code {
+	if errors.Is(cause, kerr.UnknownServerError) && code != kerr.UnknownServerError.Code {
 		// kerr maps a code it does not know to UNKNOWN_SERVER_ERROR; keep
 		// the number.
 		where = fmt.Sprintf("%s on broker %d (error code %d)", p, node, code)

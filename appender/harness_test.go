@@ -484,7 +484,7 @@ func (s *syncBuffer) String() string {
 // countLines counts log lines holding every one of the substrings.
 func (s *syncBuffer) countLines(subs ...string) int {
 	n := 0
-	for _, line := range strings.Split(s.String(), "\n") {
+	for line := range strings.SplitSeq(s.String(), "\n") {
 		all := true
 		for _, sub := range subs {
 			all = all && strings.Contains(line, sub)
@@ -508,7 +508,7 @@ func appenderGoroutines() int {
 		buf = make([]byte, 2*len(buf))
 	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
 		if strings.Contains(g, "mirrord/appender.(*runner)") || strings.Contains(g, "mirrord/appender.(*Appender)") {
 			count++
 		}

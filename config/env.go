@@ -185,7 +185,7 @@ func envValue(ks keySpec, s, name, key string, d *decoder) (any, string, string)
 		t := strings.TrimSpace(s)
 		if !strings.HasPrefix(t, "[") {
 			var out []string
-			for _, part := range strings.Split(t, ",") {
+			for part := range strings.SplitSeq(t, ",") {
 				if part = strings.TrimSpace(part); part != "" {
 					out = append(out, part)
 				}
@@ -227,7 +227,7 @@ func envMap(s, name, key string, d *decoder) (any, string, string) {
 	t := strings.TrimSpace(s)
 	out := map[string]string{}
 	if !strings.HasPrefix(t, "{") {
-		for _, part := range strings.Split(t, ",") {
+		for part := range strings.SplitSeq(t, ",") {
 			if part = strings.TrimSpace(part); part == "" {
 				continue
 			}

@@ -214,7 +214,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("cfg %v, error %v", cfg, err)
 		}
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			p := e.(*Problem)
+			p := e.(*Problem) //nolint:errorlint // Parse joins the *Problem values themselves; this checks each is one, unwrapped
 			if !strings.HasPrefix(p.Where, "f.hcl:") && !strings.HasPrefix(p.Where, EnvPrefix) {
 				t.Fatalf("problem without a place: %v", p)
 			}

@@ -511,8 +511,7 @@ func (d *decoder) groupPatterns(key string, exprs []string) []*regexp.Regexp {
 
 // reasonOf shortens a regexp error to what is wrong ("missing closing )").
 func reasonOf(err error) string {
-	var se *syntax.Error
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*syntax.Error](err); ok {
 		return string(se.Code)
 	}
 	return err.Error()

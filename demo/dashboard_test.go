@@ -61,7 +61,7 @@ func (r *recorder) Register(c prometheus.Collector) error {
 			r.t.Fatalf("cannot read descriptor %s (did client_golang change Desc.String?)", d)
 		}
 		var labels []string
-		for _, part := range strings.Split(m[3]+","+m[4], ",") {
+		for part := range strings.SplitSeq(m[3]+","+m[4], ",") {
 			if name, _, _ := strings.Cut(strings.TrimSpace(part), "="); name != "" {
 				labels = append(labels, name)
 			}
@@ -300,7 +300,7 @@ func checkQuery(t *testing.T, q query, metrics map[string]metricInfo) []string {
 	if bys := byRE.FindAllStringSubmatch(q.expr, -1); len(bys) > 0 {
 		result = map[string]bool{}
 		for _, by := range bys {
-			for _, l := range strings.Split(by[1], ",") {
+			for l := range strings.SplitSeq(by[1], ",") {
 				l = strings.TrimSpace(l)
 				if !labels[l] {
 					t.Errorf("%s: aggregation by %q, a label none of its metrics has (in %q)", q.where, l, q.expr)

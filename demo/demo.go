@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +31,7 @@ const (
 	DefaultCatchUpTimeout   = 2 * time.Minute
 )
 
-// ErrInvalidConfig: the Config is unusable; the error lists every problem.
+// ErrInvalidConfig says the Config is unusable; the error lists every problem.
 var ErrInvalidConfig = errors.New("invalid demo config")
 
 // Config configures one demo run.
@@ -196,7 +197,7 @@ func (d *Demo) Run(ctx context.Context) (res Result, err error) {
 		fmt.Fprintf(out, "cannot listen on %s (%v); using a free port on 127.0.0.1 instead\n", listen, err)
 		listen = "127.0.0.1:0"
 	} else {
-		ln.Close()
+		_ = ln.Close() // only a probe that the address is free
 	}
 	cfg, err := agentConfig(cls, listen, d.cfg.LogLevel)
 	if err != nil {
@@ -507,14 +508,14 @@ func topicNames() []string {
 }
 
 func topicList() string {
-	s := ""
+	var s strings.Builder
 	for i, t := range Topics {
 		if i > 0 {
-			s += ", "
+			s.WriteString(", ")
 		}
-		s += fmt.Sprintf("%s (%d %s)", t.Name, t.Partitions, plural(int64(t.Partitions), "partition"))
+		fmt.Fprintf(&s, "%s (%d %s)", t.Name, t.Partitions, plural(int64(t.Partitions), "partition"))
 	}
-	return s
+	return s.String()
 }
 
 func producerList() string {
@@ -538,14 +539,7 @@ func producerList() string {
 func joinAddrs(addrs []string) string {
 	addrs = slices.Clone(addrs)
 	slices.Sort(addrs)
-	s := ""
-	for i, a := range addrs {
-		if i > 0 {
-			s += " "
-		}
-		s += a
-	}
-	return s
+	return strings.Join(addrs, " ")
 }
 
 func orNone(s string) string {

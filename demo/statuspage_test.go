@@ -86,9 +86,9 @@ func TestDemoServesStatusPage(t *testing.T) {
 		return m != nil, "no status page line in:\n" + out.String()
 	})
 
-	resp, page := get(t, base+"/")
-	if resp.Header.Get("Content-Type") != "text/html; charset=utf-8" || !strings.Contains(page, `<script type="module" src="ui/app.js">`) {
-		t.Fatalf("GET %s/: %q\n%s", base, resp.Header.Get("Content-Type"), page)
+	header, page := get(t, base+"/")
+	if header.Get("Content-Type") != "text/html; charset=utf-8" || !strings.Contains(page, `<script type="module" src="ui/app.js">`) {
+		t.Fatalf("GET %s/: %q\n%s", base, header.Get("Content-Type"), page)
 	}
 	type overview struct {
 		Links []struct {
@@ -138,7 +138,8 @@ func TestDemoServesStatusPage(t *testing.T) {
 	}
 }
 
-func get(t *testing.T, url string) (*http.Response, string) {
+// get returns the header and body of a GET of url, which must answer 200.
+func get(t *testing.T, url string) (http.Header, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -149,7 +150,7 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, b)
 	}
-	return resp, string(b)
+	return resp.Header, string(b)
 }
 
 func wait(t *testing.T, cond func() (bool, string)) {

@@ -32,7 +32,7 @@ func TestFaultSuite(t *testing.T) {
 	start := time.Now()
 	// The agent's directory (its configuration and log) outlives a failed
 	// run, like the brokers' logs.
-	dir, err := os.MkdirTemp("", "faults-agent-")
+	dir, err := os.MkdirTemp("", "faults-agent-") //nolint:usetesting // kept after a failed run (below); t.TempDir would remove it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestFaultSuite(t *testing.T) {
 			t.Logf("the agent's configuration and log kept in %s", dir)
 			return
 		}
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) // best effort: a leftover temp directory fails nothing
 	})
 	bin, err := BuildAgent(ctx, dir)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -291,7 +290,7 @@ func (r *Run) Reassign(ctx context.Context, s Side) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("reassignment did not complete within 2m (%v)", err)
+				return fmt.Errorf("reassignment did not complete within 2m (%v)", err) //nolint:errorlint // err is nil while reassignments are still listed: %v prints <nil>, %w would print %!w(<nil>)
 			}
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
@@ -407,7 +406,7 @@ func figures(ds []time.Duration) Figures {
 	if len(ds) == 0 {
 		return Figures{}
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	slices.Sort(ds)
 	q := func(p float64) time.Duration {
 		i := int(p*float64(len(ds))+0.999999) - 1
 		return ds[min(max(i, 0), len(ds)-1)]

@@ -75,7 +75,7 @@ func TestEnsureChecksACLs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.exists {
-				if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic); err != nil {
+				if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": new("compact")}, topic); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -115,7 +115,7 @@ func FuzzRoundTrip(f *testing.F) {
 			{Key: LinkKey{LinkName: s1}, Value: LinkValue{State: LinkState(i8), SessionEpoch: i16, SourceClusterID: s2, DestinationClusterID: s3, LeaseExpiresMs: i64a, TimestampMs: i64b,
 				AppendTimeoutMs: i32, UnresolvedAppends: int32(i16)}},
 			{Key: CheckpointKey{LinkName: s1, TopicID: u, Partition: i32}, Value: CheckpointValue{SourceTopic: s2, SourcePartition: i32, SourceNextOffset: i64a, DestNextOffset: i64b, TimestampMs: i64a ^ i64b,
-				SourceTopicID: UUID(u), Producers: ps}},
+				SourceTopicID: u, Producers: ps}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}, Value: PIDResetValue{SourceClusterID: s2, TimestampMs: i64b}},
 			{Key: PIDCollisionKey{TopicID: u, Partition: i32, SourceClusterID: s3, OriginalPID: i64a}, Value: PIDCollisionValue{Salt: i64b, CollidingClusterID: s2, TimestampMs: i64a}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}}, // tombstone

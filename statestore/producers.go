@@ -13,11 +13,11 @@ import (
 // IsOf reports whether the checkpoint is of source partition src (I5): the
 // same topic, partition and topic ID. A version 0 checkpoint has no topic
 // ID and goes by name, and so does a source that reports none.
-func (c *CheckpointValue) IsOf(src tp.Partition) bool {
-	if c.SourceTopic != src.Topic || c.SourcePartition != src.Partition {
+func (v *CheckpointValue) IsOf(src tp.Partition) bool {
+	if v.SourceTopic != src.Topic || v.SourcePartition != src.Partition {
 		return false
 	}
-	return c.SourceTopicID == (UUID{}) || src.ID == ([16]byte{}) || c.SourceTopicID == UUID(src.ID)
+	return v.SourceTopicID == (UUID{}) || src.ID == ([16]byte{}) || v.SourceTopicID == UUID(src.ID)
 }
 
 // ProducerEntries is producer state saved with a checkpoint as a PSM

@@ -17,7 +17,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/backoff"
 )
 
-// ErrFenced: a newer session of the same link took the link's
+// ErrFenced says a newer session of the same link took the link's
 // transactional.id, so this session may never write again. Every Commit of
 // a fenced session returns it, forever after.
 var ErrFenced = errors.New("state session fenced by a newer session of the link")

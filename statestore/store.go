@@ -243,7 +243,7 @@ func (s *Store) describe(ctx context.Context, cl *kgo.Client) (kmsg.MetadataResp
 	req.AllowAutoTopicCreation = false
 	req.IncludeTopicAuthorizedOperations = true
 	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(s.cfg.Topic)
+	rt.Topic = new(s.cfg.Topic)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
@@ -360,7 +360,7 @@ func (s *Store) Ensure(ctx context.Context) error {
 // entry as last answered is returned either way.
 func (s *Store) waitCreated(ctx context.Context, cl *kgo.Client) (kmsg.MetadataResponseTopic, error) {
 	var t kmsg.MetadataResponseTopic
-	for i := 0; i < 50; i++ {
+	for range 50 {
 		var err error
 		if t, err = s.describe(ctx, cl); err != nil {
 			return t, err
@@ -543,8 +543,7 @@ func (r *partitionReader) fetch(ctx context.Context, off int64) (kgo.FetchPartit
 		MinBytes:          1,
 	})
 	if err != nil {
-		var ke *kerr.Error
-		if errors.As(err, &ke) {
+		if ke, ok := errors.AsType[*kerr.Error](err); ok {
 			return kgo.FetchPartition{Err: ke}, off, nil
 		}
 		return kgo.FetchPartition{}, 0, fmt.Errorf("state topic %q: %w", r.topic, err)

@@ -303,7 +303,7 @@ func Split(buf []byte, dst [][]byte) (batches [][]byte, truncated int, err error
 	pos := 0
 	for len(buf) > 0 {
 		b, rest, err := nextBatch(buf, pos)
-		if err == ErrTruncated {
+		if errors.Is(err, ErrTruncated) {
 			return dst, len(buf), nil
 		}
 		if err != nil {

@@ -130,13 +130,13 @@ func decodeTestBatch(t testing.TB, b []byte) (kmsg.RecordBatch, []kmsg.Record) {
 // timestamp deltas; and the max timestamp delta.
 func randomTestRecords(rng *rand.Rand, n int) ([]kmsg.Record, int64) {
 	recs := make([]kmsg.Record, n)
-	var maxTs int64
+	var maxTS int64
 	for i := range recs {
 		r := kmsg.NewRecord()
 		r.OffsetDelta = int32(i)
 		r.TimestampDelta64 = rng.Int64N(5000)
 		r.TimestampDelta = int32(r.TimestampDelta64)
-		maxTs = max(maxTs, r.TimestampDelta64)
+		maxTS = max(maxTS, r.TimestampDelta64)
 		if rng.IntN(5) != 0 {
 			r.Key = fmt.Appendf(nil, "key-%d", rng.IntN(50))
 		}
@@ -161,17 +161,17 @@ func randomTestRecords(rng *rand.Rand, n int) ([]kmsg.Record, int64) {
 		}
 		recs[i] = r
 	}
-	return recs, maxTs
+	return recs, maxTS
 }
 
 // denseTestBatch builds a valid dense batch of n random records.
 func denseTestBatch(t testing.TB, rng *rand.Rand, n int, codec int8, h Header) ([]byte, []kmsg.Record) {
 	t.Helper()
-	recs, maxTs := randomTestRecords(rng, n)
+	recs, maxTS := randomTestRecords(rng, n)
 	h.Attributes = h.Attributes&^AttrCompressionMask | int16(codec)
 	h.LastOffsetDelta = int32(n - 1)
 	h.NumRecords = int32(n)
-	h.MaxTimestamp = h.FirstTimestamp + maxTs
+	h.MaxTimestamp = h.FirstTimestamp + maxTS
 	return encodeTestBatch(t, h, recs), recs
 }
 
@@ -459,7 +459,7 @@ func TestNextBatch(t *testing.T) {
 		}
 	}
 	b, tail, err := NextBatch(rest)
-	if err != ErrTruncated || b != nil || len(tail) != len(batches[2])-10 {
+	if err != ErrTruncated || b != nil || len(tail) != len(batches[2])-10 { //nolint:errorlint // NextBatch returns ErrTruncated itself, not wrapped (its doc says so); this checks that
 		t.Fatalf("tail: batch %v, tail %d bytes, err %v; want nil, %d bytes, ErrTruncated", b, len(tail), err, len(batches[2])-10)
 	}
 	if b, rest, err := NextBatch(nil); b != nil || rest != nil || err != nil {
@@ -565,7 +565,7 @@ func FuzzSplit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, buf []byte) {
 		// Split sees a slice whose capacity ends at its length, so a read past
 		// the end panics instead of silently reading spare capacity.
-		buf = buf[:len(buf):len(buf)]
+		buf = slices.Clip(buf)
 		got, truncated, err := Split(buf, nil)
 		pos := 0
 		for i, b := range got {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
@@ -280,7 +279,7 @@ func TestBrokerRewrite(t *testing.T) {
 		t.Run(codec.name, func(t *testing.T) {
 			topic := "rewrite-" + codec.name
 			srcTopic := createTestTopic(t, srcCl, topic, 2, nil)
-			dstTopic := createTestTopic(t, dstCl, topic, 2, map[string]*string{"compression.type": kmsg.StringPtr("producer")})
+			dstTopic := createTestTopic(t, dstCl, topic, 2, map[string]*string{"compression.type": new("producer")})
 			want := brokerSourceRecords(t, src, topic, codec.kgo, codec.name)
 
 			total := 0

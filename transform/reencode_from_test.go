@@ -16,7 +16,7 @@ import (
 // position is inside it: records before the position are left out, the rest
 // renumbered densely, in every codec.
 func TestReencodeFrom(t *testing.T) {
-	for codec := int8(0); codec <= 4; codec++ {
+	for codec := range int8(5) {
 		var recs []batchtest.Record
 		for i := range 5 {
 			recs = append(recs, batchtest.Record{OffsetDelta: -1, TimestampDelta: int64(i), Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
@@ -97,7 +97,7 @@ func recordLen(raw []byte) int {
 // older than the first (a negative delta), in every codec.
 func TestMinTimestamp(t *testing.T) {
 	deltas := []int64{3, 0, -7, 12, 5}
-	for codec := int8(0); codec <= 4; codec++ {
+	for codec := range int8(5) {
 		var recs []batchtest.Record
 		for i, d := range deltas {
 			recs = append(recs, batchtest.Record{OffsetDelta: -1, TimestampDelta: d, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})

@@ -371,8 +371,8 @@ func TestBrokerCompactedReencode(t *testing.T) {
 	region, _ := RegionOf(kafkatest.SourceClusterID)
 	const topic = "compacted"
 	srcTopic := createTestTopic(t, srcCl, topic, 1, map[string]*string{
-		"cleanup.policy": kmsg.StringPtr("compact"),
-		"retention.ms":   kmsg.StringPtr("-1"), // Compact also applies retention; the timestamps are from 2023
+		"cleanup.policy": new("compact"),
+		"retention.ms":   new("-1"), // Compact also applies retention; the timestamps are from 2023
 	})
 	dstTopic := createTestTopic(t, dstCl, topic, 1, nil)
 	prod := kafkatest.Client(t, src, kgo.DefaultProduceTopic(topic), kgo.ManualFlushing(),

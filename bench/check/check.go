@@ -149,7 +149,7 @@ func partition(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTop
 		for len(src.queue) > 0 && len(dst.queue) > 0 {
 			s, d := src.queue[0], dst.queue[0]
 			if err := same(s, d); err != nil {
-				return n, fmt.Errorf("%w: source %s[%d] offset %d, destination %s[%d] offset %d: %v",
+				return n, fmt.Errorf("%w: source %s[%d] offset %d, destination %s[%d] offset %d: %w",
 					ErrDifferent, srcTopic, p, s.Offset, dstTopic, p, d.Offset, err)
 			}
 			src.queue, dst.queue = src.queue[1:], dst.queue[1:]

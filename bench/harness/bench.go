@@ -360,7 +360,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 			return nil, fmt.Errorf("bench: work directory: %w", err)
 		}
 		if !cfg.Keep {
-			defer os.RemoveAll(cfg.WorkDir)
+			defer func(dir string) { _ = os.RemoveAll(dir) }(cfg.WorkDir) // best effort, like any temp directory
 		}
 	}
 	for _, d := range []string{"bin", "logs", "source", "destination"} {
@@ -587,7 +587,7 @@ func LoadSourceWith(ctx context.Context, src *Cluster, cfg load.Config) ([]Sourc
 		for p := range t.Partitions {
 			o, ok := ends.Lookup(t.Name, p)
 			if !ok || o.Err != nil {
-				return nil, fmt.Errorf("bench: source end offset of %s[%d]: %v", t.Name, p, o.Err)
+				return nil, fmt.Errorf("bench: source end offset of %s[%d]: %v", t.Name, p, o.Err) //nolint:errorlint // o.Err is nil when the partition is missing: %v prints <nil>, %w would print %!w(<nil>)
 			}
 			st.Ends = append(st.Ends, o.Offset)
 			records += o.Offset

@@ -56,7 +56,7 @@ func StartKafka(ctx context.Context, name, id, version, heap, dir string) (*Clus
 	node := filepath.Join(rc.Dir(), "node-1")
 	pid := findJVM("kafka.Kafka", node)
 	if pid == 0 {
-		rc.Close()
+		_ = rc.Close() // the error to report is the missing process
 		return nil, fmt.Errorf("cluster %s: no kafka.Kafka process runs from %s", name, node)
 	}
 	return &Cluster{Name: name, ID: id, Addrs: rc.Addrs(), kafka: &kafkaCluster{c: rc, pid: pid}}, nil

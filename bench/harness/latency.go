@@ -56,7 +56,7 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 		return ls, err
 	}
 	defer srcCl.Close()
-	resp, err := kadm.NewClient(srcCl).CreateTopic(ctx, b.cfg.Partitions, 1, map[string]*string{"compression.type": kadm.StringPtr("producer")}, srcTopic)
+	resp, err := kadm.NewClient(srcCl).CreateTopic(ctx, b.cfg.Partitions, 1, map[string]*string{"compression.type": new("producer")}, srcTopic)
 	if err == nil {
 		err = resp.Err
 	}
@@ -77,7 +77,7 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 	if err != nil {
 		return ls, err
 	}
-	defer p.stopAccepting(b.cfg.StopTimeout, m.cleanOK) // a no-op once stopped below
+	defer func() { _, _ = p.stopAccepting(b.cfg.StopTimeout, m.cleanOK) }() // a no-op once stopped below
 
 	cons, err := kgo.NewClient(append(b.dst.Opts(),
 		kgo.ConsumeTopics(m.dstTopic),

@@ -102,7 +102,7 @@ func start(name, bin string, args []string, logPath string, stdout io.Writer, sa
 		cmd.Stdout = stdout
 	}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // the error to report is Start's
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
@@ -133,7 +133,7 @@ func start(name, bin string, args []string, logPath string, stdout io.Writer, sa
 		p.err = cmd.Wait()
 		close(exited)
 		<-sampled
-		logf.Close()
+		_ = logf.Close() // the child has exited; nothing more is written to it
 		close(p.done)
 	}()
 	return p, nil

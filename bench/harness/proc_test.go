@@ -63,7 +63,7 @@ func TestCPUTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.stop(10 * time.Second)
+	defer func() { _, _ = p.stop(10 * time.Second) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for cpuTime(p.cmd.Process.Pid) < 50*time.Millisecond {
 		if time.Now().After(deadline) {

@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config, opts []kgo.Opt) ([]Topic, error) {
 	topics := make([]Topic, len(cfg.Codecs))
 	for i, codec := range cfg.Codecs {
 		topics[i] = Topic{Name: TopicName(codec), Codec: codec, Partitions: cfg.Partitions}
-		tc := map[string]*string{"compression.type": kadm.StringPtr("producer")}
+		tc := map[string]*string{"compression.type": new("producer")}
 		for k, v := range cfg.TopicConfig {
 			if k != "compression.type" {
 				tc[k] = v

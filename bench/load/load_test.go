@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +89,7 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatal("Run accepted a bad config")
 			}
 			for _, w := range tc.want {
-				if !bytes.Contains([]byte(err.Error()), []byte(w)) {
+				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
 			}

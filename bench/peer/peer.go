@@ -191,10 +191,10 @@ func (m *Mirror) setup(ctx context.Context) ([]assignment, error) {
 	for i, r := range m.cfg.Routes {
 		d, ok := details[r.Source]
 		if !ok || d.Err != nil {
-			return nil, fmt.Errorf("peer: source topic %s: %v", r.Source, d.Err)
+			return nil, fmt.Errorf("peer: source topic %s: %v", r.Source, d.Err) //nolint:errorlint // d.Err is nil when the topic is missing: %v prints <nil>, %w would print %!w(<nil>)
 		}
 		n := int32(len(d.Partitions))
-		resp, err := dstAdm.CreateTopic(ctx, n, -1, map[string]*string{"compression.type": kadm.StringPtr("producer")}, r.Destination)
+		resp, err := dstAdm.CreateTopic(ctx, n, -1, map[string]*string{"compression.type": new("producer")}, r.Destination)
 		if err == nil {
 			err = resp.Err
 		}

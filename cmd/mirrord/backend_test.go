@@ -69,7 +69,7 @@ func TestVerifyAndStateDumpOnEachBackend(t *testing.T) {
 			SourceTopic      string
 			SourcePartition  int32
 			SourceNextOffset int64
-			SourceTopicId    string
+			SourceTopicID    string `json:"SourceTopicId"`
 		}{}
 		barriers := 0
 		sc := bufio.NewScanner(strings.NewReader(dump))
@@ -86,7 +86,7 @@ func TestVerifyAndStateDumpOnEachBackend(t *testing.T) {
 					SourceTopic      string
 					SourcePartition  int32
 					SourceNextOffset int64
-					SourceTopicId    string
+					SourceTopicID    string `json:"SourceTopicId"`
 				}
 				if err := json.Unmarshal(l.Value, &v); err != nil {
 					t.Fatal(err)
@@ -103,7 +103,7 @@ func TestVerifyAndStateDumpOnEachBackend(t *testing.T) {
 			t.Fatalf("dump holds %d checkpointed partitions and %d barriers, want 4 and at least 4:\n%s", len(checkpoints), barriers, dump)
 		}
 		for _, ck := range checkpoints {
-			if want := ends[ck.SourceTopic][ck.SourcePartition]; ck.SourceNextOffset != want || ck.SourceTopicId == "AAAAAAAAAAAAAAAAAAAAAA" {
+			if want := ends[ck.SourceTopic][ck.SourcePartition]; ck.SourceNextOffset != want || ck.SourceTopicID == "AAAAAAAAAAAAAAAAAAAAAA" {
 				t.Errorf("checkpoint %+v: want source offset %d and the source topic's ID", ck, want)
 			}
 		}

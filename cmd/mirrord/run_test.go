@@ -290,7 +290,7 @@ func waitMirroring(t *testing.T, addr string, ends map[string]map[int32]int64) {
 			} `json:"partitions"`
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err := json.Unmarshal(body, &links); err != nil || len(links) != 1 {
 			t.Fatalf("GET /v1/links: %v %s", err, body)
 		}

@@ -210,7 +210,7 @@ link "o" {
 	if code := record("run override", "run", "--config", goodFile); code != exitUsage || !strings.Contains(out["run override stderr"], "password and password_file are both set") {
 		t.Errorf("run with a password override: %d\n%s", code, out["run override stderr"])
 	}
-	os.Unsetenv("MIRRORD_CLUSTER__src__SASL__PASSWORD")
+	_ = os.Unsetenv("MIRRORD_CLUSTER__src__SASL__PASSWORD") // t.Setenv above restores it at the end
 	t.Setenv("SHORT_TOKEN", shortTokenSecret)
 	short := writeFile(t, "short.hcl", strings.Replace(good, `admin { token_file = `+fmt.Sprintf("%q", tokenFile)+` }`, `admin { token_env = "SHORT_TOKEN" }`, 1))
 	if code := record("run short token", "run", "--config", short); code != exitUsage || !strings.Contains(out["run short token stderr"], "shorter than 16 characters") {
@@ -229,7 +229,7 @@ link "o" {
 	if code := record("run busy", "run", "--config", busy); code != exitError {
 		t.Errorf("run on a busy address: %d", code)
 	}
-	ln.Close()
+	_ = ln.Close()
 
 	// A running agent: link l mirrors, link o cannot get a token.
 	p := startMirrordEnv(t, []string{"DST_KAFKA_PASSWORD=" + envKafkaPassword}, "run", "--config", goodFile)

@@ -193,8 +193,7 @@ func (c *ClientCredentials) fetch(ctx context.Context, now time.Time) (string, t
 
 	resp, err := c.client().Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // its message repeats the URL
 		}
 		return "", 0, fmt.Errorf("%w: %s: %s", ErrTokenEndpoint, who, redact(err.Error(), hide))

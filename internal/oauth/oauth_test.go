@@ -278,7 +278,7 @@ func TestClientCredentialsTransportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := "http://" + ln.Addr().String() + "/token"
-	ln.Close()
+	_ = ln.Close()
 	_, err = NewClientCredentials(closed, "c", staticSecret, "").Token(ctx(t))
 	if !errors.Is(err, ErrTokenEndpoint) || !strings.HasPrefix(err.Error(), fmt.Sprintf(`token endpoint failed: token endpoint %s (client "c"): dial tcp `, closed)) ||
 		!strings.Contains(err.Error(), "connection refused") {

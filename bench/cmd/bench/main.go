@@ -105,7 +105,7 @@ func run(args []string) int {
 	cfg.LoadLinger = *linger
 	if *mm2Props != "" {
 		cfg.MM2Props = map[string]string{}
-		for _, kv := range strings.Split(*mm2Props, ",") {
+		for kv := range strings.SplitSeq(*mm2Props, ",") {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || strings.TrimSpace(k) == "" {
 				fmt.Fprintf(os.Stderr, "bench: -mm2-props: %q is not KEY=VALUE\n", kv)

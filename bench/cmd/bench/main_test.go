@@ -52,7 +52,7 @@ func TestFlagsDocumented(t *testing.T) {
 	}
 	var rows []string
 	in := false
-	for _, line := range strings.Split(string(readme), "\n") {
+	for line := range strings.SplitSeq(string(readme), "\n") {
 		switch {
 		case strings.HasPrefix(line, "| flag | default | what |"):
 			in = true

@@ -129,7 +129,7 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 	fmt.Fprintf(&report, "soak: seed %d, Kafka %s, load %d rounds: %d acknowledged, %d aborted, %d uncertain records; %d rounds with an error (last: %v)\n",
 		seed, version, load.Rounds(), acked, aborted, uncertain, loadErrs, lastLoadErr)
 	r.WriteReport(&report, res, time.Since(start))
-	os.Stdout.Write(report.Bytes())
+	_, _ = os.Stdout.Write(report.Bytes()) // like fmt.Print: nowhere else to report it
 	if reportPath != "" {
 		if err := os.WriteFile(reportPath, report.Bytes(), 0o644); err != nil {
 			return err

@@ -593,11 +593,11 @@ func TestExplain(t *testing.T) {
 	if !errors.Is(err, ErrAuthentication) || !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("Explain(refused) =\n%v\nwant prefix\n%s", err, want)
 	}
-	if again := Explain(c, err); again != err {
+	if again := Explain(c, err); again != err { //nolint:errorlint // Explain must return the very same error value
 		t.Errorf("Explain twice: %v", again)
 	}
 	other := fmt.Errorf("produce: %w", kerr.NotLeaderForPartition)
-	if got := Explain(c, other); got != other {
+	if got := Explain(c, other); got != other { //nolint:errorlint // Explain must return the very same error value
 		t.Errorf("Explain(other) = %v, want it unchanged", got)
 	}
 	if Explain(c, nil) != nil {

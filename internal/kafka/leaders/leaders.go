@@ -145,7 +145,7 @@ func Metadata(ctx context.Context, cl *kgo.Client, topics ...string) (*kmsg.Meta
 	req.AllowAutoTopicCreation = false // a lookup never creates a topic
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
+		rt.Topic = new(t)
 		req.Topics = append(req.Topics, rt)
 	}
 	resp, err := req.RequestWith(ctx, cl)

@@ -45,7 +45,7 @@ var codecs = [5]kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(),
 // Build encodes the batch. It panics on a bad spec: it is for tests.
 func Build(s Spec) []byte {
 	var raw []byte
-	var maxTS int64 = s.FirstTimestamp
+	maxTS := s.FirstTimestamp
 	last := int32(-1)
 	for i, r := range s.Records {
 		od := r.OffsetDelta

@@ -10,7 +10,7 @@ import (
 // in every codec, so that tests built on them test the code and not the
 // builder.
 func TestBuildValid(t *testing.T) {
-	for codec := int8(0); codec <= 4; codec++ {
+	for codec := range int8(5) {
 		b := Build(Spec{BaseOffset: 7, PID: 3, Epoch: 2, BaseSequence: 9, Codec: codec, FirstTimestamp: 100, Transactional: true,
 			Records: []Record{{Key: []byte("a"), Value: []byte("1"), OffsetDelta: -1}, {Key: []byte("b"), TimestampDelta: 5, OffsetDelta: 3}}})
 		if err := transform.Validate(b); err != nil {

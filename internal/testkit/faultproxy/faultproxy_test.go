@@ -858,14 +858,14 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	for i, conn := range clients {
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("client %d: read after Close: %v, want the connection closed", i, err)
 		}
 	}
 	buf := make([]byte, 1<<20)
 	stacks := string(buf[:runtime.Stack(buf, true)])
-	for _, g := range strings.Split(stacks, "\n\n") {
+	for g := range strings.SplitSeq(stacks, "\n\n") {
 		if strings.Contains(g, "internal/testkit/faultproxy.") {
 			t.Errorf("a goroutine of the proxy outlived Close:\n%s", g)
 		}
@@ -875,7 +875,7 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 // silentBroker listens on a loopback port, reads whatever its connections
 // send and never answers, until the test ends.
 func silentBroker(t *testing.T) string {
-	return fakeBroker(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	return fakeBroker(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 }
 
 // fakeBroker listens on a loopback port and runs handle for each
@@ -903,10 +903,10 @@ func fakeBroker(t *testing.T, handle func(net.Conn)) string {
 		}
 	})
 	t.Cleanup(func() {
-		ln.Close()
+		_ = ln.Close()
 		mu.Lock()
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 		mu.Unlock()
 		wg.Wait()
@@ -948,8 +948,8 @@ func TestUnparsableTrafficFailsTheTest(t *testing.T) {
 				return
 			}
 			corr := int32(binary.BigEndian.Uint32(hdr[8:])) + d
-			c.Write(binary.BigEndian.AppendUint32([]byte{0, 0, 0, 4}, uint32(corr)))
-			io.Copy(io.Discard, c)
+			_, _ = c.Write(binary.BigEndian.AppendUint32([]byte{0, 0, 0, 4}, uint32(corr)))
+			_, _ = io.Copy(io.Discard, c)
 		}
 	}
 	for _, tc := range []struct {
@@ -971,7 +971,7 @@ func TestUnparsableTrafficFailsTheTest(t *testing.T) {
 		{name: "TLS", send: []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}, want: "TLS"},
 		{
 			name:   "unsolicited response",
-			broker: func(c net.Conn) { c.Write([]byte{0, 0, 0, 4, 0, 0, 0, 77}); io.Copy(io.Discard, c) },
+			broker: func(c net.Conn) { _, _ = c.Write([]byte{0, 0, 0, 4, 0, 0, 0, 77}); _, _ = io.Copy(io.Discard, c) },
 			want:   "answers no request",
 		},
 		{name: "wrong correlation ID", broker: answer(1), send: apiVersions(5), want: "correlation ID 6 where the next request"},
@@ -979,7 +979,7 @@ func TestUnparsableTrafficFailsTheTest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			handle := tc.broker
 			if handle == nil {
-				handle = func(c net.Conn) { io.Copy(io.Discard, c) }
+				handle = func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
 			}
 			rec := &recorder{TB: t}
 			p := faultproxy.Start(rec, map[int32]string{1: fakeBroker(t, handle)})
@@ -991,7 +991,7 @@ func TestUnparsableTrafficFailsTheTest(t *testing.T) {
 			if _, err := conn.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
-			conn.SetReadDeadline(time.Now().Add(waitFor))
+			_ = conn.SetReadDeadline(time.Now().Add(waitFor))
 			if _, err := io.Copy(io.Discard, conn); err != nil {
 				t.Fatalf("client connection: %v, want it closed", err)
 			}

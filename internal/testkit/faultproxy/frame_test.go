@@ -38,12 +38,12 @@ func TestParseRequestHeader(t *testing.T) {
 		clientID *string
 		wantCID  string
 	}{
-		{"produce v3 (header v1)", produce(3), kmsg.StringPtr("cid"), "cid"},
-		{"produce v9 (header v2)", produce(9), kmsg.StringPtr("flexible"), "flexible"},
-		{"api versions v3 (header v2)", func() kmsg.Request { r := kmsg.NewPtrApiVersionsRequest(); r.SetVersion(3); return r }(), kmsg.StringPtr("x"), "x"},
+		{"produce v3 (header v1)", produce(3), new("cid"), "cid"},
+		{"produce v9 (header v2)", produce(9), new("flexible"), "flexible"},
+		{"api versions v3 (header v2)", func() kmsg.Request { r := kmsg.NewPtrApiVersionsRequest(); r.SetVersion(3); return r }(), new("x"), "x"},
 		{"metadata v12, null client ID", func() kmsg.Request { r := kmsg.NewPtrMetadataRequest(); r.SetVersion(12); return r }(), nil, ""},
-		{"controlled shutdown v0 (header v0)", func() kmsg.Request { r := kmsg.NewPtrControlledShutdownRequest(); r.SetVersion(0); return r }(), kmsg.StringPtr("ignored"), ""},
-		{"controlled shutdown v1 (header v1)", func() kmsg.Request { r := kmsg.NewPtrControlledShutdownRequest(); r.SetVersion(1); return r }(), kmsg.StringPtr("cs"), "cs"},
+		{"controlled shutdown v0 (header v0)", func() kmsg.Request { r := kmsg.NewPtrControlledShutdownRequest(); r.SetVersion(0); return r }(), new("ignored"), ""},
+		{"controlled shutdown v1 (header v1)", func() kmsg.Request { r := kmsg.NewPtrControlledShutdownRequest(); r.SetVersion(1); return r }(), new("cs"), "cs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var f *kmsg.RequestFormatter
@@ -121,7 +121,7 @@ func TestResponseHeaderLen(t *testing.T) {
 func TestProduceAcks(t *testing.T) {
 	for v := int16(0); v <= kmsg.NewPtrProduceRequest().MaxVersion(); v++ {
 		for _, acks := range []int16{0, 1, -1} {
-			for _, txn := range []*string{nil, kmsg.StringPtr("a-transactional-id")} {
+			for _, txn := range []*string{nil, new("a-transactional-id")} {
 				r := kmsg.NewPtrProduceRequest()
 				r.SetVersion(v)
 				r.Acks, r.TransactionID = acks, txn
@@ -169,11 +169,11 @@ var rewriteCases = []struct {
 			b := kmsg.NewMetadataResponseBroker()
 			b.NodeID = id
 			b.Host, b.Port = ep(id)
-			b.Rack = kmsg.StringPtr("rack")
+			b.Rack = new("rack")
 			r.Brokers = append(r.Brokers, b)
 		}
 		tp := kmsg.NewMetadataResponseTopic()
-		tp.Topic, tp.TopicID = kmsg.StringPtr("learned"), topicID
+		tp.Topic, tp.TopicID = new("learned"), topicID
 		tp.Partitions = []kmsg.MetadataResponseTopicPartition{{Partition: 0, Leader: 2, Replicas: []int32{2, 1}, ISR: []int32{2, 1}}}
 		r.Topics = append(r.Topics, tp)
 		return r

@@ -173,8 +173,8 @@ func (p *Proxy) Drop(node int32) { p.closeAll("Drop", node, false) }
 // Reset closes every current connection of node with an RST (SO_LINGER 0).
 func (p *Proxy) Reset(node int32) { p.closeAll("Reset", node, true) }
 
-// Refuse, while on, makes node's listener close every new connection as
-// soon as it accepts it. Current connections are left alone.
+// Refuse sets whether node's listener closes every new connection as soon
+// as it accepts it (while on is true). Current connections are left alone.
 func (p *Proxy) Refuse(node int32, on bool) {
 	if n := p.node("Refuse", node); n != nil {
 		n.refuse.Store(on)
@@ -226,7 +226,7 @@ func (p *Proxy) Close() {
 			conns = append(conns, c)
 		}
 		n.mu.Unlock()
-		n.ln.Close()
+		_ = n.ln.Close()
 		for _, c := range conns {
 			c.close(false)
 		}
@@ -279,7 +279,7 @@ func (p *Proxy) accept(n *node) {
 			continue
 		}
 		n.mu.Unlock()
-		tc.Close()
+		_ = tc.Close()
 		if closed {
 			return
 		}
@@ -394,7 +394,7 @@ func (c *conn) setUpstream(u *net.TCPConn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		u.Close()
+		_ = u.Close()
 		return false
 	}
 	c.up = u
@@ -431,11 +431,11 @@ func (c *conn) close(rst bool) {
 // make close alone send an RST), or an RST when rst.
 func shut(tc *net.TCPConn, rst bool) {
 	if rst {
-		tc.SetLinger(0)
+		_ = tc.SetLinger(0)
 	} else {
-		tc.CloseWrite()
+		_ = tc.CloseWrite()
 	}
-	tc.Close()
+	_ = tc.Close()
 }
 
 // sleep waits d; false when done closes first.

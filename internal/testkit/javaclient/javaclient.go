@@ -35,6 +35,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -119,7 +120,7 @@ func build(ctx context.Context, dir string) error {
 	log := filepath.Join(dir, "build.log")
 	err = realkafka.RunMaven(ctx, dir, log, "-B", "-q", "-f", "pom.xml", "package",
 		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+filepath.Join(dir, "libs"))
-	if me, ok := err.(*realkafka.MavenError); ok {
+	if me, ok := errors.AsType[*realkafka.MavenError](err); ok {
 		me.What = "build the Java client (org.apache.kafka:kafka-clients:" + realkafka.Kafka4 + ")"
 	}
 	return err
@@ -262,7 +263,7 @@ func (c *Client) run(ctx context.Context, args []string) ([]Record, error) {
 	err := cmd.Run()
 	runtime.UnlockOSThread()
 	if err != nil {
-		return nil, fmt.Errorf("javaclient %s: %v: %s", args[0], err, tail(stderr.String()))
+		return nil, fmt.Errorf("javaclient %s: %w: %s", args[0], err, tail(stderr.String()))
 	}
 	var out []Record
 	sc := bufio.NewScanner(&stdout)

@@ -21,10 +21,11 @@ const (
 	ThirdClusterID  = "pBtcCqUjQEuSJ4rWvgX2Ow" // region 0x1b26b670
 )
 
-// RealTierEnv, set to "real", says that the tests run as the real-Kafka
-// tier after the kfake tier already ran them (.ci/run): a test that starts
-// a kfake cluster then skips, unless it runs under a real-Kafka subtest
-// (a name element "kafka-<version>", as mirrortest names them).
+// RealTierEnv is the variable that, set to "real", says that the tests run
+// as the real-Kafka tier after the kfake tier already ran them (.ci/run): a
+// test that starts a kfake cluster then skips, unless it runs under a
+// real-Kafka subtest (a name element "kafka-<version>", as mirrortest names
+// them).
 const RealTierEnv = "MIRRORD_TEST_TIER"
 
 // NewCluster starts a kfake cluster with the given cluster ID (one broker
@@ -45,7 +46,7 @@ func NewCluster(t testing.TB, clusterID string, opts ...kfake.Opt) *kfake.Cluste
 
 // underRealKafka reports whether a test name has an element kafka-<version>.
 func underRealKafka(name string) bool {
-	for _, el := range strings.Split(name, "/") {
+	for el := range strings.SplitSeq(name, "/") {
 		if strings.HasPrefix(el, "kafka-") {
 			return true
 		}

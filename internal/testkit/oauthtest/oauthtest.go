@@ -169,7 +169,7 @@ func Broker(c *kfake.Cluster, check func(Login) error, logins chan<- Login) {
 			msg := refusal
 			mu.Unlock()
 			resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
-			resp.ErrorMessage = kmsg.StringPtr("Authentication failed: " + msg)
+			resp.ErrorMessage = new("Authentication failed: " + msg)
 			return resp, nil, true
 		}
 		login, err := parseLogin(r.SASLAuthBytes)
@@ -200,7 +200,7 @@ func parseLogin(b []byte) (Login, error) {
 		return Login{}, fmt.Errorf("not an OAUTHBEARER client-first message")
 	}
 	l := Login{Extensions: map[string]string{}}
-	for _, kv := range bytes.Split(bytes.TrimSuffix(rest, []byte{1, 1}), []byte{1}) {
+	for kv := range bytes.SplitSeq(bytes.TrimSuffix(rest, []byte{1, 1}), []byte{1}) {
 		k, v, _ := bytes.Cut(kv, []byte("="))
 		if string(k) == "auth" {
 			tok, found := strings.CutPrefix(string(v), "Bearer ")

@@ -29,23 +29,19 @@ func newProxy(t *testing.T) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{ln: ln}
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
 	return p
 }
 
 func (p *proxy) serve() {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		for {
 			c, err := p.ln.Accept()
 			if err != nil {
 				return
 			}
 			p.conns.Add(1)
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
+			p.wg.Go(func() {
 				defer c.Close()
 				b, err := net.Dial("tcp", p.target)
 				if err != nil {
@@ -53,12 +49,12 @@ func (p *proxy) serve() {
 				}
 				defer b.Close()
 				done := make(chan struct{}, 2)
-				go func() { io.Copy(b, c); done <- struct{}{} }()
-				go func() { io.Copy(c, b); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(b, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, b); done <- struct{}{} }()
 				<-done
-			}()
+			})
 		}
-	}()
+	})
 }
 
 // Guards the Advertise hook fault tests rely on (clients reach the broker

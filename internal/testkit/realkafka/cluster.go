@@ -90,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return c, nil
 		}
 		if errors.Is(err, errPortTaken) && attempt < 3 && c != nil {
-			c.Close() // nothing worth keeping: try again on other ports
+			_ = c.Close() // nothing worth keeping: try again on other ports
 			continue
 		}
 		return nil, err
@@ -163,7 +163,7 @@ func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	var ports []int
@@ -229,11 +229,9 @@ func (c *Cluster) formatAll(ctx context.Context) error {
 	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			errs[i] = c.format(ctx, n)
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -265,7 +263,7 @@ func (c *Cluster) format(ctx context.Context, n *node) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("realkafka: format node %d: %v: %s (full output in %s)", n.id, err, errorLine(out), out)
+		return fmt.Errorf("realkafka: format node %d: %w: %s (full output in %s)", n.id, err, errorLine(out), out)
 	}
 	return nil
 }
@@ -402,7 +400,7 @@ func metadataIDs(ctx context.Context, cl *kgo.Client) ([]int32, error) {
 func (c *Cluster) exitError(n *node, when string) error {
 	<-n.p.done
 	line := errorLine(n.log)
-	err := fmt.Errorf("realkafka: node %d (Kafka %s) exited %s (%v): %s (log: %s)", n.id, c.cfg.Version, when, n.p.err, line, n.log)
+	err := fmt.Errorf("realkafka: node %d (Kafka %s) exited %s (%v): %s (log: %s)", n.id, c.cfg.Version, when, n.p.err, line, n.log) //nolint:errorlint // n.p.err is nil for a clean exit: %v prints <nil>, %w would print %!w(<nil>)
 	if strings.Contains(line, "Address already in use") || fileContains(n.log, "Address already in use") {
 		return fmt.Errorf("%w: %w", errPortTaken, err)
 	}

@@ -50,7 +50,7 @@ func Java(ctx context.Context) (string, error) {
 	}
 	out, err := exec.CommandContext(ctx, path, "-version").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%s -version: %v: %s", path, err, firstLine(string(out)))
+		return "", fmt.Errorf("%s -version: %w: %s", path, err, firstLine(string(out)))
 	}
 	v, ok := javaMajor(string(out))
 	if !ok {
@@ -186,12 +186,12 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 			}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("cache lock %s: %w", path, err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("waiting for another process to fill %s: %w", strings.TrimSuffix(path, ".lock"), ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}

@@ -72,7 +72,7 @@ func launch(java string, args []string, logPath, runDir, nodeDir string, pdeaths
 			cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 		}
 		err := cmd.Start()
-		logf.Close() // the JVM has its own descriptor
+		_ = logf.Close() // the JVM has its own descriptor
 		if err != nil {
 			started <- err
 			close(p.done)

@@ -53,7 +53,7 @@ func parseVersions(v string) ([]string, error) {
 	}
 	var out []string
 	seen := map[string]bool{}
-	for _, s := range strings.Split(v, ",") {
+	for s := range strings.SplitSeq(v, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			continue
