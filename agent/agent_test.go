@@ -117,7 +117,7 @@ func start(t *testing.T, a *Agent) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Agent: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	t.Cleanup(func() { _ = r.stop(t) })
 	select {
 	case <-a.Ready():
 	case err := <-r.done:
@@ -519,7 +519,8 @@ func TestAgentEndToEnd(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run after a clean stop: %v", err)
 	}
-	if _, err := http.Get(r.base + "/healthz"); err == nil {
+	if resp, err := http.Get(r.base + "/healthz"); err == nil {
+		_ = resp.Body.Close()
 		t.Error("the HTTP server still answers after Run returned")
 	}
 	view := replayState(t, dstC)

@@ -42,8 +42,8 @@
 //
 // # Status page
 //
-// GET / serves a status page (ui.go, the files of ui/ embedded with
-// go:embed: HTML, CSS and ES modules, no build step, nothing from another
+// GET / serves a status page (ui.go, the files of ui/ embedded in the
+// binary: HTML, CSS and ES modules, no build step, nothing from another
 // host). It polls GET /v1/status (every link's status with its clusters'
 // regions and the commands it accepts) and GET /v1/links/{name}/history,
 // and sends POST /v1/links/{name}/pause|resume from its buttons. The

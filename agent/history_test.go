@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -180,9 +181,7 @@ func historyAgent(t *testing.T, hcl string, hist HistoryConfig) *Agent {
 // serve runs one request through the agent's handler.
 func serveAgent(a *Agent, method, target string, header http.Header) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, nil)
-	for k, v := range header {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, header)
 	rec := httptest.NewRecorder()
 	a.Handler().ServeHTTP(rec, req)
 	return rec

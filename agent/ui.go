@@ -96,7 +96,7 @@ func (a *Agent) page(w http.ResponseWriter, r *http.Request) {
 // text/html (curl sends */*, which gets the page).
 func prefersText(accept string) bool {
 	var plain, html bool
-	for _, part := range strings.Split(accept, ",") {
+	for part := range strings.SplitSeq(accept, ",") {
 		mt, _, _ := strings.Cut(part, ";")
 		switch strings.ToLower(strings.TrimSpace(mt)) {
 		case "text/plain":

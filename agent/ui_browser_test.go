@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -247,7 +248,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	srcCl := producer(t, srcC)
 	const partitions = 4
 	createOrders(t, srcCl, partitions)
-	ends := produce(t, srcCl, partitions, "first", 30)
+	produce(t, srcCl, partitions, "first", 30)
 	total := int64(partitions * 30)
 
 	cfg, err := config.Parse("agent_test.hcl", []byte(agentHCL(srcC, dstC, "")), nil)
@@ -297,7 +298,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 
 	// More records: the figures and the partition table follow.
-	ends = produce(t, srcCl, partitions, "second", 50)
+	ends := produce(t, srcCl, partitions, "second", 50)
 	total += partitions * 50
 	var wantNext []string
 	for p := range int32(partitions) {
@@ -449,9 +450,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		rec := httptest.NewRecorder()
 		writeJSON(rec, http.StatusOK, raw)
 		body.Store(int64(rec.Body.Len()))
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
+		maps.Copy(w.Header(), rec.Header())
 		_, _ = w.Write(rec.Body.Bytes())
 	})
 	mux.Handle("/", a.Handler())

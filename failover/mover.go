@@ -133,7 +133,8 @@ func (m *Mover) Run(ctx context.Context) error {
 	return nil
 }
 
-// ErrNoGroupSync: the link has no groups block, or its Mover does not run.
+// ErrNoGroupSync is SyncGroups' error when the link has no groups block, or
+// its Mover does not run.
 var ErrNoGroupSync = errors.New("the link syncs no groups (no groups block)")
 
 // SyncGroups runs one round of the group offset sync now and returns each

@@ -110,10 +110,10 @@ type InPlaced struct {
 	Err   error
 }
 
-// InCheckpointDue: checkpoint_interval elapsed.
+// InCheckpointDue says checkpoint_interval elapsed.
 type InCheckpointDue struct{}
 
-// InDiscoveryDue: discovery_interval elapsed.
+// InDiscoveryDue says discovery_interval elapsed.
 type InDiscoveryDue struct{}
 
 // InTick lets the pipeline look at waits measured in time (a reconciling
@@ -127,8 +127,8 @@ type InTick struct{}
 // Final set) and DoFinish follows.
 type InStop struct{ State State }
 
-// InDrainTimeout: the drain after OnStop took too long; the final commit
-// goes out with whatever is unresolved counted.
+// InDrainTimeout says the drain after InStop took too long: the final
+// commit goes out with whatever is unresolved counted.
 type InDrainTimeout struct{}
 
 func (InAdd) input()           {}
@@ -214,14 +214,14 @@ type DoDiscover struct{ Known []tp.Partition }
 // DoPlace looks up where new partitions start; answer InPlaced.
 type DoPlace struct{ Pairs []Pair }
 
-// DoEnterMirroring: every initial partition is reconciled and its barrier is
-// committed: the link is MIRRORING.
+// DoEnterMirroring says every initial partition is reconciled and its
+// barrier is committed: the link is MIRRORING.
 type DoEnterMirroring struct{}
 
-// DoFail: the session cannot go on; the link fails with Err.
+// DoFail says the session cannot go on: the link fails with Err.
 type DoFail struct{ Err error }
 
-// DoFinish: the stop asked for with InStop is done (the final commit
+// DoFinish says the stop asked for with InStop is done (the final commit
 // succeeded, failed or could not be sent; Clean says whether it recorded a
 // clean stop).
 type DoFinish struct {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -31,8 +31,8 @@ var copiedTopicConfigs = []string{"cleanup.policy", "retention.ms", "retention.b
 // overwrite them and the CRC).
 func createConfigs(source map[string]*string) map[string]*string {
 	out := map[string]*string{
-		"compression.type":       kadm.StringPtr("producer"),
-		"message.timestamp.type": kadm.StringPtr("CreateTime"),
+		"compression.type":       new("producer"),
+		"message.timestamp.type": new("CreateTime"),
 	}
 	for _, k := range copiedTopicConfigs {
 		if v, ok := source[k]; ok && v != nil {
@@ -55,7 +55,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics ...string) (kadm
 	req.IncludeTopicAuthorizedOperations = true
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
+		rt.Topic = new(t)
 		req.Topics = append(req.Topics, rt)
 	}
 	resp, err := req.RequestWith(ctx, cl)
@@ -183,7 +183,7 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 			for p := range td.Partitions {
 				ps = append(ps, p)
 			}
-			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+			slices.Sort(ps)
 			for _, p := range ps {
 				sl, err := s.srcLeaders.Lookup(ctx, tp.Key{Topic: td.Topic, Partition: p})
 				if err != nil {

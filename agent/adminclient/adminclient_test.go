@@ -192,7 +192,7 @@ func TestClientNotRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close()
 	a := config.Default().Agent
 	a.Listen = addr
 	c, err := New(a, Options{ConfigFile: "mirrord.hcl"})
