@@ -18,7 +18,7 @@ const module = "github.com/seed83556561/mirrord"
 
 // components are the product's parts: each takes its own config struct
 // and sits below the top layer (agent, demo, cmd) that wires them.
-var components = []string{"fetcher", "appender", "statestore", "transform", "barrier", "link", "verify"}
+var components = []string{"fetcher", "appender", "statestore", "transform", "barrier", "twin", "translate", "failover", "link", "verify"}
 
 // topLayer wires components together; no component imports it.
 var topLayer = []string{"agent", "demo", "cmd", "bench"}
@@ -26,6 +26,18 @@ var topLayer = []string{"agent", "demo", "cmd", "bench"}
 // graph maps a package (relative to the module, "" for the root) to the
 // mirrord packages its non-test files import.
 type graph map[string][]string
+
+// pure are the packages that decide and never do I/O (DESIGN §12): the
+// batch codec and producer state (transform), the one decision per batch
+// and the twin relation (twin), the barrier and salt records (barrier).
+var pure = []string{"transform", "twin", "barrier"}
+
+// ioImports are the imports by which a package reaches the network, files,
+// processes or the operator: a pure package imports none of them directly.
+// transform imports franz-go's kgo for its compression codecs only, so kgo
+// is not on the list; kadm (the admin client) is.
+var ioImports = []string{"net", "os", "syscall", "io/fs", "github.com/twmb/franz-go/pkg/kadm",
+	"github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"}
 
 // rule is one dependency direction: check returns a message naming each
 // offending import.
@@ -55,9 +67,21 @@ var rules = []rule{
 		}
 		return ""
 	}},
-	{"statestore is below link", func(from, to string) string {
-		if under(from, "statestore") && under(to, "link") {
-			return "statestore never imports link"
+	{"twin decides from transform alone", func(from, to string) string {
+		if under(from, "twin") && !under(to, "twin") && !under(to, "transform") {
+			return "twin (the one decision per batch) imports nothing of mirrord but transform"
+		}
+		return ""
+	}},
+	{"translation is below failover", func(from, to string) string {
+		if under(from, "translate") && under(to, "failover") {
+			return "failover translates with package translate, never the other way"
+		}
+		return ""
+	}},
+	{"link is the top component", func(from, to string) string {
+		if underAny(from, components) && !under(from, "link") && under(to, "link") {
+			return "no component imports link: link runs them, and hands translate its anchors and readers and failover a small interface of itself"
 		}
 		return ""
 	}},
@@ -117,6 +141,27 @@ func violations(g graph) []string {
 	return out
 }
 
+// impureImports returns, for each pure package of imports (a package
+// relative to the module → everything its non-test files import, module
+// or not), the imports that do I/O, as "pkg imports imp: why" lines in a
+// stable order.
+func impureImports(imports map[string][]string) []string {
+	var out []string
+	for _, from := range slices.Sorted(mapKeys(imports)) {
+		if !underAny(from, pure) {
+			continue
+		}
+		for _, imp := range imports[from] {
+			for _, bad := range ioImports {
+				if imp == bad || strings.HasPrefix(imp, bad+"/") {
+					out = append(out, fmt.Sprintf("%s imports %s: a pure package does no I/O (rule %q)", from, imp, "pure packages import no I/O"))
+				}
+			}
+		}
+	}
+	return out
+}
+
 // listPackage is the part of `go list -json` this test reads.
 type listPackage struct {
 	ImportPath string
@@ -128,7 +173,7 @@ type listPackage struct {
 // `go list -json ./...`, run at the module's root once per test binary.
 func loadGraph(t *testing.T) graph {
 	t.Helper()
-	graphOnce.Do(func() { loaded, loadErr = listGraph(moduleRoot(t)) })
+	graphOnce.Do(func() { loaded, loadedImports, loadErr = listGraph(moduleRoot(t)) })
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
@@ -136,44 +181,46 @@ func loadGraph(t *testing.T) graph {
 }
 
 var (
-	graphOnce sync.Once
-	loaded    graph
-	loadErr   error
+	graphOnce     sync.Once
+	loaded        graph
+	loadedImports map[string][]string // every import, module or not
+	loadErr       error
 )
 
-func listGraph(root string) (graph, error) {
+func listGraph(root string) (graph, map[string][]string, error) {
 	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Error", "./...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("go list -json ./...: %w\n%s", err, stderr.String())
+		return nil, nil, fmt.Errorf("go list -json ./...: %w\n%s", err, stderr.String())
 	}
-	g := graph{}
+	g, all := graph{}, map[string][]string{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p listPackage
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("decode go list output: %w", err)
+			return nil, nil, fmt.Errorf("decode go list output: %w", err)
 		}
 		if p.Error != nil {
-			return nil, fmt.Errorf("go list %s: %s", p.ImportPath, p.Error.Err)
+			return nil, nil, fmt.Errorf("go list %s: %s", p.ImportPath, p.Error.Err)
 		}
 		from, ok := relative(p.ImportPath)
 		if !ok {
 			continue
 		}
 		g[from] = nil
+		all[from] = p.Imports
 		for _, imp := range p.Imports {
 			if to, ok := relative(imp); ok {
 				g[from] = append(g[from], to)
 			}
 		}
 	}
-	return g, nil
+	return g, all, nil
 }
 
 // relative returns an import path relative to the module, and whether it
@@ -214,6 +261,36 @@ func TestDependencyDirections(t *testing.T) {
 	for _, v := range violations(g) {
 		t.Error(v)
 	}
+	for _, v := range impureImports(loadedImports) {
+		t.Error(v)
+	}
+}
+
+// TestPureRuleCatches guards against a purity rule that passes everything:
+// a pure package importing the network, the file system, the admin client
+// or a logger is caught; kgo (transform's codecs) and another package's
+// I/O are not its concern.
+func TestPureRuleCatches(t *testing.T) {
+	for _, tc := range []struct {
+		from, imp string
+		caught    bool
+	}{
+		{"twin", "net", true},
+		{"transform", "net/http", true},
+		{"barrier", "os", true},
+		{"twin", "github.com/twmb/franz-go/pkg/kadm", true},
+		{"barrier", "github.com/hashicorp/go-hclog", true},
+		{"transform", "github.com/prometheus/client_golang/prometheus", true},
+		{"transform", "github.com/twmb/franz-go/pkg/kgo", false},
+		{"twin", "bytes", false},
+		{"twin", "osx", false},
+		{"link", "net", false},
+	} {
+		got := impureImports(map[string][]string{tc.from: {tc.imp}})
+		if tc.caught != (len(got) == 1) {
+			t.Errorf("%s imports %s: violations %q, want caught %v", tc.from, tc.imp, got, tc.caught)
+		}
+	}
 }
 
 // TestRulesCatchViolations guards against a rule that can never fail:
@@ -228,7 +305,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"transform imports its own subpackage", "transform", "transform/sub", ""},
 		{"fetcher imports appender", "fetcher", "appender", "fetcher and appender are independent"},
 		{"appender imports fetcher", "appender", "fetcher", "fetcher and appender are independent"},
-		{"statestore imports link", "statestore", "link", "statestore is below link"},
+		{"statestore imports link", "statestore", "link", "link is the top component"},
 		{"link imports config", "link", "config", "components take their own config"},
 		{"verify imports config", "verify", "config", "components take their own config"},
 		{"barrier imports agent", "barrier", "agent", "components are below the top layer"},
@@ -239,6 +316,12 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"internal/mailbox imports link", "internal/mailbox", "link", "plumbing is below the components"},
 		{"internal/kafka imports agent", "internal/kafka/dial", "agent", "plumbing is below the components"},
 		{"non-test package imports a test kit", "link", "internal/testkit/kafkatest", "test kits are for tests"},
+		{"twin imports statestore", "twin", "statestore", "twin decides from transform alone"},
+		{"translate imports link", "translate", "link", "link is the top component"},
+		{"failover imports link", "failover", "link", "link is the top component"},
+		{"translate imports failover", "translate", "failover", "translation is below failover"},
+		{"verify imports link", "verify", "link", "link is the top component"},
+		{"translate imports config", "translate", "config", "components take their own config"},
 		{"plumbing imports a test kit", "internal/kafka/tp", "internal/testkit/batchtest", "test kits are for tests"},
 		// Imports the layering allows.
 		{"a test kit imports a test kit", "internal/testkit/javaclient", "internal/testkit/realkafka", ""},
@@ -247,6 +330,11 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"agent imports a test kit", "agent", "internal/testkit/logtest", "test kits are for tests"},
 		{"demo imports a test kit", "demo", "internal/testkit/kafkatest", "test kits are for tests"},
 		{"link imports fetcher", "link", "fetcher", ""},
+		{"twin imports transform", "twin", "transform", ""},
+		{"failover imports translate", "failover", "translate", ""},
+		{"link imports failover", "link", "failover", ""},
+		{"agent imports link", "agent", "link", ""},
+		{"the fault suite imports link", "faults", "link", ""},
 		{"agent imports config", "agent", "config", ""},
 		{"agent imports appender", "agent", "appender", ""},
 		{"dial reads config's cluster block", "internal/kafka/dial", "config", ""},

@@ -4,10 +4,14 @@
 //
 //   - dependency directions between mirrord's packages (TestDependencyDirections,
 //     read from `go list -json ./...`): transform imports no other mirrord
-//     package, fetcher and appender never import each other, no component
-//     imports config or the product's top layer, statestore never imports
-//     link, internal plumbing imports no component, only tests (and the
-//     bench) import the test kits;
+//     package and twin none but transform, fetcher and appender never
+//     import each other, no component imports config or the product's top
+//     layer, no component imports link (link runs them; translate and
+//     failover are handed what they need), translate never imports
+//     failover, internal plumbing imports no component, only tests (and the
+//     bench and the fault suite) import the test kits;
+//   - the pure packages (transform, twin, barrier) import nothing that does
+//     I/O (TestDependencyDirections, TestPureRuleCatches);
 //   - no declared name shadows a Go builtin (TestNoBuiltinShadowed);
 //   - no package is named like franz-go's (a k-prefix) or as a util/common
 //     grab bag (TestPackageNames);
