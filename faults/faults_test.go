@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
 	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
 )
@@ -99,7 +100,7 @@ func TestFaultSuite(t *testing.T) {
 		Rand: rand.New(rand.NewPCG(11, 11)),
 		Conn: [2]ConnFaults{px[Source], px[Destination]},
 	}
-	if err := sleep(ctx, 10*time.Second); err != nil { // load before the first fault
+	if err := backoff.Sleep(ctx, 10*time.Second); err != nil { // load before the first fault
 		t.Fatal(err)
 	}
 	var only []string // MIRRORD_FAULTS=restart-dst,kill-src runs those steps alone

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/link"
 )
@@ -123,7 +124,7 @@ func (r *Run) waitQuiet(ctx context.Context) {
 			}
 			return
 		}
-		if sleep(ctx, 200*time.Millisecond) != nil {
+		if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -198,7 +199,7 @@ func (r *Run) KillBroker(ctx context.Context, s Side, down time.Duration, stateL
 			return err
 		}
 		r.BrokerKills[s]++
-		if err := sleep(ctx, down); err != nil {
+		if err := backoff.Sleep(ctx, down); err != nil {
 			return err
 		}
 		if err := c.Start(ctx, node); err != nil {
@@ -292,7 +293,7 @@ func (r *Run) Reassign(ctx context.Context, s Side) error {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("reassignment did not complete within 2m (%v)", err) //nolint:errorlint // err is nil while reassignments are still listed: %v prints <nil>, %w would print %!w(<nil>)
 			}
-			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
 			}
 		}
@@ -328,7 +329,7 @@ func (r *Run) TooFewReplicas(ctx context.Context, d time.Duration) error {
 		if err := set(&four); err != nil {
 			return err
 		}
-		if err := sleep(ctx, d); err != nil {
+		if err := backoff.Sleep(ctx, d); err != nil {
 			return err
 		}
 		return set(nil)
@@ -341,7 +342,7 @@ func (r *Run) KillAgent(ctx context.Context, down time.Duration) error {
 	return r.record(ctx, fmt.Sprintf("SIGKILL the agent for %s", down), Destination, false, func(ctx context.Context) error {
 		r.Agent.Kill()
 		r.AgentKills++
-		if err := sleep(ctx, down); err != nil {
+		if err := backoff.Sleep(ctx, down); err != nil {
 			return err
 		}
 		if err := r.Agent.Start(); err != nil {
@@ -370,7 +371,7 @@ func (r *Run) KillAgentAndBroker(ctx context.Context, down time.Duration) error 
 		if err := r.Agent.Start(); err != nil {
 			return err
 		}
-		if err := sleep(ctx, down); err != nil {
+		if err := backoff.Sleep(ctx, down); err != nil {
 			return err
 		}
 		if err := c.Start(ctx, node); err != nil {
@@ -414,17 +415,6 @@ func figures(ds []time.Duration) Figures {
 	return Figures{Moves: len(ds), P50: q(0.5), P99: q(0.99), Max: ds[len(ds)-1]}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 func isElectionNotNeeded(err error) bool { return errors.Is(err, kerr.ElectionNotNeeded) }
 
 // StallConnections holds every byte between the agent and the broker that
@@ -437,7 +427,7 @@ func (r *Run) StallConnections(ctx context.Context, s Side, d time.Duration) err
 	return r.record(ctx, fmt.Sprintf("connections to broker %d stalled for %s", node, d), s, false, func(ctx context.Context) error {
 		r.Conn[s].Stall(int32(node))
 		defer r.Conn[s].Resume(int32(node))
-		return sleep(ctx, d)
+		return backoff.Sleep(ctx, d)
 	})
 }
 
@@ -519,7 +509,7 @@ func (r *Run) Suite(ctx context.Context, only ...string) error {
 		if err := step.Run(ctx); err != nil {
 			return err
 		}
-		if err := sleep(ctx, 2*time.Second); err != nil { // the load runs between faults
+		if err := backoff.Sleep(ctx, 2*time.Second); err != nil { // the load runs between faults
 			return err
 		}
 	}
@@ -553,7 +543,7 @@ func (r *Run) Random(ctx context.Context, until time.Time, pause time.Duration) 
 		if err != nil {
 			return err
 		}
-		if err := sleep(ctx, pause+time.Duration(r.Rand.Int64N(int64(pause)))); err != nil {
+		if err := backoff.Sleep(ctx, pause+time.Duration(r.Rand.Int64N(int64(pause)))); err != nil {
 			return err
 		}
 	}

@@ -230,7 +230,7 @@ func (s *Store) initProducerID(ctx context.Context, copts []kgo.Opt, link string
 		}
 		s.log.Warn("init producer id of a new state session failed; asking again", "link", link,
 			"transactional_id", TransactionalID(link), "attempt", attempt, "retry_in", wait, "error", err)
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return nil, 0, 0, err
 		}
 	}
@@ -345,7 +345,7 @@ func (s *Session) commit(ctx context.Context, state LinkState, unresolved int32,
 			// aborted again.
 			s.log.Warn("aborting the failed state transaction failed; trying again", "error", err)
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return s.fail(op, err)
 		}
 	}

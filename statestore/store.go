@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -368,7 +369,7 @@ func (s *Store) waitCreated(ctx context.Context, cl *kgo.Client) (kmsg.MetadataR
 		if !errors.Is(kerr.ErrorForCode(t.ErrorCode), kerr.UnknownTopicOrPartition) {
 			return t, nil
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return t, fmt.Errorf("state topic %q: waiting for its metadata after creating it: %w", s.cfg.Topic, err)
 		}
 	}
@@ -476,7 +477,7 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 				return fmt.Errorf("read state topic %q partition %d: the partition has no leader", r.topic, r.p)
 			}
 			retries++
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 				return fmt.Errorf("read state topic %q partition %d: waiting for a leader: %w", r.topic, r.p, err)
 			}
 			if err := r.refreshLeader(ctx); err != nil {
@@ -501,7 +502,7 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 			if err := r.refreshLeader(ctx); err != nil {
 				return err
 			}
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 				return fmt.Errorf("read state topic %q partition %d at offset %d: %w", r.topic, r.p, off, err)
 			}
 			continue
@@ -566,17 +567,6 @@ func (r *partitionReader) refreshLeader(ctx context.Context) error {
 		r.leader = pd.Leader
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Replay reads the whole state topic (see Scan) into a View. A record of an

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -120,7 +121,7 @@ func metadata(ctx context.Context, cl *kgo.Client, topics []string) (map[string]
 	var last error
 	for attempt := range maxAttempts {
 		if attempt > 0 {
-			if err := sleep(ctx, attempt); err != nil {
+			if err := backoff.Sleep(ctx, readRetry.Wait(attempt)); err != nil {
 				return nil, fmt.Errorf("metadata: %w (last error: %w)", err, last)
 			}
 		}
@@ -283,7 +284,7 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 				return fmt.Errorf("%s: %d fetches at offset %d returned nothing below the end offset %d (log start %d, high watermark %d): %w",
 					s, stalls, offset, s.end, rp.LogStartOffset, rp.HighWatermark, ErrNoProgress)
 			}
-			if err := sleep(ctx, stalls); err != nil {
+			if err := backoff.Sleep(ctx, readRetry.Wait(stalls)); err != nil {
 				return err
 			}
 			continue
@@ -309,7 +310,7 @@ func (s *side) fetch(ctx context.Context, offset int64) (*kmsg.FetchResponseTopi
 	var last error
 	for attempt := range maxAttempts {
 		if attempt > 0 {
-			if err := sleep(ctx, attempt); err != nil {
+			if err := backoff.Sleep(ctx, readRetry.Wait(attempt)); err != nil {
 				return nil, fmt.Errorf("%s: fetch at offset %d: %w (last error: %w)", s, offset, err, last)
 			}
 			if err := s.refresh(ctx); err != nil {
@@ -403,19 +404,8 @@ func retriable(err error) bool {
 		errors.Is(err, kerr.NotLeaderForPartition)
 }
 
-// sleep waits before retry attempt n.
-func sleep(ctx context.Context, n int) error {
-	d := time.Duration(n) * 50 * time.Millisecond
-	d = min(d, time.Second)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// readRetry is the wait before a read is tried again.
+var readRetry = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
 
 // span is what verify reads from a v2 batch header.
 type span struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed83556561/mirrord/agent/adminclient"
 	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/internal/backoff"
 )
 
 func init() {
@@ -69,7 +70,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 	// up to the agent's shutdown timeout; two minutes more is generous.
 	deadline := time.Now().Add(*timeout + 2*time.Minute)
 	for {
-		if !sleepCtx(ctx, 200*time.Millisecond) {
+		if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
 			fmt.Fprintln(stderr, "mirrord failover: interrupted; the failover goes on in the agent (mirrord links shows the link)")
 			return exitError
 		}
@@ -130,15 +131,4 @@ func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stder
 		fmt.Fprintf(stderr, "mirrord failover: link %s: failover %s: %s; the link was left as it was\n", name, fo.Outcome, fo.Error)
 	}
 	return exitError
-}
-
-func sleepCtx(ctx interface{ Done() <-chan struct{} }, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
