@@ -21,7 +21,6 @@ import (
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/kafka/dial"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
 	"github.com/seed83556561/mirrord/statestore"
@@ -48,36 +47,16 @@ var aclBrokerProps = map[string]string{
 
 // aclCluster is one cluster of the least-privilege tests: the embedded
 // mirrortest cluster's clients use the PLAINTEXT listener (super user),
-// scram is the address of the listener mirrord uses.
-type aclCluster struct {
-	*cluster
-	scram []string
-}
+// secured are the addresses of the SCRAM listener mirrord uses.
+type aclCluster = securedCluster
 
 // aclClusters returns the package's source and destination cluster with an
 // authorizer for version b.Kafka, started on first use.
 func aclClusters(t *testing.T, b mirrortest.Backend) (src, dst *aclCluster) {
 	t.Helper()
-	mk := func(name, id string) *aclCluster {
-		rc := realkafka.Shared(t, "acl/"+b.Kafka+"/"+name, realkafka.Config{
-			Version:   b.Kafka,
-			ClusterID: id,
-			Listeners: []realkafka.Listener{
-				{Name: "PLAINTEXT", Protocol: realkafka.Plaintext},
-				{Name: "SCRAM", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.ScramSHA512}},
-			},
-			BrokerProps: aclBrokerProps,
-		})
-		c := &cluster{Name: name, ID: id, Backend: b, Real: rc}
-		cl, err := kgo.NewClient(c.Opts()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		c.Client, c.Admin = cl, kadm.NewClient(cl)
-		return &aclCluster{cluster: c, scram: rc.ListenerAddrs("SCRAM")}
-	}
-	return mk("src", kafkatest.SourceClusterID), mk("dst", kafkatest.DestClusterID)
+	return securedClusters(t, b, "acl", realkafka.Listener{
+		Name: "SCRAM", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.ScramSHA512},
+	}, aclBrokerProps)
 }
 
 // principalFor is a SCRAM user of the test's own on both clusters: every
@@ -131,19 +110,18 @@ func pingOnce(ctx context.Context, c *config.Cluster) error {
 // scramCluster is the cluster block mirrord uses for c as user.
 func scramCluster(c *aclCluster, user string) config.Cluster {
 	return config.Cluster{
-		Name: c.Name, BootstrapServers: c.scram, ClientID: "mirrord",
+		Name: c.Name, BootstrapServers: c.secured, ClientID: "mirrord",
 		SASL: config.SASL{Mechanism: config.MechanismScramSHA512, Username: user, Password: aclPassword},
 	}
 }
 
-// aclLinkConfig is e.linkConfig with the clusters reached as user through
-// the SCRAM listeners,
-// the SCRAM listeners, and the cluster blocks its clients are dialled from.
-func aclLinkConfig(e *env, name string, src, dst *aclCluster, user string, topics ...string) (Config, scramBlocks) {
-	cfg := e.linkConfig(name, src.cluster, dst.cluster, topics...)
+// viaSCRAM points the fixture's link at the SCRAM listeners of src and dst,
+// reached as user, and returns the cluster blocks its clients are dialled
+// from.
+func (f *fixture) viaSCRAM(src, dst *aclCluster, user string) scramBlocks {
 	b := scramBlocks{src: scramCluster(src, user), dst: scramCluster(dst, user)}
-	cfg.Source, cfg.Destination = clusterOf(&b.src), clusterOf(&b.dst)
-	return cfg, b
+	f.cfg.Source, f.cfg.Destination = clusterOf(&b.src), clusterOf(&b.dst)
+	return b
 }
 
 // scramBlocks are the cluster blocks of a SCRAM link's two clusters.
@@ -314,14 +292,7 @@ func (w *logTap) String() string {
 // is kept.
 func startSCRAMLink(t *testing.T, cfg Config, b scramBlocks, name string) (*testLink, *logTap) {
 	t.Helper()
-	srcOpts, err := dial.Options(&b.src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dstOpts, err := dial.Options(&b.dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcOpts, dstOpts := dialed(t, &b.src), dialed(t, &b.dst)
 	tap := &logTap{t: t}
 	lg := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: tap, DisableTime: true})
 	return startLinkWith(t, cfg, Deps{Logger: lg, SourceOpts: srcOpts, DestinationOpts: dstOpts}), tap
@@ -336,28 +307,25 @@ func startSCRAMLink(t *testing.T, cfg Config, b scramBlocks, name string) (*test
 // record by record.
 func TestLeastPrivilegeACLs(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
-		start := time.Now()
-		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		defer logWallTime(t, b)()
 		src, dst := aclClusters(t, b)
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-		orders, events := e.topic("orders"), e.topic("events")
-		src.CreateTopic(t, orders, 3, nil)
-		src.CreateTopic(t, events, 1, map[string]*string{
+		f := e.mirroredBetween(t, src.cluster, dst.cluster, "acl", srcTopic("orders", 3), srcTopic("events", 1).with(map[string]*string{
 			"retention.ms": kadm.StringPtr("86400000"), "max.message.bytes": kadm.StringPtr("2097152"),
-		})
+		}))
+		orders, events := f.topic("orders"), f.topic("events")
 		user := principalFor(t, src, dst)
-		cfg, blocks := aclLinkConfig(e, "acl", src, dst, user, "orders", "events")
-		allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{orders, events}), nil))
+		blocks := f.viaSCRAM(src, dst, user)
+		allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{orders, events}), nil))
 
-		p := newProduced()
-		load(t, src.cluster, p, idempotent, 3, e.topic("i1"), 300, orders, events)
-		load(t, src.cluster, p, transactional, 4, e.topic("t1"), 210, orders, events)
-		load(t, src.cluster, p, plain, 1, e.topic("p1"), 120, orders)
+		f.load(idempotent, 3, "i1", 300, "orders", "events")
+		f.load(transactional, 4, "t1", 210, "orders", "events")
+		f.load(plain, 1, "p1", 120, "orders")
 
-		l, _ := startSCRAMLink(t, cfg, blocks, "acl")
+		l, _ := startSCRAMLink(t, f.cfg, blocks, "acl")
 		l.waitState(t, Mirroring, 90*time.Second)
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
-		exactlyOnce(t, dst.cluster, p, orders, events)
+		f.waitMirrored(90 * time.Second)
+		f.exactlyOnce()
 
 		// The created destination topic copied the source's settings,
 		// which took DescribeConfigs at the source.
@@ -387,20 +355,20 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 		}
 		src.WaitTopic(t, orders, 4)
 		dst.WaitTopic(t, orders, 4)
-		load(t, src.cluster, p, idempotent, 0, e.topic("i2"), 200, orders)
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
+		f.load(idempotent, 0, "i2", 200, "orders")
+		f.waitMirrored(90 * time.Second)
 
 		// A crash: the next session replays a state topic with records,
 		// checks its cleanup.policy, fences the old session and reconciles
 		// the destination tails.
-		load(t, src.cluster, p, transactional, 2, e.topic("t2"), 140, orders, events)
+		f.load(transactional, 2, "t2", 140, "orders", "events")
 		l.stop(t, true)
-		load(t, src.cluster, p, plain, 4, e.topic("p2"), 100, orders, events)
-		l2, _ := startSCRAMLink(t, cfg, blocks, "acl-2")
+		f.load(plain, 4, "p2", 100, "orders", "events")
+		l2, _ := startSCRAMLink(t, f.cfg, blocks, "acl-2")
 		l2.waitState(t, Mirroring, 90*time.Second)
-		load(t, src.cluster, p, idempotent, 2, e.topic("i3"), 100, orders, events)
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
-		n := exactlyOnce(t, dst.cluster, p, orders, events)
+		f.load(idempotent, 2, "i3", 100, "orders", "events")
+		f.waitMirrored(90 * time.Second)
+		n := f.exactlyOnce()
 		for _, x := range []*testLink{l, l2} {
 			if st := x.Status(); st.LastError != "" {
 				t.Errorf("link %s failed on the way (the ACLs were not enough?): %s", st.Name, st.LastError)
@@ -478,8 +446,7 @@ func TestMissingACLs(t *testing.T) {
 			}},
 	}
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
-		start := time.Now()
-		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		defer logWallTime(t, b)()
 		src, dst := aclClusters(t, b)
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) { missingACL(t, b, src, dst, tc) })
@@ -489,32 +456,31 @@ func TestMissingACLs(t *testing.T) {
 
 func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc aclCase) {
 	e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-	topic := e.topic("topic")
-	src.CreateTopic(t, topic, 3, nil)
+	f := e.mirroredBetween(t, src.cluster, dst.cluster, "l", srcTopic("topic", 3))
+	topic := f.topic("topic")
 	if tc.setup != nil {
 		tc.setup(t, e, src, dst)
 	}
 	user := principalFor(t, src, dst)
-	cfg, blocks := aclLinkConfig(e, "l", src, dst, user, "topic")
+	blocks := f.viaSCRAM(src, dst, user)
 	if tc.include != "" {
 		re, err := config.TopicPattern(strings.ReplaceAll(tc.include, "{prefix}", regexp.QuoteMeta(e.n.Of(""))))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Link.Include = []*regexp.Regexp{re}
+		f.cfg.Link.Include = []*regexp.Regexp{re}
 	}
-	allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{topic}), tc.drop, tc.extra...))
-	p := newProduced()
-	load(t, src.cluster, p, idempotent, 3, e.topic("i"), 60, topic)
+	allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}), tc.drop, tc.extra...))
+	f.load(idempotent, 3, "i", 60)
 
-	l, tap := startSCRAMLink(t, cfg, blocks, tc.name)
+	l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)
 	if tc.want == "" {
 		l.waitState(t, Mirroring, 60*time.Second)
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 60*time.Second)
-		exactlyOnce(t, dst.cluster, p, topic)
+		f.waitMirrored(60 * time.Second)
+		f.exactlyOnce()
 		return
 	}
-	want := strings.NewReplacer("{user}", user, "{topic}", topic, "{state}", e.stateTopic(), "{link}", cfg.Link.Name).Replace(tc.want)
+	want := strings.NewReplacer("{user}", user, "{topic}", topic, "{state}", e.stateTopic(), "{link}", f.cfg.Link.Name).Replace(tc.want)
 	began := time.Now()
 	deadline := began.Add(30 * time.Second)
 	for {

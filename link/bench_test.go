@@ -28,10 +28,32 @@ func BenchmarkMirror(b *testing.B) {
 	}
 }
 
+// benchClusters are a benchmark's source and destination: kfake clusters
+// of one broker each.
+func benchClusters(b *testing.B) (src, dst *cluster) {
+	b.Helper()
+	return mirrortest.NewCluster(b, mirrortest.Backend{}, "src", kafkatest.SourceClusterID, kfake.NumBrokers(1)),
+		mirrortest.NewCluster(b, mirrortest.Backend{}, "dst", kafkatest.DestClusterID, kfake.NumBrokers(1))
+}
+
+// runBenchLink runs a link of a benchmark on its own goroutine, without a
+// testLink (the benchmark stops it itself, inside its timed loop); stop
+// cancels it and returns what Run returned.
+func runBenchLink(ctx context.Context, b *testing.B, cfg Config, src, dst *cluster) (l *Link, stop func() error) {
+	b.Helper()
+	l, err := New(cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(lctx) }()
+	return l, func() error { cancel(); return <-done }
+}
+
 func benchMirror(b *testing.B, codec int) {
 	e := &env{}
-	src := mirrortest.NewCluster(b, e.b, "src", kafkatest.SourceClusterID, kfake.NumBrokers(1))
-	dst := mirrortest.NewCluster(b, e.b, "dst", kafkatest.DestClusterID, kfake.NumBrokers(1))
+	src, dst := benchClusters(b)
 
 	const partitions, records, valueSize = 4, 32 << 10, 1 << 10 // 32 MiB of values
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -103,13 +125,7 @@ func benchMirror(b *testing.B, codec int) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		l, err := New(cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		lctx, lcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- l.Run(lctx) }()
+		l, stop := runBenchLink(ctx, b, cfg, src, dst)
 		for {
 			got, err := dst.Admin.ListEndOffsets(ctx, dest)
 			caught := err == nil
@@ -128,8 +144,7 @@ func benchMirror(b *testing.B, codec int) {
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
-		lcancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			b.Fatal(err)
 		}
 		if n := l.Status().Counters.Get(BatchesReencoded); n != 0 {

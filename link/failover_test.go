@@ -12,7 +12,6 @@ import (
 
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
 // appendHolder returns the options through which a link reaches c, and a
@@ -69,20 +68,15 @@ func appendHolder(t *testing.T, c *cluster) ([]kgo.Opt, func() (held <-chan stru
 func TestFailoverNotCaughtUp(t *testing.T) { scenario(t, testFailoverNotCaughtUp) }
 
 func testFailoverNotCaughtUp(t *testing.T, e *env) {
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	topic := e.topic("t")
-	src.CreateTopic(t, topic, 1, nil)
-	p := newProduced()
-	load(t, src, p, transactional, 0, e.topic("a"), 40, topic)
-	cfg := e.linkConfig("fo", src, dst, "t")
-	cfg.Link.ProduceTimeout = 30 * time.Second // the held append stays unanswered, not settled
-	dstOpts, holdAppend := appendHolder(t, dst)
-	l := startLinkWith(t, cfg, Deps{Logger: testLogger(t, "fo"), SourceOpts: src.Opts(), DestinationOpts: dstOpts})
-	waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 60*time.Second)
+	fx := e.mirrored(t, "fo", srcTopic("t", 1))
+	fx.load(transactional, 0, "a", 40)
+	fx.cfg.Link.ProduceTimeout = 30 * time.Second // the held append stays unanswered, not settled
+	dstOpts, holdAppend := appendHolder(t, fx.dst)
+	l := fx.startWith(Deps{DestinationOpts: dstOpts})
+	fx.waitMirrored(60 * time.Second)
 
 	held, release := holdAppend()
-	load(t, src, p, plain, 0, e.topic("b"), 25, topic)
+	fx.load(plain, 0, "b", 25)
 	waitClosed(t, held, "an append held at the destination")
 	end := func() (f *failover.Status) {
 		t.Helper()
@@ -125,9 +119,9 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	f = end()
-	if want := endOffset(t, dst, topic, 0); f.Outcome != failover.Done || f.Lag != 0 || !f.Partitions[0].CaughtUp || f.Partitions[0].DestinationNext != want {
+	if want := endOffset(t, fx.dst, fx.topic("t"), 0); f.Outcome != failover.Done || f.Lag != 0 || !f.Partitions[0].CaughtUp || f.Partitions[0].DestinationNext != want {
 		t.Errorf("failover after the release: %+v, want done without lag, the source's last stable offset at destination offset %d", f, want)
 	}
 	l.waitState(t, Paused, 30*time.Second)
-	exactlyOnce(t, dst, p, topic)
+	fx.exactlyOnce()
 }

@@ -48,22 +48,21 @@ func TestGroupSyncACLs(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-				topic := e.topic("topic")
-				src.CreateTopic(t, topic, 2, nil)
+				f := e.mirroredBetween(t, src.cluster, dst.cluster, "g", srcTopic("topic", 2))
+				topic := f.topic("topic")
 				group := e.topic("app") // unique on the shared cluster, like topics
 				user := principalFor(t, src, dst)
-				cfg, blocks := aclLinkConfig(e, "g", src, dst, user, "topic")
-				cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
-				cfg.Link.GroupSyncInterval = 300 * time.Millisecond
-				allow(t, user, src, dst, grants(leastPrivilege(cfg, []string{topic}, group), tc.drop, tc.extra...))
+				blocks := f.viaSCRAM(src, dst, user)
+				f.cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
+				f.cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+				allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}, group), tc.drop, tc.extra...))
 
-				p := newProduced()
-				load(t, src.cluster, p, idempotent, 2, e.topic("i"), 120, topic)
+				f.load(idempotent, 2, "i", 120)
 				parts := []tp.Key{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
-				l, tap := startSCRAMLink(t, cfg, blocks, tc.name)
+				l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)
 				l.waitState(t, Mirroring, 90*time.Second)
-				waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 90*time.Second)
-				exactlyOnce(t, dst.cluster, p, topic)
+				f.waitMirrored(90 * time.Second)
+				f.exactlyOnce()
 				truth := map[tp.Key]logTruth{}
 				total := 0
 				for _, k := range parts {
@@ -109,9 +108,9 @@ func TestGroupSyncACLs(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				// Group sync is beside the mirror: the link mirrors on.
-				load(t, src.cluster, p, plain, 1, e.topic("p"), 40, topic)
-				waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("topic"), 90*time.Second)
-				exactlyOnce(t, dst.cluster, p, topic)
+				f.load(plain, 1, "p", 40)
+				f.waitMirrored(90 * time.Second)
+				f.exactlyOnce()
 				if st := l.Status(); st.State != Mirroring || st.LastError != "" {
 					t.Errorf("link %s, last error %q: a group sync refusal must not stop the mirror", st.State, st.LastError)
 				}

@@ -16,7 +16,6 @@ import (
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 )
 
@@ -210,15 +209,11 @@ func TestJavaGroupsMoveWithTheMirror(t *testing.T) {
 }
 
 func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	txn, kv, plainT := e.topic("txn"), e.topic("kv"), e.topic("plain")
-	src.CreateTopic(t, txn, 2, nil)
-	src.CreateTopic(t, kv, 1, compactedConfig)
-	src.CreateTopic(t, plainT, 2, nil)
-	p := newProduced()
-	load(t, src, p, transactional, 3, e.topic("t1"), 180, txn)
-	load(t, src, p, transactional, 0, e.topic("t2"), 60, txn)
+	fx := e.mirrored(t, "groups", srcTopic("txn", 2), srcTopic("kv", 1).with(compactedConfig), srcTopic("plain", 2))
+	src, dst := fx.src, fx.dst
+	txn, kv, plainT := fx.topic("txn"), fx.topic("kv"), fx.topic("plain")
+	fx.load(transactional, 3, "t1", 180, "txn")
+	fx.load(transactional, 0, "t2", 60, "txn")
 	// The whole scenario's requests; each wait inside has its own bound.
 	// CI's loaded machine took 5.5 min for it on Kafka 3.9.2.
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -238,21 +233,20 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 		produceRound(round)
 	}
 	compactSource(t, src, kv, 1, func() { time.Sleep(300 * time.Millisecond); produceRound(6) })
-	load(t, src, p, plain, 1, e.topic("p1"), 120, plainT)
+	fx.load(plain, 1, "p1", 120, "plain")
 
-	cfg := e.linkConfig("groups", src, dst, "txn", "kv", "plain")
-	cfg.Link.Rename = "{source}.{topic}"
+	fx.cfg.Link.Rename = "{source}.{topic}"
 	rename := func(s string) string { return src.Name + "." + s }
 	group := e.topic // group IDs are unique on a shared cluster like topics
-	cfg.Link.Groups = &config.Groups{
+	fx.cfg.Link.Groups = &config.Groups{
 		Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app")) + `.*)$`)},
 		Exclude: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group("app-skip")) + `)$`)},
 	}
-	cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+	fx.cfg.Link.GroupSyncInterval = 300 * time.Millisecond
 	topics := []string{txn, kv, plainT}
 	parts := []tp.Key{{Topic: txn, Partition: 0}, {Topic: txn, Partition: 1}, {Topic: kv, Partition: 0}, {Topic: plainT, Partition: 0}, {Topic: plainT, Partition: 1}}
 	reg := prometheus.NewRegistry()
-	l := startLinkWith(t, cfg, Deps{Logger: testLogger(t, "groups"), Metrics: NewMetrics(reg), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	l := fx.startWith(Deps{Metrics: NewMetrics(reg)})
 	mirrored := map[string]string{}
 	for _, tpc := range topics {
 		mirrored[tpc] = rename(tpc)
@@ -378,8 +372,8 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 
 	// Failover: more data while a second group reads part of it, then the
 	// failover waits for the link, syncs, pauses and reports.
-	load(t, src, p, transactional, 2, e.topic("t3"), 70, txn)
-	load(t, src, p, plain, 4, e.topic("p2"), 50, plainT)
+	fx.load(transactional, 2, "t3", 70, "txn")
+	fx.load(plain, 4, "p2", 50, "plain")
 	waitMirrored(t, src, dst, e.stateTopic(), mirrored, 90*time.Second)
 	tr = truth()
 	total = 0
@@ -387,7 +381,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 		total += len(lt.src)
 	}
 	late := &groupMove{rd: rd, group: group("app-late"), parts: parts, truth: tr, rename: rename, atSrc: readPart(group("app-late"), 0.7)}
-	load(t, src, p, plain, 0, e.topic("p3"), 30, plainT) // the link has more to mirror when the failover starts
+	fx.load(plain, 0, "p3", 30, "plain") // the link has more to mirror when the failover starts
 	if err := l.StartFailover(failover.Options{Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
@@ -77,31 +76,26 @@ func linkRecord(t *testing.T, dst *cluster, stateTopic, name string) statestore.
 // append the batch again. The stop is recorded with the append unresolved,
 // the next session waits, and the destination ends exact.
 func TestStopWithAppendInBroker(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "before", 50, "t")
-	cfg := e.linkConfig("stopheld", src, dst, "t")
-	cfg.ShutdownTimeout = time.Second
-	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "stopheld", srcTopic("t", 1))
+	f.load(idempotent, 0, "before", 50)
+	f.cfg.ShutdownTimeout = time.Second
+	a := f.start("A")
+	f.waitMirrored(60 * time.Second)
 
-	held, release := holdOnce(t, dst)
-	load(t, src, p, idempotent, 0, "held", 10, "t")
+	held, release := holdOnce(t, f.dst)
+	f.load(idempotent, 0, "held", 10)
 	waitClosed(t, held, "a Produce held in the destination")
 	a.stop(t, false)
-	if lv := linkRecord(t, dst, e.stateTopic(), "stopheld"); lv.Clean() || lv.UnresolvedAppends != 1 {
+	if lv := linkRecord(t, f.dst, f.stateTopic(), "stopheld"); lv.Clean() || lv.UnresolvedAppends != 1 {
 		t.Fatalf("link record after a stop with a Produce inside the broker: %+v (clean %v); want one unresolved append, not clean", lv, lv.Clean())
 	}
-	b := startLink(t, cfg, src, dst, "B")
+	b := f.start("B")
 	time.Sleep(time.Second) // the previous release reconciled by now
 	release()
 	b.waitState(t, Mirroring, 60*time.Second)
 	waitCaughtUp(t, b, 60, 60*time.Second)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(60 * time.Second)
+	f.exactlyOnce()
 	if got := b.Status().Counters.Get(ReconciledBatches); got < 1 {
 		t.Errorf("reconciled batches %d: the held batch should have been recognised as the link's own", got)
 	}
@@ -112,30 +106,25 @@ func TestStopWithAppendInBroker(t *testing.T) {
 // plus the produce timeout (not only the lease), so the held batch lands
 // before the tail is read and is not appended again.
 func TestCrashWithAppendInBroker(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "before", 50, "t")
-	cfg := e.linkConfig("crashheld", src, dst, "t")
-	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "crashheld", srcTopic("t", 1))
+	f.load(idempotent, 0, "before", 50)
+	a := f.start("A")
+	f.waitMirrored(60 * time.Second)
 
-	held, release := holdOnce(t, dst)
-	load(t, src, p, idempotent, 0, "held", 10, "t")
+	held, release := holdOnce(t, f.dst)
+	f.load(idempotent, 0, "held", 10)
 	waitClosed(t, held, "a Produce held in the destination")
 	a.stop(t, true)
-	lease := time.UnixMilli(linkRecord(t, dst, e.stateTopic(), "crashheld").LeaseExpiresMs)
-	b := startLink(t, cfg, src, dst, "B")
+	lease := time.UnixMilli(linkRecord(t, f.dst, f.stateTopic(), "crashheld").LeaseExpiresMs)
+	b := f.start("B")
 	// The previous release reconciled as soon as the lease had passed;
 	// the held Produce lands a second later, within the produce timeout.
 	time.Sleep(time.Until(lease) + time.Second)
 	release()
 	b.waitState(t, Mirroring, 60*time.Second)
 	waitCaughtUp(t, b, 60, 60*time.Second)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(60 * time.Second)
+	f.exactlyOnce()
 }
 
 // cannedMetadata answers "list every topic" Metadata requests with a fixed
@@ -176,32 +165,25 @@ func cannedMetadata(t *testing.T, c *cluster, hidden string) (served *atomic.Int
 // its partitions: records produced to it while (and after) listings miss
 // it are mirrored.
 func TestListingGapStopsNothing(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	src.CreateTopic(t, "u", 2, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
+	f := onKfake(t).mirrored(t, "gap", srcTopic("t", 1), srcTopic("u", 2))
+	f.load(idempotent, 0, "one", 40, "t", "u")
 	// Discovery lists topics through kgo's metadata cache; a short
 	// minimum age makes every listing ask the broker.
-	l := startLinkWith(t, e.linkConfig("gap", src, dst, "t", "u"), Deps{Logger: testLogger(t, "gap"),
-		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
-	topics := map[string]string{"t": "t", "u": "u"}
-	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
+	l := f.startWith(Deps{SourceOpts: append(f.src.Opts(), kgo.MetadataMinAge(10*time.Millisecond))})
+	f.waitMirrored(60*time.Second, "t", "u")
 
-	served, stop := cannedMetadata(t, src, "u")
+	served, stop := cannedMetadata(t, f.src, "u")
 	// Several discovery intervals (300ms) with u missing from listings.
 	time.Sleep(1500 * time.Millisecond)
 	if served.Load() < 2 {
 		t.Fatalf("%d listings left u out: the test did not reach discovery", served.Load())
 	}
-	load(t, src, p, idempotent, 1, "during", 40, "t", "u")
-	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
+	f.load(idempotent, 1, "during", 40, "t", "u")
+	f.waitMirrored(60*time.Second, "t", "u")
 	stop()
-	load(t, src, p, idempotent, 2, "after", 40, "t", "u")
-	waitMirrored(t, src, dst, e.stateTopic(), topics, 60*time.Second)
-	exactlyOnce(t, dst, p, "t", "u")
+	f.load(idempotent, 2, "after", 40, "t", "u")
+	f.waitMirrored(60*time.Second, "t", "u")
+	f.exactlyOnce("t", "u")
 	if n := len(l.Status().Partitions); n != 3 {
 		t.Errorf("link mirrors %d partitions, want 3", n)
 	}
@@ -215,15 +197,11 @@ func TestListingGapStopsNothing(t *testing.T) {
 // topic's checkpointed offset (which would skip the new topic's first
 // records).
 func TestRecreatedSourceTopic(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "old", 50, "t")
-	cfg := e.linkConfig("recreate", src, dst, "t")
-	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "recreate", srcTopic("t", 1))
+	src, dst := f.src, f.dst
+	f.load(idempotent, 0, "old", 50)
+	a := f.start("A")
+	f.waitMirrored(60 * time.Second)
 	a.stop(t, false)
 
 	// Longer than the wait below, so that a destination that falls short
@@ -237,7 +215,7 @@ func TestRecreatedSourceTopic(t *testing.T) {
 	fresh := newProduced()
 	load(t, src, fresh, plain, 0, "new", 80, "t")
 
-	b := startLink(t, cfg, src, dst, "B")
+	b := f.start("B")
 	b.waitState(t, Mirroring, 30*time.Second)
 	// The destination keeps the old topic's 50 records and gets every
 	// one of the new topic's 80 after them, each once.
@@ -298,23 +276,20 @@ func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch [
 // saved: the duplicate is skipped as before and the next batch recognised,
 // so nothing is appended again and nothing is called foreign.
 func TestReconcileAfterSkippedDuplicate(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "chain", 1, nil)
+	f := onKfake(t).mirrored(t, "chaindup", srcTopic("chain", 1))
+	src, dst := f.src, f.dst
 	const upstream = int64(-9223371946660462587)
 	x := batchtest.Simple(0, upstream, 0, 0, 5)
 	dup := batchtest.Simple(0, upstream, 0, 0, 5)
 	y := batchtest.Simple(0, upstream, 0, 5, 5)
-	cfg := e.linkConfig("chaindup", src, dst, "chain")
-	l := startLink(t, cfg, src, dst, "A")
+	l := f.start("A")
 	produceRaw(t, src, "chain", 0, x)
 
 	// Wait for a checkpoint past x, which saves x's sequence.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		view, err := replayState(ctx, dst, e.stateTopic())
+		view, err := replayState(ctx, dst, f.stateTopic())
 		if err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
@@ -390,14 +365,11 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 // reconciled inside the session; the link never leaves MIRRORING for it (the
 // previous release prepared again and then waited out its own lease).
 func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 20, "t")
-	l := startLink(t, e.linkConfig("growdata", src, dst, "t", "late"), src, dst, "growdata")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "growdata", srcTopic("t", 1), lateTopic("late"))
+	src, dst := f.src, f.dst
+	f.load(idempotent, 0, "one", 20)
+	l := f.start("growdata")
+	f.waitMirrored(60 * time.Second)
 
 	var left atomic.Bool
 	stopWatch := make(chan struct{})
@@ -423,7 +395,7 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.CreateTopic(t, "late", 1, nil)
-	load(t, src, p, idempotent, 1, "late", 20, "late")
+	f.load(idempotent, 1, "late", 20, "late")
 	deadline := time.Now().Add(30 * time.Second)
 	for l.Status().Counters.Get(ForeignBatches) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -455,18 +427,14 @@ func TestGrowthWithDestinationDataStaysMirroring(t *testing.T) {
 // predecessor left no append unresolved, so it does not wait out its own
 // lease.
 func TestCommitFailureHandsOverAtOnce(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 20, "t")
-	cfg := e.linkConfig("handover", src, dst, "t")
-	cfg.Link.SessionTimeout = 30 * time.Second // a wait for this lease would be plain
+	f := onKfake(t).mirrored(t, "handover", srcTopic("t", 1))
+	dst := f.dst
+	f.load(idempotent, 0, "one", 20)
+	f.cfg.Link.SessionTimeout = 30 * time.Second // a wait for this lease would be plain
 	logs := &logtest.Buffer{}
-	tl := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	tl := f.startWith(Deps{Logger: logtest.Logger(logs)})
 	tl.waitState(t, Mirroring, 30*time.Second)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f.waitMirrored(60 * time.Second)
 
 	var once atomic.Bool
 	dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -484,9 +452,9 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	tl.waitState(t, Mirroring, 30*time.Second)
-	load(t, src, p, idempotent, 1, "two", 20, "t")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.load(idempotent, 1, "two", 20)
+	f.waitMirrored(60 * time.Second)
+	f.exactlyOnce()
 	out := logs.String()
 	if !strings.Contains(out, "the previous session was this process's own") {
 		t.Errorf("the second session did not recognise its predecessor:\n%s", out)
@@ -501,22 +469,17 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 // topics; created again, it is a new topic, mirrored from its start after
 // what the destination kept of the old one.
 func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	src.CreateTopic(t, "u", 2, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 40, "t", "u")
+	f := onKfake(t).mirrored(t, "deleted", srcTopic("t", 1), srcTopic("u", 2))
+	src, dst := f.src, f.dst
+	f.load(idempotent, 0, "one", 40, "t", "u")
 	logs := &logtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("link log:\n%s", logs.String())
 		}
 	})
-	l := startLinkWith(t, e.linkConfig("deleted", src, dst, "t", "u"), Deps{Logger: logtest.Logger(logs),
-		SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond)), DestinationOpts: dst.Opts()})
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "u": "u"}, 60*time.Second)
+	l := f.startWith(Deps{Logger: logtest.Logger(logs), SourceOpts: append(src.Opts(), kgo.MetadataMinAge(10*time.Millisecond))})
+	f.waitMirrored(60*time.Second, "t", "u")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -529,14 +492,14 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	load(t, src, p, idempotent, 1, "two", 20, "t")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f.load(idempotent, 1, "two", 20, "t")
+	f.waitMirrored(60*time.Second, "t")
 	if st := l.Status(); st.State != Mirroring || len(st.Partitions) != 1 {
 		t.Fatalf("state %s with %d partitions after u was deleted; want MIRRORING with t[0] only", st.State, len(st.Partitions))
 	}
 
 	src.CreateTopic(t, "u", 2, nil)
-	load(t, src, p, plain, 0, "new", 30, "u")
+	f.load(plain, 0, "new", 30, "u")
 	for {
 		ends, err := dst.Admin.ListEndOffsets(ctx, "u")
 		if err != nil {
@@ -561,7 +524,7 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 	if len(newKeys) != 30 {
 		t.Fatalf("destination u holds %d records of the recreated topic, want its 30", len(newKeys))
 	}
-	exactlyOnce(t, dst, p, "t", "u") // u: the old topic's records and the new one's, each once
+	f.exactlyOnce("t", "u") // u: the old topic's records and the new one's, each once
 	if c := l.Status().Counters; c.Get(PartitionsRemoved) != 2 || c.Get(ForeignBatches) != 0 {
 		t.Errorf("counters %+v: want 2 partitions removed and no foreign batch", c)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 )
 
@@ -26,12 +25,8 @@ func TestJavaClientsThroughMirror(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
 		jc := javaclient.ForTest(t)
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		topics := e.topics("java-a", "java-b")
-		for _, tp := range topics {
-			src.CreateTopic(t, tp, 3, nil)
-		}
+		f := e.mirrored(t, "java", srcTopic("java-a", 3), srcTopic("java-b", 3))
+		src, dst, topics := f.src, f.dst, f.topics("java-a", "java-b")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		produce := func(round string) ([]javaclient.Record, error) {
@@ -45,8 +40,7 @@ func TestJavaClientsThroughMirror(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := e.linkConfig("java", src, dst, "java-a", "java-b")
-		l := startLink(t, cfg, src, dst, "java")
+		l := f.start("java")
 		l.waitState(t, Mirroring, 60*time.Second)
 		var during []javaclient.Record
 		var duringErr error
@@ -58,13 +52,13 @@ func TestJavaClientsThroughMirror(t *testing.T) {
 		if duringErr != nil {
 			t.Fatal(duringErr)
 		}
-		startLink(t, cfg, src, dst, "java")
+		f.start("java")
 		after, err := produce("after")
 		if err != nil {
 			t.Fatal(err)
 		}
 		sent = slices.Concat(sent, during, after)
-		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("java-a", "java-b"), 2*time.Minute)
+		rep := f.waitMirrored(2*time.Minute, "java-a", "java-b")
 
 		got, err := jc.Consume(ctx, javaclient.ConsumeConfig{Bootstrap: dst.Addrs(), Topics: topics})
 		if err != nil {

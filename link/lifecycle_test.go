@@ -77,7 +77,7 @@ func TestStateNames(t *testing.T) {
 			t.Errorf("state %d named %q, want %q", s, s, want[i])
 		}
 	}
-	if State(9).String() != "STATE(9)" || Trigger(99).String() != "event(99)" {
+	if State(9).String() != "STATE(9)" || Trigger(99).String() != "trigger(99)" {
 		t.Error("unknown values not named by number")
 	}
 }

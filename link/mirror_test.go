@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 )
@@ -21,36 +20,30 @@ import (
 // commit and abort, sequences restarting at 0); on 3.9 the older protocol.
 func TestMirrorProducersAndCodecs(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		orders, events, private := e.topic("orders"), e.topic("events"), e.topic("private")
-		src.CreateTopic(t, orders, 4, nil)
-		src.CreateTopic(t, events, 3, nil)
-		src.CreateTopic(t, private, 2, nil)
-		p := newProduced()
+		f := e.mirrored(t, "main", srcTopic("orders", 4), srcTopic("events", 3), srcTopic("private", 2).unmirrored())
 
 		// Data before the link starts...
 		for codec := range codecs {
-			load(t, src, p, idempotent, codec, e.topic("before"), 300, orders)
+			f.load(idempotent, codec, "before", 300, "orders")
 		}
-		load(t, src, p, transactional, 3, e.topic("txn-a"), 200, orders, events)
-		load(t, src, p, plain, 0, e.topic("before"), 100, events, private)
+		f.load(transactional, 3, "txn-a", 200, "orders", "events")
+		f.load(plain, 0, "before", 100, "events", "private")
 
-		l := startLink(t, e.linkConfig("main", src, dst, "orders", "events"), src, dst, "main")
+		l := f.start("main")
 
 		// ...and while it runs.
 		var wg sync.WaitGroup
 		for codec := range codecs {
 			wg.Go(func() {
-				load(t, src, p, transactional, codec, e.topic("txn-live-"+codecNames[codec]), 140, orders, events)
+				f.load(transactional, codec, "txn-live-"+codecNames[codec], 140, "orders", "events")
 			})
 		}
-		wg.Go(func() { load(t, src, p, idempotent, 4, e.topic("live"), 500, events) })
-		wg.Go(func() { load(t, src, p, plain, 2, e.topic("live"), 200, orders) })
+		wg.Go(func() { f.load(idempotent, 4, "live", 500, "events") })
+		wg.Go(func() { f.load(plain, 2, "live", 200, "orders") })
 		wg.Wait()
 
-		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("orders", "events"), 90*time.Second)
-		n := exactlyOnce(t, dst, p, orders, events)
+		rep := f.waitMirrored(90*time.Second, "orders", "events")
+		n := f.exactlyOnce("orders", "events")
 		t.Logf("%s: mirrored %d records over %d partitions, verified record by record", e.b, rep.Records, len(rep.Partitions))
 		if rep.Records == 0 || int64(n) < rep.Records {
 			t.Fatalf("verify saw %d records, producers committed %d to the mirrored topics and more", rep.Records, n)
@@ -65,7 +58,8 @@ func TestMirrorProducersAndCodecs(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if tds, err := dst.Admin.ListTopics(ctx, private); err == nil && tds.Has(private) {
+		private := f.topic("private")
+		if tds, err := f.dst.Admin.ListTopics(ctx, private); err == nil && tds.Has(private) {
 			t.Error("unselected topic private was created at the destination")
 		}
 	})
@@ -75,12 +69,7 @@ func TestMirrorProducersAndCodecs(t *testing.T) {
 // checkpoint) several times mid-stream and restarts.
 func TestMirrorSurvivesCrashes(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		topic := e.topic("t")
-		src.CreateTopic(t, topic, 5, nil)
-		p := newProduced()
-		cfg := e.linkConfig("crashy", src, dst, "t")
+		f := e.mirrored(t, "crashy", srcTopic("t", 5))
 
 		stopLoad := make(chan struct{})
 		var wg sync.WaitGroup
@@ -91,14 +80,14 @@ func TestMirrorSurvivesCrashes(t *testing.T) {
 					return
 				default:
 				}
-				load(t, src, p, mirrortest.Kind(i%3), i%len(codecs), e.topic(fmt.Sprintf("round%03d", i)), 60, topic)
+				f.load(mirrortest.Kind(i%3), i%len(codecs), fmt.Sprintf("round%03d", i), 60)
 			}
 		})
 		const kills = 5
 		rng := rand.New(rand.NewPCG(1, 2))
 		var links []*testLink
 		for range kills {
-			l := startLink(t, cfg, src, dst, "crashy")
+			l := f.start("crashy")
 			links = append(links, l)
 			l.waitState(t, Mirroring, 60*time.Second)
 			time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
@@ -107,11 +96,11 @@ func TestMirrorSurvivesCrashes(t *testing.T) {
 		close(stopLoad)
 		wg.Wait()
 
-		last := startLink(t, cfg, src, dst, "crashy")
-		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
-		n := exactlyOnce(t, dst, p, topic)
+		last := f.start("crashy")
+		rep := f.waitMirrored(90 * time.Second)
+		n := f.exactlyOnce()
 		t.Logf("%s: killed the agent %d times; %d committed records mirrored exactly once (verify: %d records)", e.b, kills, n, rep.Records)
-		barriersPerPartition(t, dst, e.stateTopic(), append(links, last)...)
+		barriersPerPartition(t, f.dst, f.stateTopic(), append(links, last)...)
 	})
 }
 

@@ -11,55 +11,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/config"
-	"github.com/seed83556561/mirrord/internal/kafka/dial"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/internal/testkit/oauthtest"
 	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
 )
 
-// oauthCluster is a cluster of the OAUTHBEARER link test: the embedded
-// mirrortest cluster's clients use the PLAINTEXT listener; oauth is the
-// listener mirrord uses, with Kafka's unsecured validator requiring the
-// scope "kafka", on brokers that make every connection re-authenticate
-// after 10 s (KIP-368).
-type oauthCluster struct {
-	*cluster
-	oauth []string
-}
-
-func oauthClusters(t *testing.T, b mirrortest.Backend) (src, dst *oauthCluster) {
+// oauthClusters are the clusters of the OAUTHBEARER link test: their
+// embedded mirrortest clusters' clients use the PLAINTEXT listener;
+// secured is the listener mirrord uses, with Kafka's unsecured validator
+// requiring the scope "kafka", on brokers that make every connection
+// re-authenticate after 10 s (KIP-368).
+func oauthClusters(t *testing.T, b mirrortest.Backend) (src, dst *securedCluster) {
 	t.Helper()
-	mk := func(name, id string) *oauthCluster {
-		rc := realkafka.Shared(t, "oauth/"+b.Kafka+"/"+name, realkafka.Config{
-			Version:   b.Kafka,
-			ClusterID: id,
-			Listeners: []realkafka.Listener{
-				{Name: "PLAINTEXT", Protocol: realkafka.Plaintext},
-				{Name: "OAUTH", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.OAuthBearer}, Props: map[string]string{
-					"oauthbearer.sasl.jaas.config": `org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin" unsecuredValidatorRequiredScope="kafka";`,
-				}},
-			},
-			BrokerProps: map[string]string{
-				"connections.max.reauth.ms":                                   "10000",
-				"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-			},
-		})
-		c := &cluster{Name: name, ID: id, Backend: b, Real: rc}
-		cl, err := kgo.NewClient(c.Opts()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		c.Client, c.Admin = cl, kadm.NewClient(cl)
-		return &oauthCluster{cluster: c, oauth: rc.ListenerAddrs("OAUTH")}
-	}
-	return mk("src", kafkatest.SourceClusterID), mk("dst", kafkatest.DestClusterID)
+	return securedClusters(t, b, "oauth", realkafka.Listener{
+		Name: "OAUTH", Protocol: realkafka.SASLPlaintext, Mechanisms: []string{realkafka.OAuthBearer}, Props: map[string]string{
+			"oauthbearer.sasl.jaas.config": `org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin" unsecuredValidatorRequiredScope="kafka";`,
+		},
+	}, map[string]string{
+		"connections.max.reauth.ms":                                   "10000",
+		"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+	})
 }
 
 // authHooks count, for every client of a link, the connections opened and
@@ -93,12 +68,10 @@ func (a *authHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE
 // one mirrors for 40 s without an error, checked record by record.
 func TestOAuthBearerLink(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
-		start := time.Now()
-		defer func() { t.Logf("wall time on Kafka %s: %s", b.Kafka, time.Since(start).Round(100*time.Millisecond)) }()
+		defer logWallTime(t, b)()
 		src, dst := oauthClusters(t, b)
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-		topic := e.topic("o")
-		src.CreateTopic(t, topic, 2, nil)
+		f := e.mirroredBetween(t, src.cluster, dst.cluster, "oauth", srcTopic("o", 2))
 
 		dir := t.TempDir()
 		srcToken, dstToken := filepath.Join(dir, "src-token"), filepath.Join(dir, "dst-token")
@@ -133,41 +106,30 @@ func TestOAuthBearerLink(t *testing.T) {
 			}
 		})
 
-		cfg := e.linkConfig("oauth", src.cluster, dst.cluster, "o")
-		srcBlock := config.Cluster{Name: "src", BootstrapServers: src.oauth, ClientID: "mirrord",
+		srcBlock := config.Cluster{Name: "src", BootstrapServers: src.secured, ClientID: "mirrord",
 			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: srcToken}}
-		dstBlock := config.Cluster{Name: "dst", BootstrapServers: dst.oauth, ClientID: "mirrord",
+		dstBlock := config.Cluster{Name: "dst", BootstrapServers: dst.secured, ClientID: "mirrord",
 			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: dstToken, Extensions: map[string]string{"logicalCluster": "lkc-dst"}}}
-		cfg.Source, cfg.Destination = clusterOf(&srcBlock), clusterOf(&dstBlock)
+		f.cfg.Source, f.cfg.Destination = clusterOf(&srcBlock), clusterOf(&dstBlock)
 		var hooks authHooks
-		srcOpts, err := dial.Options(&srcBlock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dstOpts, err := dial.Options(&dstBlock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := startLinkWith(t, cfg, Deps{
-			Logger:          testLogger(t, "oauth"),
-			SourceOpts:      append(srcOpts, kgo.WithHooks(&hooks)),
-			DestinationOpts: append(dstOpts, kgo.WithHooks(&hooks)),
+		l := f.startWith(Deps{
+			SourceOpts:      append(dialed(t, &srcBlock), kgo.WithHooks(&hooks)),
+			DestinationOpts: append(dialed(t, &dstBlock), kgo.WithHooks(&hooks)),
 		})
 		// The link stops (cleanup, LIFO) before the sidecar does.
 		t.Cleanup(func() { stopSidecar(); wg.Wait() })
 
-		p := newProduced()
-		load(t, src.cluster, p, idempotent, 3, e.topic("i0"), 200, topic)
+		f.load(idempotent, 3, "i0", 200)
 		l.waitState(t, Mirroring, 90*time.Second)
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("o"), 60*time.Second)
+		f.waitMirrored(60 * time.Second)
 		mirroring := time.Now()
 		for i := 1; time.Since(mirroring) < 40*time.Second; i++ {
 			kind := []mirrortest.Kind{idempotent, transactional, plain}[i%3]
-			load(t, src.cluster, p, kind, i%5, e.topic(fmt.Sprintf("r%d", i)), 70, topic)
+			f.load(kind, i%5, fmt.Sprintf("r%d", i), 70)
 			time.Sleep(4 * time.Second)
 		}
-		waitMirrored(t, src.cluster, dst.cluster, e.stateTopic(), e.same("o"), 60*time.Second)
-		n := exactlyOnce(t, dst.cluster, p, topic)
+		f.waitMirrored(60 * time.Second)
+		n := f.exactlyOnce()
 
 		st := l.Status()
 		if st.LastError != "" || l.prepared.Load() != 1 || st.State != Mirroring {

@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 )
 
@@ -49,15 +48,11 @@ func TestPrepareFailuresRecover(t *testing.T) {
 		{"state topic offsets", true, kmsg.ListOffsets, `start offsets of state topic "__mirror_state"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := onKfake(t)
-			src := e.cluster(t, "src", kafkatest.SourceClusterID)
-			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-			src.CreateTopic(t, "t", 2, nil)
-			p := newProduced()
-			load(t, src, p, idempotent, 0, "one", 40, "t")
-			c := src
+			f := onKfake(t).mirrored(t, "prep", srcTopic("t", 2))
+			f.load(idempotent, 0, "one", 40)
+			c := f.src
 			if tc.dst {
-				c = dst
+				c = f.dst
 			}
 			// Fail until the link has failed: a client may retry a
 			// request whose connection closed, so failing one request
@@ -70,16 +65,16 @@ func TestPrepareFailuresRecover(t *testing.T) {
 				}
 				return failing.Load()
 			})
-			l := startLink(t, e.linkConfig("prep", src, dst, "t"), src, dst, "prep")
+			l := f.start("prep")
 			l.waitState(t, Failed, 30*time.Second)
 			failing.Store(false)
 			if st := l.Status(); failed.Load() == 0 || !strings.Contains(st.LastError, tc.says) {
 				t.Errorf("%d requests failed; last error %q, want an error that says %q", failed.Load(), st.LastError, tc.says)
 			}
 			l.waitState(t, Mirroring, 30*time.Second)
-			load(t, src, p, transactional, 1, "two", 40, "t")
-			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
-			exactlyOnce(t, dst, p, "t")
+			f.load(transactional, 1, "two", 40)
+			f.waitMirrored(30 * time.Second)
+			f.exactlyOnce()
 			if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got < 1 {
 				t.Errorf("errors_total{kind=other} = %v, want the failure counted", got)
 			}
@@ -91,18 +86,13 @@ func TestPrepareFailuresRecover(t *testing.T) {
 // pauses it, and a resume retries at once instead of waiting for the
 // backoff (here a minute).
 func TestFailedLinkPauseAndResume(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 30, "t")
+	f := onKfake(t).mirrored(t, "failed", srcTopic("t", 1))
+	f.load(idempotent, 0, "one", 30)
 	var broken atomic.Bool
 	broken.Store(true)
-	failRequests(dst, kmsg.InitProducerID, func(kmsg.Request, int32) bool { return broken.Load() })
-	cfg := e.linkConfig("failed", src, dst, "t")
-	cfg.Tuning.BackoffBase, cfg.Tuning.BackoffMax = time.Minute, time.Minute
-	l := startLink(t, cfg, src, dst, "failed")
+	failRequests(f.dst, kmsg.InitProducerID, func(kmsg.Request, int32) bool { return broken.Load() })
+	f.cfg.Tuning.BackoffBase, f.cfg.Tuning.BackoffMax = time.Minute, time.Minute
+	l := f.start("failed")
 	l.waitState(t, Failed, 30*time.Second)
 	l.Pause()
 	l.waitState(t, Paused, 10*time.Second)
@@ -115,8 +105,8 @@ func TestFailedLinkPauseAndResume(t *testing.T) {
 	start := time.Now()
 	l.Resume()
 	l.waitState(t, Mirroring, 10*time.Second) // well within the minute of backoff
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(30 * time.Second)
+	f.exactlyOnce()
 	t.Logf("resumed to MIRRORING %s after the resume", time.Since(start).Round(time.Millisecond))
 }
 
@@ -124,20 +114,15 @@ func TestFailedLinkPauseAndResume(t *testing.T) {
 // once (it does not sit out the wait first), and after a resume waits the
 // rest, reconciles and mirrors exactly.
 func TestPauseWhileWaitingOutLease(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 30, "t")
-	cfg := e.linkConfig("waiting", src, dst, "t")
-	cfg.Link.SessionTimeout, cfg.Link.CheckpointInterval = 6*time.Second, time.Second
-	a := startLink(t, cfg, src, dst, "A")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "waiting", srcTopic("t", 1))
+	f.load(idempotent, 0, "one", 30)
+	f.cfg.Link.SessionTimeout, f.cfg.Link.CheckpointInterval = 6*time.Second, time.Second
+	a := f.start("A")
+	f.waitMirrored(60 * time.Second)
 	a.stop(t, true)
 
 	logs := &logtest.Buffer{}
-	b := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
+	b := f.startWith(Deps{Logger: logtest.Logger(logs)})
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(logs.String(), "waiting out the previous session's lease") {
 		if time.Now().After(deadline) {
@@ -147,25 +132,22 @@ func TestPauseWhileWaitingOutLease(t *testing.T) {
 	}
 	b.Pause()
 	b.waitState(t, Paused, 4*time.Second) // the lease has about 6 s left
-	load(t, src, p, plain, 1, "two", 30, "t")
+	f.load(plain, 1, "two", 30)
 	b.Resume()
 	b.waitState(t, Mirroring, 30*time.Second)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(30 * time.Second)
+	f.exactlyOnce()
 }
 
 // A missing ACL met while mirroring (here: the destination refuses to
 // create a new topic's mirror) does not stop what the link mirrors, and
 // shows in last_error until it is granted; then the new topic is mirrored.
 func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 20, "t")
-	l := startLink(t, e.linkConfig("refused", src, dst, "t", "late"), src, dst, "refused")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	f := onKfake(t).mirrored(t, "refused", srcTopic("t", 1), lateTopic("late"))
+	dst := f.dst
+	f.load(idempotent, 0, "one", 20)
+	l := f.start("refused")
+	f.waitMirrored(30 * time.Second)
 
 	var refusing atomic.Bool
 	refusing.Store(true)
@@ -183,8 +165,8 @@ func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	src.CreateTopic(t, "late", 1, nil)
-	load(t, src, p, idempotent, 1, "late", 20, "late")
+	f.src.CreateTopic(t, "late", 1, nil)
+	f.load(idempotent, 1, "late", 20, "late")
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(l.Status().LastError, "TOPIC_AUTHORIZATION_FAILED") {
 		if time.Now().After(deadline) {
@@ -195,11 +177,11 @@ func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
 	if st := l.Status(); st.State != Mirroring {
 		t.Fatalf("state %s: a refusal for a new topic must not stop the link", st.State)
 	}
-	load(t, src, p, plain, 2, "two", 20, "t")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
+	f.load(plain, 2, "two", 20, "t")
+	f.waitMirrored(30*time.Second, "t")
 	refusing.Store(false)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t", "late": "late"}, 30*time.Second)
-	exactlyOnce(t, dst, p, "t", "late")
+	f.waitMirrored(30*time.Second, "t", "late")
+	f.exactlyOnce("t", "late")
 }
 
 // A destination topic the link has just created may answer its first
@@ -208,12 +190,9 @@ func TestRefusalWhileMirroringShowsInStatus(t *testing.T) {
 // link failed PREPARING once and waited out its backoff). Placement waits
 // for the leaders instead: the link reaches MIRRORING without failing.
 func TestPlacementWaitsForNewLeaders(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 3, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "one", 30, "t")
+	f := onKfake(t).mirrored(t, "fresh", srcTopic("t", 3))
+	dst := f.dst
+	f.load(idempotent, 0, "one", 30)
 	var refused atomic.Int32
 	dst.Fake.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		dst.Fake.KeepControl()
@@ -226,7 +205,7 @@ func TestPlacementWaitsForNewLeaders(t *testing.T) {
 			sp.ErrorCode = kerr.NotLeaderForPartition.Code
 		}), nil, true
 	})
-	l := startLink(t, e.linkConfig("fresh", src, dst, "t"), src, dst, "fresh")
+	l := f.start("fresh")
 	l.waitState(t, Mirroring, 60*time.Second)
 	if st := l.Status(); st.LastError != "" || refused.Load() == 0 {
 		t.Errorf("after %d refused listings: last error %q, want none (placement waits for the leaders)", refused.Load(), st.LastError)
@@ -234,6 +213,6 @@ func TestPlacementWaitsForNewLeaders(t *testing.T) {
 	if got := testutil.ToFloat64(l.met.m.errors.WithLabelValues(l.Name(), "other")); got != 0 {
 		t.Errorf("errors_total{kind=other} = %v, want 0", got)
 	}
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 30*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(30 * time.Second)
+	f.exactlyOnce()
 }

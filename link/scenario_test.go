@@ -27,26 +27,21 @@ import (
 // exact.
 func TestTwoSessionsOfOneLink(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		topic := e.topic("t")
-		src.CreateTopic(t, topic, 3, nil)
-		p := newProduced()
-		cfg := e.linkConfig("twice", src, dst, "t")
+		f := e.mirrored(t, "twice", srcTopic("t", 3))
 
-		load(t, src, p, idempotent, 3, e.topic("a"), 300, topic)
-		a := startLink(t, cfg, src, dst, "A")
+		f.load(idempotent, 3, "a", 300)
+		a := f.start("A")
 		a.waitState(t, Mirroring, 60*time.Second)
 
 		var wg sync.WaitGroup
-		wg.Go(func() { load(t, src, p, transactional, 4, e.topic("during"), 400, topic) })
-		b := startLink(t, cfg, src, dst, "B")
+		wg.Go(func() { f.load(transactional, 4, "during", 400) })
+		b := f.start("B")
 		b.waitState(t, Mirroring, 60*time.Second)
 		wg.Wait()
-		load(t, src, p, plain, 1, e.topic("after"), 200, topic)
+		f.load(plain, 1, "after", 200)
 
-		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
-		exactlyOnce(t, dst, p, topic)
+		f.waitMirrored(90 * time.Second)
+		f.exactlyOnce()
 
 		// A was fenced and stands by while B holds the lease.
 		deadline := time.Now().Add(10 * time.Second)
@@ -86,10 +81,9 @@ var compactedConfig = map[string]*string{
 // matches); on kfake by kfake's Compact.
 func TestCompactedSource(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		kv := e.topic("kv")
-		src.CreateTopic(t, kv, 2, compactedConfig)
+		f := e.mirrored(t, "compacted", srcTopic("kv", 2).with(compactedConfig))
+		src, dst := f.src, f.dst
+		kv := f.topic("kv")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		// Rounds of one batch per partition, each by its own producer;
@@ -130,8 +124,8 @@ func TestCompactedSource(t *testing.T) {
 			t.Fatal("Kafka's cleaner left no batch without records; the test would not exercise empty batches")
 		}
 
-		l := startLink(t, e.linkConfig("compacted", src, dst, "kv"), src, dst, "compacted")
-		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("kv"), 90*time.Second)
+		l := f.start("compacted")
+		rep := f.waitMirrored(90 * time.Second)
 		if got := testutil.ToFloat64(l.met.counters[BatchesReencoded]); int(got) != gappy {
 			t.Errorf("batches re-encoded: %v, want %d (the batches compaction left with gaps)", got, gappy)
 		}
@@ -223,13 +217,13 @@ func TestChainCollision(t *testing.T) {
 		a := e.cluster(t, "A", kafkatest.SourceClusterID)
 		b := e.cluster(t, "B", clusterIDWithRegion(t, kafkatest.SourceClusterID))
 		c := e.cluster(t, "C", kafkatest.DestClusterID)
-		topic := e.topic("t")
-		a.CreateTopic(t, topic, 1, nil)
-		p := newProduced()
+		first := e.mirroredBetween(t, a, b, "a-to-b", srcTopic("t", 1))
+		topic := first.topic("t")
+		p := first.p // the chain's one ledger: A's producer's records, and B's local producer's below
 
-		load(t, a, p, transactional, 0, e.topic("shared-txid"), 60, topic)
-		ab := startLink(t, e.linkConfig("a-to-b", a, b, "t"), a, b, "a-to-b")
-		waitMirrored(t, a, b, e.stateTopic(), e.same("t"), 90*time.Second)
+		first.load(transactional, 0, "shared-txid", 60)
+		ab := first.start("a-to-b")
+		first.waitMirrored(90 * time.Second)
 		ab.stop(t, false)
 
 		aPID := producerIDs(t, a, topic)
@@ -257,9 +251,11 @@ func TestChainCollision(t *testing.T) {
 			t.Fatalf("B holds PIDs %v, want A's mapped PID %d and 15 records of the local PID %d", bPID, forwarded, local)
 		}
 
-		bc := startLink(t, e.linkConfig("b-to-c", b, c, "t"), b, c, "b-to-c")
-		waitMirrored(t, b, c, e.stateTopic(), e.same("t"), 90*time.Second)
-		exactlyOnce(t, c, p, topic)
+		second := e.mirroredBetween(t, b, c, "b-to-c", lateTopic("t")) // B's t: the mirror of A's, and B's local records
+		second.p = p
+		bc := second.start("b-to-c")
+		second.waitMirrored(90*time.Second, "t")
+		second.exactlyOnce("t")
 
 		cPID := producerIDs(t, c, topic)
 		if len(cPID) != 2 {
@@ -307,14 +303,12 @@ func producerIDs(t *testing.T, c *cluster, topic string) map[int64]int {
 // append, without a new PREPARING.
 func TestDiscoveryWhileMirroring(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		grow, late := e.topic("grow"), e.topic("late")
-		src.CreateTopic(t, grow, 1, nil)
-		p := newProduced()
-		load(t, src, p, idempotent, 0, e.topic("one"), 50, grow)
-		l := startLink(t, e.linkConfig("disc", src, dst, "grow", "late"), src, dst, "disc")
-		waitMirrored(t, src, dst, e.stateTopic(), e.same("grow"), 90*time.Second)
+		f := e.mirrored(t, "disc", srcTopic("grow", 1), lateTopic("late"))
+		src, dst := f.src, f.dst
+		grow, late := f.topic("grow"), f.topic("late")
+		f.load(idempotent, 0, "one", 50)
+		l := f.start("disc")
+		f.waitMirrored(90 * time.Second)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -323,10 +317,10 @@ func TestDiscoveryWhileMirroring(t *testing.T) {
 		}
 		src.WaitTopic(t, grow, 3)
 		src.CreateTopic(t, late, 2, nil)
-		load(t, src, p, idempotent, 3, e.topic("two"), 90, grow, late)
+		f.load(idempotent, 3, "two", 90, "grow", "late")
 
-		waitMirrored(t, src, dst, e.stateTopic(), e.same("grow", "late"), 90*time.Second)
-		exactlyOnce(t, dst, p, grow, late)
+		f.waitMirrored(90*time.Second, "grow", "late")
+		f.exactlyOnce("grow", "late")
 		if n := len(l.Status().Partitions); n != 5 {
 			t.Errorf("link mirrors %d partitions, want 5", n)
 		}
@@ -340,7 +334,7 @@ func TestDiscoveryWhileMirroring(t *testing.T) {
 		if n := len(tds[grow].Partitions); n != 3 {
 			t.Errorf("destination grow has %d partitions, want 3", n)
 		}
-		barriersPerPartition(t, dst, e.stateTopic(), l)
+		barriersPerPartition(t, dst, f.stateTopic(), l)
 	})
 }
 
@@ -348,30 +342,26 @@ func TestDiscoveryWhileMirroring(t *testing.T) {
 // (a new barrier) and catches up.
 func TestPauseResume(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		topic := e.topic("t")
-		src.CreateTopic(t, topic, 2, nil)
-		p := newProduced()
-		load(t, src, p, idempotent, 1, e.topic("one"), 100, topic)
-		l := startLink(t, e.linkConfig("pausable", src, dst, "t"), src, dst, "pausable")
-		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+		f := e.mirrored(t, "pausable", srcTopic("t", 2))
+		f.load(idempotent, 1, "one", 100)
+		l := f.start("pausable")
+		f.waitMirrored(90 * time.Second)
 
 		l.Pause()
 		l.waitState(t, Paused, 10*time.Second)
-		load(t, src, p, idempotent, 2, e.topic("paused"), 100, topic)
+		f.load(idempotent, 2, "paused", 100)
 		time.Sleep(500 * time.Millisecond)
-		if rep, err := mirrorOf(t, src, dst, e.stateTopic(), e.same("t")); err != nil || rep.First != nil || rep.Behind != 100 {
+		if rep, err := mirrorOf(t, f.src, f.dst, f.stateTopic(), f.same("t")); err != nil || rep.First != nil || rep.Behind != 100 {
 			t.Fatalf("while paused: behind %d, first difference %v, error %v; want exactly the 100 new records behind", rep.Behind, rep.First, err)
 		}
 		l.Resume()
 		l.waitState(t, Mirroring, 30*time.Second)
-		waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
-		exactlyOnce(t, dst, p, topic)
+		f.waitMirrored(90 * time.Second)
+		f.exactlyOnce()
 		if got := l.prepared.Load(); got < 2 {
 			t.Errorf("link reached MIRRORING %d times, want at least 2 (start and resume)", got)
 		}
-		barriersPerPartition(t, dst, e.stateTopic(), l)
+		barriersPerPartition(t, f.dst, f.stateTopic(), l)
 	})
 }
 
@@ -385,28 +375,22 @@ func TestOffsetOutOfRange(t *testing.T) {
 		for _, policy := range []fetcher.OutOfRange{fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest} {
 			t.Run(string(policy), func(t *testing.T) {
 				e := &env{b: e.b, n: mirrortest.NamesFor(t, e.b)}
-				src := e.cluster(t, "src", kafkatest.SourceClusterID)
-				dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-				topic := e.topic("t")
-				src.CreateTopic(t, topic, 1, nil)
-				p := newProduced()
-				load(t, src, p, idempotent, 0, e.topic("one"), 50, topic)
-				cfg := e.linkConfig("oor", src, dst, "t")
-				cfg.Link.OnOffsetOutOfRange = policy
-				l := startLink(t, cfg, src, dst, "oor")
-				waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+				f := e.mirrored(t, "oor", srcTopic("t", 1))
+				f.load(idempotent, 0, "one", 50)
+				f.cfg.Link.OnOffsetOutOfRange = policy
+				l := f.start("oor")
+				f.waitMirrored(90 * time.Second)
 				l.stop(t, false)
 
-				two := e.topic("two")
-				load(t, src, p, idempotent, 0, two, 50, topic)
+				f.load(idempotent, 0, "two", 50)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				offs := kadm.Offsets{}
-				offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 80})
-				if _, err := src.Admin.DeleteRecords(ctx, offs); err != nil {
+				offs.Add(kadm.Offset{Topic: f.topic("t"), Partition: 0, At: 80})
+				if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
 					t.Fatal(err)
 				}
-				checkOutOfRange(t, cfg, src, dst, topic, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, two), 30)
+				checkOutOfRange(f, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, f.topic("two")), 30)
 			})
 		}
 	})
@@ -420,18 +404,14 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 		for _, policy := range []fetcher.OutOfRange{fetcher.OutOfRangeFail, fetcher.OutOfRangeEarliest} {
 			t.Run(string(policy), func(t *testing.T) {
 				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-				src := e.cluster(t, "src", kafkatest.SourceClusterID)
-				dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-				topic := e.topic("t")
 				// Segments roll at the first append 100ms after the last
 				// roll; retention is turned on once the log is in place.
-				src.CreateTopic(t, topic, 1, map[string]*string{"segment.ms": kadm.StringPtr("100")})
-				p := newProduced()
-				load(t, src, p, idempotent, 0, e.topic("one"), 50, topic)
-				cfg := e.linkConfig("oor", src, dst, "t")
-				cfg.Link.OnOffsetOutOfRange = policy
-				l := startLink(t, cfg, src, dst, "oor")
-				waitMirrored(t, src, dst, e.stateTopic(), e.same("t"), 90*time.Second)
+				f := e.mirrored(t, "oor", srcTopic("t", 1).with(map[string]*string{"segment.ms": kadm.StringPtr("100")}))
+				src, topic := f.src, f.topic("t")
+				f.load(idempotent, 0, "one", 50)
+				f.cfg.Link.OnOffsetOutOfRange = policy
+				l := f.start("oor")
+				f.waitMirrored(90 * time.Second)
 				l.stop(t, false)
 
 				// Three segments while the link is down: its 50 records
@@ -442,9 +422,9 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 				// once it is old enough (rolling the log first), and the
 				// future timestamps keep the last one young.
 				time.Sleep(300 * time.Millisecond)
-				load(t, src, p, idempotent, 0, e.topic("two"), 30, topic)
+				f.load(idempotent, 0, "two", 30)
 				time.Sleep(300 * time.Millisecond)
-				three := e.topic("three")
+				three := f.topic("three")
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
 				prod := src.NewClient(t)
@@ -457,7 +437,7 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 				if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 					t.Fatal(err)
 				}
-				p.Add(true, recs...)
+				f.p.Add(true, recs...)
 				time.Sleep(3 * time.Second)
 				if _, err := src.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("3000")}}, topic); err != nil {
 					t.Fatal(err)
@@ -478,20 +458,22 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 					}
 					time.Sleep(200 * time.Millisecond)
 				}
-				checkOutOfRange(t, cfg, src, dst, topic, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, three), 0)
+				checkOutOfRange(f, policy, 50, 20, mirrortest.KeyPrefix(idempotent, 0, three), 0)
 			})
 		}
 	})
 }
 
-// checkOutOfRange restarts the link over a source whose log now starts past
-// its position (the link mirrored offsets below mirrored; the source kept
-// the last kept of 100), and checks the policy: "fail" names the partition
-// and the key to set; "earliest" skips to the log start, mirrors the kept
-// records (keys prefix-firstKey, ...) and counts the skipped ones.
-func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, policy fetcher.OutOfRange, mirrored, kept int, prefix string, firstKey int) {
+// checkOutOfRange restarts the fixture's link over a source whose log of
+// topic t now starts past its position (the link mirrored offsets below
+// mirrored; the source kept the last kept of 100), and checks the policy:
+// "fail" names the partition and the key to set; "earliest" skips to the
+// log start, mirrors the kept records (keys prefix-firstKey, ...) and
+// counts the skipped ones.
+func checkOutOfRange(f *fixture, policy fetcher.OutOfRange, mirrored, kept int, prefix string, firstKey int) {
+	t, topic := f.t, f.topic("t")
 	t.Helper()
-	l := startLink(t, cfg, src, dst, "oor")
+	l := f.start("oor")
 	if policy == fetcher.OutOfRangeFail {
 		l.waitState(t, Failed, 60*time.Second)
 		msg := l.Status().LastError
@@ -503,7 +485,7 @@ func checkOutOfRange(t *testing.T, cfg Config, src, dst *cluster, topic string, 
 		return
 	}
 	waitCaughtUp(t, l, 100, 60*time.Second)
-	got := consumeAll(t, dst, false, topic)
+	got := consumeAll(t, f.dst, false, topic)
 	if len(got) != mirrored+kept {
 		t.Fatalf("destination holds %d records, want %d mirrored + the %d the source kept", len(got), mirrored, kept)
 	}
@@ -534,11 +516,8 @@ func produceRawTo(t *testing.T, c *cluster, topic string, partition int32, batch
 func TestLogAppendTimeSource(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-		src := e.cluster(t, "src", kafkatest.SourceClusterID)
-		dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-		topic := e.topic("stamped")
-		src.CreateTopic(t, topic, 3, map[string]*string{"message.timestamp.type": kadm.StringPtr("LogAppendTime")})
-		p := newProduced()
+		f := e.mirrored(t, "lat", srcTopic("stamped", 3).with(map[string]*string{"message.timestamp.type": kadm.StringPtr("LogAppendTime")}))
+		src, dst, topic := f.src, f.dst, f.topic("stamped")
 
 		// Records whose create times are an hour old and distinct, so
 		// that no append time can pass for one.
@@ -558,24 +537,23 @@ func TestLogAppendTimeSource(t *testing.T) {
 			if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
-			p.Add(true, recs...)
+			f.p.Add(true, recs...)
 		}
 		produceOld("before", 300, 3)
 
-		cfg := e.linkConfig("lat", src, dst, "stamped")
-		l := startLink(t, cfg, src, dst, "lat")
+		l := f.start("lat")
 		var wg sync.WaitGroup
-		wg.Go(func() { load(t, src, p, transactional, 4, e.topic("txn"), 300, topic) })
+		wg.Go(func() { f.load(transactional, 4, "txn", 300) })
 		l.waitState(t, Mirroring, 60*time.Second)
 		time.Sleep(300 * time.Millisecond)
 		l.stop(t, true) // mid-load: the next session reconciles what this one appended
 		wg.Wait()
 		produceOld("after", 200, 1)
-		load(t, src, p, plain, 2, e.topic("plain"), 100, topic)
+		f.load(plain, 2, "plain", 100)
 
-		startLink(t, cfg, src, dst, "lat")
-		rep := waitMirrored(t, src, dst, e.stateTopic(), e.same("stamped"), 90*time.Second)
-		n := exactlyOnce(t, dst, p, topic)
+		f.start("lat")
+		rep := f.waitMirrored(90 * time.Second)
+		n := f.exactlyOnce()
 
 		// Verify compared create times; check them here too, from what
 		// a consumer of each side sees.

@@ -15,7 +15,6 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 )
 
@@ -78,21 +77,16 @@ func TestSettleAnswered(t *testing.T) {
 		{name: "missing after a leader move", code: kerr.NotLeaderForPartition.Code, moveTo: 2, settled: "the batch had not landed; sending it again"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := onKfake(t)
-			src := e.cluster(t, "src", kafkatest.SourceClusterID)
-			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-			src.CreateTopic(t, "t", 1, nil)
-			dst.CreateTopic(t, "t", 1, nil)
-			p := newProduced()
-			load(t, src, p, idempotent, 0, "before", 50, "t")
+			f := onKfake(t).mirrored(t, "settle", srcTopic("t", 1).alsoAtDst())
+			dst := f.dst
+			f.load(idempotent, 0, "before", 50)
 			logs := &logtest.Buffer{}
-			cfg := e.linkConfig("settle", src, dst, "t")
-			cfg.Link.ProduceTimeout = time.Minute // an unanswered append would wait this long: none here does
-			l := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
-			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+			f.cfg.Link.ProduceTimeout = time.Minute // an unanswered append would wait this long: none here does
+			l := f.startWith(Deps{Logger: logtest.Logger(logs)})
+			f.waitMirrored(60 * time.Second)
 
 			reqs, answer := answerFirstProduce(t, dst, tc.code)
-			load(t, src, p, idempotent, 1, "answered", 20, "t")
+			f.load(idempotent, 1, "answered", 20)
 			var req *kmsg.ProduceRequest
 			select {
 			case req = <-reqs:
@@ -108,9 +102,9 @@ func TestSettleAnswered(t *testing.T) {
 				}
 			}
 			answer()
-			load(t, src, p, idempotent, 2, "after", 20, "t")
-			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
-			exactlyOnce(t, dst, p, "t")
+			f.load(idempotent, 2, "after", 20)
+			f.waitMirrored(60 * time.Second)
+			f.exactlyOnce()
 			if !strings.Contains(logs.String(), "append settled: "+tc.settled) {
 				t.Errorf("the log does not say %q:\n%s", tc.settled, logs.String())
 			}
@@ -130,15 +124,11 @@ func TestSettleAnswered(t *testing.T) {
 // an error that says so, instead of guessing; the next session waits out
 // the lease and reconciles, and the destination ends exact.
 func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
-	e := onKfake(t)
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	src.CreateTopic(t, "t", 1, nil)
-	dst.CreateTopic(t, "t", 1, nil)
-	p := newProduced()
-	load(t, src, p, idempotent, 0, "before", 30, "t")
-	l := startLink(t, e.linkConfig("lagging", src, dst, "t"), src, dst, "lagging")
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+	f := onKfake(t).mirrored(t, "lagging", srcTopic("t", 1).alsoAtDst())
+	dst := f.dst
+	f.load(idempotent, 0, "before", 30)
+	l := f.start("lagging")
+	f.waitMirrored(60 * time.Second)
 
 	// While lagging, the destination reports a high watermark of 0 for t.
 	var lagging atomic.Bool
@@ -154,7 +144,7 @@ func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
 		}), nil, true
 	})
 	reqs, answer := answerFirstProduce(t, dst, kerr.RequestTimedOut.Code)
-	load(t, src, p, idempotent, 1, "lagging", 10, "t")
+	f.load(idempotent, 1, "lagging", 10)
 	select {
 	case <-reqs:
 	case <-time.After(30 * time.Second):
@@ -176,8 +166,8 @@ func TestSettleGivesUpWhileReplicasLag(t *testing.T) {
 	}
 	lagging.Store(false)
 	l.waitState(t, Mirroring, 30*time.Second)
-	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
-	exactlyOnce(t, dst, p, "t")
+	f.waitMirrored(60 * time.Second)
+	f.exactlyOnce()
 }
 
 // The leader moved away from the broker an unanswered append went to: the
@@ -220,11 +210,8 @@ func TestSettleUnanswered(t *testing.T) {
 		{name: "not landed, leader moved", landed: false, move: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := onKfake(t)
-			src := e.cluster(t, "src", kafkatest.SourceClusterID)
-			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-			src.CreateTopic(t, "t", 1, nil)
-			dst.CreateTopic(t, "t", 1, nil)
+			f := onKfake(t).mirrored(t, "unanswered", srcTopic("t", 1).alsoAtDst())
+			dst := f.dst
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			brokers, err := faultproxy.Brokers(ctx, dst.Client)
@@ -232,18 +219,16 @@ func TestSettleUnanswered(t *testing.T) {
 				t.Fatal(err)
 			}
 			px := faultproxy.Start(t, brokers)
-			p := newProduced()
-			load(t, src, p, idempotent, 0, "before", 40, "t")
+			f.load(idempotent, 0, "before", 40)
 			logs := &logtest.Buffer{}
-			cfg := e.linkConfig("unanswered", src, dst, "t")
-			cfg.Destination.BootstrapServers = px.Addrs()
-			cfg.Link.ProduceTimeout = 3 * time.Second
+			f.cfg.Destination.BootstrapServers = px.Addrs()
+			f.cfg.Link.ProduceTimeout = 3 * time.Second
 			if tc.move {
-				cfg.Link.ProduceTimeout = 2 * time.Minute // the move must cut the wait short
+				f.cfg.Link.ProduceTimeout = 2 * time.Minute // the move must cut the wait short
 			}
-			l := startLinkWith(t, cfg, Deps{Logger: logtest.Logger(logs), SourceOpts: src.Opts(),
+			l := f.startWith(Deps{Logger: logtest.Logger(logs),
 				DestinationOpts: []kgo.Opt{kgo.SeedBrokers(px.Addrs()...), kgo.MetadataMinAge(50 * time.Millisecond)}})
-			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 60*time.Second)
+			f.waitMirrored(60 * time.Second)
 
 			// Cut the connection of the next Produce to t: after the
 			// broker answered (it appended), or before it saw it.
@@ -254,7 +239,7 @@ func TestSettleUnanswered(t *testing.T) {
 				}
 				return faultproxy.DropConnection
 			})
-			load(t, src, p, idempotent, 1, "cut", 20, "t")
+			f.load(idempotent, 1, "cut", 20)
 			deadline := time.Now().Add(30 * time.Second)
 			for !cut.Load() && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -271,9 +256,9 @@ func TestSettleUnanswered(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			load(t, src, p, plain, 2, "after", 20, "t")
-			waitMirrored(t, src, dst, e.stateTopic(), map[string]string{"t": "t"}, 90*time.Second)
-			exactlyOnce(t, dst, p, "t")
+			f.load(plain, 2, "after", 20)
+			f.waitMirrored(90 * time.Second)
+			f.exactlyOnce()
 			out := logs.String()
 			if c := l.Status().Counters; c.Get(UnknownOutcomes) != 1 || c.Get(ForeignBatches) != 0 {
 				t.Errorf("counters %+v: want one unknown outcome and no foreign batch", c)

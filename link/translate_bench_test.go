@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -24,8 +22,7 @@ import (
 // same process; the figures are the agent's cost plus an in-process broker.
 func BenchmarkTranslate(b *testing.B) {
 	e := &env{}
-	src := mirrortest.NewCluster(b, e.b, "src", kafkatest.SourceClusterID, kfake.NumBrokers(1))
-	dst := mirrortest.NewCluster(b, e.b, "dst", kafkatest.DestClusterID, kfake.NumBrokers(1))
+	src, dst := benchClusters(b)
 	const batches, perBatch = 4000, 10
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -47,16 +44,9 @@ func BenchmarkTranslate(b *testing.B) {
 	}
 	pr.Close()
 	cfg := e.linkConfig("bench", src, dst, "t")
-	l, err := New(cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lctx, lcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(lctx) }()
+	l, stop := runBenchLink(ctx, b, cfg, src, dst)
 	defer func() {
-		lcancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			b.Error(err)
 		}
 	}()

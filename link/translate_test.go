@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/translate"
@@ -316,22 +315,17 @@ func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart
 func TestTranslateProperty(t *testing.T) { scenario(t, testTranslateProperty) }
 
 func testTranslateProperty(t *testing.T, e *env) {
-	src := e.cluster(t, "src", kafkatest.SourceClusterID)
-	dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-	mixed, kv, cut, private := e.topic("mixed"), e.topic("kv"), e.topic("cut"), e.topic("private")
-	src.CreateTopic(t, mixed, 2, nil)
-	src.CreateTopic(t, kv, 1, compactedConfig)
-	src.CreateTopic(t, cut, 1, nil)
-	src.CreateTopic(t, private, 1, nil)
-	p := newProduced()
+	f := e.mirrored(t, "translate", srcTopic("mixed", 2), srcTopic("kv", 1).with(compactedConfig), srcTopic("cut", 1), srcTopic("private", 1).unmirrored())
+	src, dst := f.src, f.dst
+	mixed, kv, cut, private := f.topic("mixed"), f.topic("kv"), f.topic("cut"), f.topic("private")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	load(t, src, p, idempotent, 3, e.topic("idem"), 120, mixed)
-	load(t, src, p, transactional, 0, e.topic("txn"), 140, mixed)
-	load(t, src, p, plain, 1, e.topic("plain"), 60, mixed)
-	load(t, src, p, transactional, 4, e.topic("txn2"), 70, mixed)
-	load(t, src, p, plain, 0, e.topic("private"), 5, private)
+	f.load(idempotent, 3, "idem", 120, "mixed")
+	f.load(transactional, 0, "txn", 140, "mixed")
+	f.load(plain, 1, "plain", 60, "mixed")
+	f.load(transactional, 4, "txn2", 70, "mixed")
+	f.load(plain, 0, "private", 5, "private")
 
 	// Compacted: rounds that overwrite keys, then compaction (kfake's at
 	// once; Kafka's cleaner once a later round rolled the segment), which
@@ -371,10 +365,10 @@ func testTranslateProperty(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 
-	cfg := e.linkConfig("translate", src, dst, "mixed", "kv", "cut")
-	cfg.Link.Rename = "{source}.{topic}"
+	f.cfg.Link.Rename = "{source}.{topic}"
+	cfg := f.cfg
 	renamed := func(s string) string { return src.Name + "." + s }
-	l := startLink(t, cfg, src, dst, "translate")
+	l := f.start("translate")
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed), kv: renamed(kv), cut: renamed(cut)}, 90*time.Second)
 	l.waitState(t, Mirroring, 30*time.Second)
 	if got := testutil.ToFloat64(l.met.counters[BatchesReencoded]); got == 0 {

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/statestore"
 )
 
@@ -50,10 +49,8 @@ func TestUpgradeFromV0State(t *testing.T) {
 			if err := json.Unmarshal(raw, &fx); err != nil {
 				t.Fatal(err)
 			}
-			e := onKfake(t)
-			src := e.cluster(t, "src", kafkatest.SourceClusterID)
-			dst := e.cluster(t, "dst", kafkatest.DestClusterID)
-			src.CreateTopic(t, "orders", 2, nil)
+			f := onKfake(t).mirrored(t, "upgrade", srcTopic("orders", 2))
+			src, dst := f.src, f.dst
 			dst.CreateTopic(t, "orders", 2, map[string]*string{"compression.type": kadm.StringPtr("producer")})
 			dst.CreateTopic(t, "__mirror_state", 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
 			var oldBatches int
@@ -105,17 +102,16 @@ func TestUpgradeFromV0State(t *testing.T) {
 			}
 
 			// More data after the upgrade, from every producer kind.
-			p := newProduced()
-			load(t, src, p, idempotent, 1, "after", 120, "orders")
-			load(t, src, p, transactional, 4, "after-txn", 90, "orders")
-			load(t, src, p, plain, 2, "after", 40, "orders")
+			f.load(idempotent, 1, "after", 120)
+			f.load(transactional, 4, "after-txn", 90)
+			f.load(plain, 2, "after", 40)
 			newRecords := int64(0)
-			for _, c := range p.Committed {
+			for _, c := range f.p.Committed {
 				newRecords += int64(c)
 			}
 
-			l := startLink(t, e.linkConfig("upgrade", src, dst, "orders"), src, dst, "upgrade")
-			rep := waitMirrored(t, src, dst, "__mirror_state", map[string]string{"orders": "orders"}, 60*time.Second)
+			l := f.start("upgrade")
+			rep := f.waitMirrored(60 * time.Second)
 			c := l.Status().Counters
 			if c.Get(ForeignBatches) != 0 || c.Get(RecordsMirrored) != newRecords {
 				t.Errorf("counters %+v: want no foreign batch and exactly the %d records produced after the upgrade appended", c, newRecords)
