@@ -14,7 +14,7 @@
 // While the faults run, a Watcher reads the agent's status every 100 ms and
 // measures, for every destination partition whose leader a fault moved, how
 // long it stopped appending while the source had more to mirror: the stall
-// figures of the README's reliability section.
+// figures of docs/testing.md (the README's "Under broker faults" sums them up).
 //
 // The package is used by its own test (the short form CI runs, with a TCP
 // fault proxy between the agent and the brokers as well) and by the soak
