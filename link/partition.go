@@ -92,6 +92,16 @@ type partition struct {
 
 	win window // the batches appended last, for offset translation (window.go)
 
+	// Producer-state expiry (producer_state_expiry) changes how later
+	// batches are decided, so it takes effect only at a checkpoint, with
+	// nothing of the partition in flight, and nothing more is submitted
+	// until that checkpoint committed: every batch past a checkpoint is
+	// decided with the state it saves (I3). expiryWanted: an expiry is due
+	// and waits for the partition's append in flight; expiring: the ID of
+	// the commit that records the partition's expiry (0: none).
+	expiryWanted bool
+	expiring     uint64
+
 	rc      *recon // phaseReconciling only
 	initial bool   // one of the partitions PREPARING found
 	gone    bool   // the source confirmed it gone: removed once nothing is in flight

@@ -377,6 +377,13 @@ func (pl *Pipeline) next(p *partition) {
 			pl.finishHead(p)
 			continue
 		}
+		if p.expiryWanted || p.expiring != 0 {
+			// Held for producer-state expiry: the next checkpoint
+			// expires it, and the partition goes on once that commit
+			// succeeded.
+			pl.checkpointDue = pl.checkpointDue || p.expiryWanted
+			return
+		}
 		d, err := twin.Decide(p.psm, pl.src, pl.reenc, nil, it.raw, it.hdr, it.from, false)
 		if err != nil {
 			pl.fail(fmt.Errorf("source %s: %w", p.Src, err))
@@ -846,6 +853,18 @@ func (pl *Pipeline) committed(e InCommitted) {
 	for p, at := range c.at {
 		p.ckSrc, p.ckDst = at[0], at[1]
 	}
+	var released []*partition // next may remove a partition from pl.parts
+	for _, p := range pl.parts {
+		if p.expiring == c.id {
+			p.expiring = 0
+			released = append(released, p)
+		}
+	}
+	for _, p := range released {
+		if p.phase == phaseIdle {
+			pl.next(p)
+		}
+	}
 	if len(c.admitted) > 0 || c.initial {
 		pl.admitted(c.admitted, c.initial)
 	}
@@ -945,13 +964,11 @@ func (pl *Pipeline) flushCommits() {
 			if !p.phase.mirroring() {
 				continue
 			}
-			expired, tombs := p.psm.Expire(pl.now)
-			pl.counts.Add(ProducersExpired, int64(expired))
-			pl.counts.Add(SaltsExpired, int64(len(tombs)))
+			expired, tombs := pl.expire(p, c)
 			for _, o := range tombs {
 				recs = append(recs, barrier.SaltTombstone(p.barrierKey(), o))
 			}
-			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst || expired > 0) {
+			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst || expired > 0 || len(tombs) > 0) {
 				recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
 				c.at[p] = [2]int64{p.srcNext, p.dstNext}
 			}
@@ -963,6 +980,30 @@ func (pl *Pipeline) flushCommits() {
 	}
 	pl.committing = c
 	pl.emit(DoCommit{ID: c.id, State: state, Records: recs})
+}
+
+// expire drops p's idle producer entries and salts (producer_state_expiry)
+// in commit c, when it may: only with nothing of p in flight, so that no
+// batch decided with the old state lands past the checkpoint that saves
+// the new one; p then submits nothing until c committed (committed clears
+// p.expiring). With an append in flight, p is held from its next
+// submission (expiryWanted) and expires at the next checkpoint, which its
+// going idle asks for.
+func (pl *Pipeline) expire(p *partition, c *commit) (expired int, tombstones []transform.Origin) {
+	if !p.psm.Expirable(pl.now) {
+		p.expiryWanted = false
+		return 0, nil
+	}
+	if p.phase != phaseIdle || p.expiring != 0 {
+		p.expiryWanted = true
+		return 0, nil
+	}
+	p.expiryWanted = false
+	expired, tombstones = p.psm.Expire(pl.now)
+	pl.counts.Add(ProducersExpired, int64(expired))
+	pl.counts.Add(SaltsExpired, int64(len(tombstones)))
+	p.expiring = c.id
+	return expired, tombstones
 }
 
 // flushFinal sends the final commit once the drain is over: nothing in

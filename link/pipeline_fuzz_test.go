@@ -479,16 +479,17 @@ const (
 	worldTrace      = 40 // steps a failure shows
 )
 
-// worldExpiry lets time jump past producer_state_expiry. Off until the
-// pipeline's known I2 hole with expiry is closed: it applies
-// producer-state expiry (PSM.Expire in flushCommits) at once, while a
-// batch decided under the old state may be with the appender and before
-// the commit that records the expiry succeeded; the next session's
-// reconciliation restores the last committed producers and salts, decides
-// such a batch differently, calls its twin foreign and appends it again.
-// With it on, about 13 of the 2,000 seeds of TestPipelineStepProperties
-// fail that way.
-var worldExpiry = false
+// worldExpiry lets time jump past producer_state_expiry. It found that the
+// pipeline applied producer-state expiry at once, while a batch decided
+// under the old state could be with the appender and before the commit that
+// recorded the expiry succeeded: the next session's reconciliation restored
+// the last committed producers and salts, decided such a batch differently,
+// called its twin foreign and appended it again (about 13 of the 2,000
+// seeds of TestPipelineStepProperties failed so). Pipeline.expire now waits
+// for a partition's append in flight and holds the partition until the
+// checkpoint that records the expiry committed; testdata/
+// expiry_waits_for_appends.txt states it step by step.
+var worldExpiry = true
 
 // stampOf is the first timestamp of the source batch of partition p at
 // offset base: unique to the batch, so that a submitted batch (whose base

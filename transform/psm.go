@@ -356,7 +356,29 @@ func (p *PSM) Expire(now time.Time) (expired int, tombstones []Origin) {
 			tombstones = append(tombstones, o)
 		}
 	}
+	slices.SortFunc(tombstones, compareOrigins)
 	return expired, tombstones
+}
+
+// Expirable reports whether Expire at now would drop anything. It changes
+// nothing.
+func (p *PSM) Expirable(now time.Time) bool {
+	for _, e := range p.producers {
+		if now.Sub(e.lastAppend) > p.cfg.Expiry {
+			return true
+		}
+	}
+	for o, s := range p.salts {
+		if e, active := p.producers[o]; (!active || now.Sub(e.lastAppend) > p.cfg.Expiry) && now.Sub(s.lastUsed) > p.cfg.Expiry {
+			return true
+		}
+	}
+	return false
+}
+
+// compareOrigins orders origins by cluster, then PID.
+func compareOrigins(a, b Origin) int {
+	return cmp.Or(strings.Compare(a.Cluster, b.Cluster), cmp.Compare(a.PID, b.PID))
 }
 
 // ProducerEntry is one producer entry of a PSM, as Snapshot gives it and
@@ -381,12 +403,7 @@ func (p *PSM) Snapshot() []ProducerEntry {
 	for o, e := range p.producers {
 		out = append(out, ProducerEntry{Origin: o, Mapped: e.mapped, Region: e.region, Epoch: e.epoch, LastSeq: e.lastSeq, LastAppend: e.lastAppend})
 	}
-	slices.SortFunc(out, func(a, b ProducerEntry) int {
-		if c := strings.Compare(a.Origin.Cluster, b.Origin.Cluster); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Origin.PID, b.Origin.PID)
-	})
+	slices.SortFunc(out, func(a, b ProducerEntry) int { return compareOrigins(a.Origin, b.Origin) })
 	return out
 }
 

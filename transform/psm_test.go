@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -417,6 +418,12 @@ func TestPSMExpire(t *testing.T) {
 	commit(fwd{cA, 42, 6, 0, 0, 1}, t0.Add(30*time.Minute)) // stays active
 	p.AddSalt(Origin{"old", 1}, 77, t0.Add(-2*time.Hour))   // replayed, never used
 
+	if p.Expirable(t0.Add(-3 * time.Hour)) {
+		t.Error("Expirable before anything is an hour idle")
+	}
+	if !p.Expirable(t0.Add(61 * time.Minute)) {
+		t.Error("not Expirable when entries are an hour idle")
+	}
 	expired, tomb := p.Expire(t0.Add(61 * time.Minute))
 	if expired != 2 || p.Len() != 1 {
 		t.Fatalf("expired %d, left %d; want 2 and 1", expired, p.Len())
@@ -428,11 +435,17 @@ func TestPSMExpire(t *testing.T) {
 	if len(tomb) != 2 || !got[Origin{cB, 5}] || !got[Origin{"old", 1}] {
 		t.Errorf("tombstones %v, want B/5 and old/1", tomb)
 	}
+	if !slices.IsSortedFunc(tomb, compareOrigins) {
+		t.Errorf("tombstones %v are not in origin order (the state records must not depend on map order)", tomb)
+	}
 	if _, ok := p.Salt(Origin{cB, 5}); ok {
 		t.Error("expired salt still present")
 	}
 	if _, ok := p.Mapped(Origin{cA, 6}); !ok {
 		t.Error("active producer expired")
+	}
+	if p.Expirable(t0.Add(89 * time.Minute)) {
+		t.Error("Expirable right after an expiry")
 	}
 	if expired, tomb := p.Expire(t0.Add(89 * time.Minute)); expired != 0 || len(tomb) != 0 {
 		t.Errorf("second expiry: %d, %v; want nothing", expired, tomb)
