@@ -311,7 +311,7 @@ func TestLeastPrivilegeACLs(t *testing.T) {
 		src, dst := aclClusters(t, b)
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
 		f := e.mirroredBetween(t, src.cluster, dst.cluster, "acl", srcTopic("orders", 3), srcTopic("events", 1).with(map[string]*string{
-			"retention.ms": kadm.StringPtr("86400000"), "max.message.bytes": kadm.StringPtr("2097152"),
+			"retention.ms": new("86400000"), "max.message.bytes": new("2097152"),
 		}))
 		orders, events := f.topic("orders"), f.topic("events")
 		user := principalFor(t, src, dst)
@@ -442,7 +442,7 @@ func TestMissingACLs(t *testing.T) {
 			drop: []string{"src.topic.DescribeConfigs", "dst.topic.Create", "dst.state.Create"},
 			setup: func(t *testing.T, e *env, src, dst *aclCluster) {
 				dst.CreateTopic(t, e.topic("topic"), 3, nil)
-				dst.CreateTopic(t, e.stateTopic(), 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
+				dst.CreateTopic(t, e.stateTopic(), 1, map[string]*string{"cleanup.policy": new("compact")})
 			}},
 	}
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {

@@ -108,7 +108,7 @@ func benchMirror(b *testing.B, codec int) {
 	b.SetBytes(srcBytes)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := range b.N {
 		cfg := e.linkConfig(fmt.Sprintf("bench-%d", i), src, dst, "bench")
 		cfg.Link.Rename = fmt.Sprintf("{topic}-%d", i)
 		cfg.Link.StateTopic = fmt.Sprintf("__state_%d", i)

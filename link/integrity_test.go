@@ -19,7 +19,6 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/statestore"
-	"github.com/seed83556561/mirrord/transform"
 )
 
 // The integration tests of issue 10: each case the review found, on kfake,
@@ -347,8 +346,7 @@ func TestReconcileAfterSkippedDuplicate(t *testing.T) {
 	l.waitState(t, Mirroring, 30*time.Second)
 	time.Sleep(time.Second) // anything appended again would be there now
 
-	var got []transform.Header
-	got = rawHeaders(t, dst, "chain", 0)
+	got := rawHeaders(t, dst, "chain", 0)
 	if len(got) != 2 || got[0].BaseSequence != 0 || got[1].BaseSequence != 5 {
 		var seqs []int32
 		for _, h := range got {

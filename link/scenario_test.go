@@ -64,12 +64,12 @@ func TestTwoSessionsOfOneLink(t *testing.T) {
 // on quickly: segments roll after 100ms, any dirty ratio is enough, and
 // records may be cleaned at once (the active segment never is).
 var compactedConfig = map[string]*string{
-	"cleanup.policy":            kadm.StringPtr("compact"),
-	"retention.ms":              kadm.StringPtr("-1"),
-	"segment.ms":                kadm.StringPtr("100"),
-	"min.cleanable.dirty.ratio": kadm.StringPtr("0.01"),
-	"min.compaction.lag.ms":     kadm.StringPtr("0"),
-	"delete.retention.ms":       kadm.StringPtr("0"),
+	"cleanup.policy":            new("compact"),
+	"retention.ms":              new("-1"),
+	"segment.ms":                new("100"),
+	"min.cleanable.dirty.ratio": new("0.01"),
+	"min.compaction.lag.ms":     new("0"),
+	"delete.retention.ms":       new("0"),
 }
 
 // A compacted source topic has offset gaps between and inside batches, and,
@@ -130,7 +130,7 @@ func TestCompactedSource(t *testing.T) {
 			t.Errorf("batches re-encoded: %v, want %d (the batches compaction left with gaps)", got, gappy)
 		}
 		t.Logf("compacted topic: %d records mirrored, %d gappy batches re-encoded", rep.Records, gappy)
-		for part := int32(0); part < 2; part++ {
+		for part := range int32(2) {
 			for _, h := range rawHeaders(t, dst, kv, part) {
 				if !h.Dense() || h.NumRecords == 0 {
 					t.Errorf("destination %s[%d] holds a batch with gaps or without records at offset %d", kv, part, h.BaseOffset)
@@ -148,7 +148,7 @@ func compactSource(t *testing.T, c *cluster, topic string, partitions int32, rol
 	t.Helper()
 	count := func() (int, int) {
 		g, e := 0, 0
-		for part := int32(0); part < partitions; part++ {
+		for part := range partitions {
 			for _, h := range rawHeaders(t, c, topic, part) {
 				switch {
 				case h.NumRecords == 0:
@@ -406,7 +406,7 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
 				// Segments roll at the first append 100ms after the last
 				// roll; retention is turned on once the log is in place.
-				f := e.mirrored(t, "oor", srcTopic("t", 1).with(map[string]*string{"segment.ms": kadm.StringPtr("100")}))
+				f := e.mirrored(t, "oor", srcTopic("t", 1).with(map[string]*string{"segment.ms": new("100")}))
 				src, topic := f.src, f.topic("t")
 				f.load(idempotent, 0, "one", 50)
 				f.cfg.Link.OnOffsetOutOfRange = policy
@@ -439,7 +439,7 @@ func TestOffsetOutOfRangeAfterRetention(t *testing.T) {
 				}
 				f.p.Add(true, recs...)
 				time.Sleep(3 * time.Second)
-				if _, err := src.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("3000")}}, topic); err != nil {
+				if _, err := src.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: new("3000")}}, topic); err != nil {
 					t.Fatal(err)
 				}
 				for {
@@ -516,7 +516,7 @@ func produceRawTo(t *testing.T, c *cluster, topic string, partition int32, batch
 func TestLogAppendTimeSource(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
 		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
-		f := e.mirrored(t, "lat", srcTopic("stamped", 3).with(map[string]*string{"message.timestamp.type": kadm.StringPtr("LogAppendTime")}))
+		f := e.mirrored(t, "lat", srcTopic("stamped", 3).with(map[string]*string{"message.timestamp.type": new("LogAppendTime")}))
 		src, dst, topic := f.src, f.dst, f.topic("stamped")
 
 		// Records whose create times are an hour old and distinct, so

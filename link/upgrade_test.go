@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/statestore"
@@ -51,10 +50,10 @@ func TestUpgradeFromV0State(t *testing.T) {
 			}
 			f := onKfake(t).mirrored(t, "upgrade", srcTopic("orders", 2))
 			src, dst := f.src, f.dst
-			dst.CreateTopic(t, "orders", 2, map[string]*string{"compression.type": kadm.StringPtr("producer")})
-			dst.CreateTopic(t, "__mirror_state", 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
+			dst.CreateTopic(t, "orders", 2, map[string]*string{"compression.type": new("producer")})
+			dst.CreateTopic(t, "__mirror_state", 1, map[string]*string{"cleanup.policy": new("compact")})
 			var oldBatches int
-			for part := int32(0); part < 2; part++ {
+			for part := range int32(2) {
 				k := fmt.Sprintf("orders/%d", part)
 				// As a producer sends them: base offset 0 (the
 				// broker assigns offsets; the CRC does not cover it).
