@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -240,15 +241,41 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 	if err != nil {
 		return nil, 0, false, err
 	}
-	if len(anchors) == 0 {
-		return nil, 0, false, errors.New("the link mirrors no partition yet")
+	// Every partition the link's topics select counts, also one the
+	// session has not found yet (a topic created, a partition added since
+	// its last discovery): the source is listed here, not only asked about
+	// what the session mirrors.
+	listed, err := adm.ListTopics(ctx)
+	if err == nil {
+		err = listed.Error()
 	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("list the source's topics: %w", err)
+	}
+	mirrored := make(map[tp.Key]bool, len(anchors))
 	var topics []string
 	for _, a := range anchors {
+		mirrored[a.Src.Key()] = true
 		topics = append(topics, a.Src.Topic)
 	}
+	var unmirrored []tp.Key
+	for _, td := range listed.Sorted() {
+		if !m.cfg.Selects(td.Topic) {
+			continue
+		}
+		for _, pd := range td.Partitions.Sorted() {
+			if k := (tp.Key{Topic: td.Topic, Partition: pd.Partition}); !mirrored[k] {
+				unmirrored = append(unmirrored, k)
+				topics = append(topics, td.Topic)
+			}
+		}
+	}
+	if len(anchors) == 0 && len(unmirrored) == 0 {
+		return nil, 0, false, errors.New("the link mirrors no partition yet")
+	}
 	slices.Sort(topics)
-	lso, err := adm.ListCommittedOffsets(ctx, slices.Compact(topics)...)
+	topics = slices.Compact(topics)
+	lso, err := adm.ListCommittedOffsets(ctx, topics...)
 	if err == nil {
 		err = lso.Error()
 	}
@@ -256,6 +283,36 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 		return nil, 0, false, fmt.Errorf("list the source's last stable offsets: %w", err)
 	}
 	caught = true
+	if len(unmirrored) > 0 {
+		// The session finds them at its next discovery: ask for it now.
+		if err := m.link.Discover(ctx); err != nil {
+			return nil, 0, false, err
+		}
+		starts, err := adm.ListStartOffsets(ctx, topics...)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("list the source's log start offsets: %w", err)
+		}
+		for _, k := range unmirrored {
+			p := Partition{SourceTopic: k.Topic, Partition: k.Partition, SourceNext: -1, DestinationNext: -1}
+			if m.cfg.DestinationTopic != nil {
+				p.DestinationTopic = m.cfg.DestinationTopic(k.Topic)
+			}
+			lo, ok := lso.Lookup(k.Topic, k.Partition)
+			st, sok := starts.Lookup(k.Topic, k.Partition)
+			if !ok || !sok {
+				return nil, 0, false, fmt.Errorf("the source did not list %s[%d]", k.Topic, k.Partition)
+			}
+			// Not mirrored yet: every committed record there is lag
+			// (at most: compaction may have left gaps).
+			p.SourceLastStable, p.Lag = lo.Offset, max(0, lo.Offset-st.Offset)
+			caught = false
+			lag += p.Lag
+			parts = append(parts, p)
+		}
+	}
 	for _, a := range anchors {
 		p := Partition{SourceTopic: a.Src.Topic, DestinationTopic: a.Dst.Topic, Partition: a.Src.Partition,
 			SourceNext: a.SrcNext, DestinationNext: -1}

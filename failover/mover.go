@@ -31,6 +31,10 @@ type Link interface {
 	// Translate translates one source position of a partition the link
 	// mirrors.
 	Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error)
+	// Discover asks the running session to look for new topics and
+	// partitions now (a failover counts every partition the link's topics
+	// select); it returns once asked.
+	Discover(ctx context.Context) error
 	// Translator returns how a round of many translations translates
 	// (through the running session, or through one translate.Offline for
 	// the whole round) and a function that releases what it holds.
@@ -50,8 +54,10 @@ type Config struct {
 	// GroupSyncInterval is how often they are synced.
 	Groups            GroupSelector
 	GroupSyncInterval time.Duration
-	// Selects reports whether the link mirrors a source topic.
-	Selects func(topic string) bool
+	// Selects reports whether the link mirrors a source topic, and
+	// DestinationTopic names its mirror.
+	Selects          func(topic string) bool
+	DestinationTopic func(source string) string
 	// Source and Destination name the clusters in errors for permissions
 	// they refuse; SourceOpts and DestinationOpts reach them.
 	Source, Destination         access.Cluster

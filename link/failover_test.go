@@ -125,3 +125,50 @@ func testFailoverNotCaughtUp(t *testing.T, e *env) {
 	l.waitState(t, Paused, 30*time.Second)
 	fx.exactlyOnce()
 }
+
+// Issue 21 case 3: a source topic gains a partition and a new topic matches
+// the link's topics, both with committed records, and a failover starts
+// before the link's next discovery. The failover must discover them and
+// wait until they are mirrored too; before, it reported done with lag 0 on
+// the partitions the session knew, paused the link, and the new
+// partitions' records were never at the destination.
+func TestFailoverFindsNewPartitions(t *testing.T) {
+	e := onKfake(t)
+	fx := e.mirrored(t, "fonew", srcTopic("t", 1), lateTopic("late"))
+	fx.cfg.Link.DiscoveryInterval = time.Hour // only the failover discovers
+	fx.load(idempotent, 0, "before", 30)
+	l := fx.start("fonew")
+	fx.waitMirrored(60 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := fx.src.Admin.CreatePartitions(ctx, 1, fx.topic("t")); err != nil {
+		t.Fatal(err)
+	}
+	fx.src.WaitTopic(t, fx.topic("t"), 2)
+	fx.src.CreateTopic(t, fx.topic("late"), 1, nil)
+	fx.load(idempotent, 1, "after", 40, "t", "late")
+
+	if err := l.StartFailover(failover.Options{Timeout: 60 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var f *failover.Status
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if f = l.Status().Failover; f != nil && f.Outcome != failover.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover did not end: %+v", f)
+		}
+	}
+	if f.Outcome != failover.Done || f.Lag != 0 || len(f.Partitions) != 3 {
+		t.Fatalf("failover %+v, want done without lag over 3 partitions (t[0], t[1], late[0])", f)
+	}
+	for _, p := range f.Partitions {
+		if !p.CaughtUp || p.DestinationTopic == "" {
+			t.Errorf("failover partition %+v: want caught up with its destination named", p)
+		}
+	}
+	l.waitState(t, Paused, 30*time.Second)
+	fx.exactlyOnce("t", "late")
+}

@@ -281,7 +281,8 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
 	l.mover = failover.New(failover.Config{
 		Groups: cfg.Link.Groups, GroupSyncInterval: cfg.Link.GroupSyncInterval, Selects: cfg.Link.Selects,
-		Source: l.acl.src, Destination: l.acl.dst,
+		DestinationTopic: func(source string) string { return cfg.Link.DestinationTopic(source, cfg.Source.Name) },
+		Source:           l.acl.src, Destination: l.acl.dst,
 		SourceOpts: deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
 	}, moverView{l}, failover.Deps{Logger: l.log, Metrics: deps.Metrics.groups, Link: cfg.Link.Name, Now: deps.Now})
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}

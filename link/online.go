@@ -16,6 +16,9 @@ type online struct {
 	queries chan query
 	done    chan struct{} // closed when the event loop returned
 	logs    *translate.Logs
+	// discover asks the event loop for a topic discovery now (a buffer
+	// of one: a request while one waits is the same request).
+	discover chan struct{}
 }
 
 // query is a function the link goroutine runs with the pipeline; done is
@@ -104,6 +107,21 @@ type moverView struct{ l *Link }
 func (v moverView) State() State { return v.l.State() }
 
 func (v moverView) Pause() { v.l.Pause() }
+
+// Discover asks the running session to look for new topics and
+// partitions now; the partitions it finds show in Anchors once they are
+// placed.
+func (v moverView) Discover(ctx context.Context) error {
+	o := v.l.online.Load()
+	if o == nil {
+		return errors.New("the link runs no session")
+	}
+	select {
+	case o.discover <- struct{}{}:
+	default: // one is asked for already
+	}
+	return nil
+}
 
 func (v moverView) Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
 	return v.l.Translate(ctx, topic, partition, offset)

@@ -99,6 +99,9 @@ type Pipeline struct {
 	initialOpen bool // the initial set has not been admitted yet
 	mirroring   bool // DoEnterMirroring was emitted
 	discovering bool // an DoDiscover or DoPlace is outstanding
+	// discoverAgain: a discovery was asked for while one ran (its listing
+	// may predate what the asker knows of); it runs once that one ended.
+	discoverAgain bool
 
 	stopping      bool
 	stopState     State
@@ -175,14 +178,7 @@ func (pl *Pipeline) Step(now time.Time, ev Input) []Action {
 	case InCheckpointDue:
 		pl.checkpointDue = true
 	case InDiscoveryDue:
-		if !pl.discovering && !pl.stopping && pl.mirroring {
-			pl.discovering = true
-			known := make([]tp.Partition, 0, len(pl.parts))
-			for _, p := range pl.parts {
-				known = append(known, p.Src)
-			}
-			pl.emit(DoDiscover{Known: known})
-		}
+		pl.discover()
 	case InTick:
 		pl.tick()
 	case InStop:
@@ -763,11 +759,38 @@ func (pl *Pipeline) reconciled(p *partition) {
 
 // ---- topics appearing and going ----
 
+// discover starts a topic discovery, or, with one running, has it run again
+// once that one ended.
+func (pl *Pipeline) discover() {
+	if pl.stopping || !pl.mirroring {
+		return
+	}
+	if pl.discovering {
+		pl.discoverAgain = true
+		return
+	}
+	pl.discovering, pl.discoverAgain = true, false
+	known := make([]tp.Partition, 0, len(pl.parts))
+	for _, p := range pl.parts {
+		known = append(known, p.Src)
+	}
+	pl.emit(DoDiscover{Known: known})
+}
+
+// discoveryDone ends the discovery that ran, and starts the one asked for
+// meanwhile.
+func (pl *Pipeline) discoveryDone() {
+	pl.discovering = false
+	if pl.discoverAgain {
+		pl.discover()
+	}
+}
+
 func (pl *Pipeline) discovered(e InDiscovered) {
 	if e.Err != nil {
-		pl.discovering = false
 		pl.discoveryFailures++
 		pl.log(hclog.Warn, "topic discovery failed; retrying at the next interval", "error", e.Err)
+		pl.discovering, pl.discoverAgain = false, false // whoever asked asks again
 		return
 	}
 	for _, k := range e.Gone {
@@ -786,23 +809,24 @@ func (pl *Pipeline) discovered(e InDiscovered) {
 		}
 	}
 	if len(fresh) == 0 || pl.stopping {
-		pl.discovering = false
+		pl.discoveryDone()
 		return
 	}
 	pl.emit(DoPlace{Pairs: fresh})
 }
 
 func (pl *Pipeline) placed(e InPlaced) {
-	pl.discovering = false
 	if e.Err != nil {
 		pl.discoveryFailures++
 		pl.log(hclog.Warn, "placing new partitions failed; retrying at the next discovery", "error", e.Err)
+		pl.discovering, pl.discoverAgain = false, false // whoever asked asks again
 		return
 	}
 	for _, pc := range e.Parts {
 		pl.log(hclog.Info, "new source partition; adding it to the session", "source", pc.Src.String(), "destination", pc.Dst.String())
 	}
 	pl.add(e.Parts, false)
+	pl.discoveryDone()
 }
 
 // markGone removes p once nothing of it is in flight.

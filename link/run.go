@@ -36,7 +36,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 		stopped  bool
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
-	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs}
+	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1)}
 	l.online.Store(o)
 	defer func() {
 		l.online.Store(nil)
@@ -103,6 +103,8 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 		case <-ck.C:
 			ev = InCheckpointDue{}
 		case <-disc.C:
+			ev = InDiscoveryDue{}
+		case <-o.discover:
 			ev = InDiscoveryDue{}
 		case <-tick.C:
 			s.publish()
