@@ -239,3 +239,81 @@ func (r *Reencoder) renumber(b []byte, h Header, raw []byte, from int64) ([]Offs
 	}
 	return offsets, nil
 }
+
+// Record is one record of a batch, as Records decodes it: its offset and
+// create time (absolute: the batch's base offset and first timestamp plus
+// the record's deltas) and its content.
+type Record struct {
+	Offset    int64
+	Timestamp int64
+	Key       []byte // nil: a null key
+	Value     []byte // nil: a null value (a tombstone)
+	Headers   []kmsg.Header
+}
+
+// Same reports whether two records hold the same content: key, value,
+// headers and create time (not their offsets).
+func (a Record) Same(b Record) bool {
+	if a.Timestamp != b.Timestamp || !bytesEqualNull(a.Key, b.Key) || !bytesEqualNull(a.Value, b.Value) || len(a.Headers) != len(b.Headers) {
+		return false
+	}
+	for i, h := range a.Headers {
+		if h.Key != b.Headers[i].Key || !bytesEqualNull(h.Value, b.Headers[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesEqualNull is bytes.Equal that tells nil (a null field) from empty.
+func bytesEqualNull(a, b []byte) bool {
+	return (a == nil) == (b == nil) && string(a) == string(b)
+}
+
+// Records decodes the records of batch b (which must have passed Validate):
+// decompressed, in order. The slow path's reader: reconciliation and offset
+// translation use it to recognise a batch the source log changed after it
+// was mirrored, never the pipeline. The records do not alias the
+// Reencoder's buffers.
+func (r *Reencoder) Records(b []byte) ([]Record, error) {
+	h, err := ParseHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	if h.Control() {
+		return nil, fmt.Errorf("%w: batch at offset %d", ErrControlBatch, h.BaseOffset)
+	}
+	codec := h.Compression()
+	if codec > 4 {
+		return nil, corrupt(b, -1, CheckCodec, "unknown compression codec %d", codec)
+	}
+	raw, err := r.dec.Decompress(b[BatchHeaderSize:], kgo.CompressionCodecType(codec))
+	if err != nil {
+		return nil, corrupt(b, -1, CheckCodec, "decompress %s records: %v", codecNames[codec], err)
+	}
+	if h.NumRecords < 0 || int64(h.NumRecords) > int64(len(raw)/minRecordSize) {
+		return nil, corrupt(b, -1, CheckRecords, "%d records cannot fit in %d bytes", h.NumRecords, len(raw))
+	}
+	raw = append([]byte(nil), raw...) // the records keep pointers into it
+	out := make([]Record, 0, h.NumRecords)
+	for i := range int(h.NumRecords) {
+		length, n := kbin.Varint(raw)
+		if n <= 0 || length < 0 || int(length) > len(raw)-n {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad length prefix", i, h.NumRecords)
+		}
+		var rec kmsg.Record
+		if err := rec.ReadFrom(raw[:n+int(length)]); err != nil {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: %v", i, h.NumRecords, err)
+		}
+		raw = raw[n+int(length):]
+		out = append(out, Record{
+			Offset:    h.BaseOffset + int64(rec.OffsetDelta),
+			Timestamp: h.FirstTimestamp + rec.TimestampDelta64,
+			Key:       rec.Key, Value: rec.Value, Headers: rec.Headers,
+		})
+	}
+	if len(raw) != 0 {
+		return nil, corrupt(b, -1, CheckRecords, "%d bytes after the last of %d records", len(raw), h.NumRecords)
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
@@ -232,6 +233,24 @@ func FuzzReencode(f *testing.F) {
 				t.Fatalf("Reencode: %v", err)
 			}
 			checkReencoded(t, out, offsets, b, kept, -3)
+			// Records reads the same records from both, at the source's
+			// offsets and at the dense ones.
+			srcRecs, err := r.Records(b)
+			if err != nil {
+				t.Fatalf("Records of the source batch: %v", err)
+			}
+			outRecs, err := r.Records(out)
+			if err != nil {
+				t.Fatalf("Records of the re-encoded batch: %v", err)
+			}
+			if len(srcRecs) != len(offsets) || len(outRecs) != len(offsets) {
+				t.Fatalf("Records: %d and %d records, want %d", len(srcRecs), len(outRecs), len(offsets))
+			}
+			for i, o := range offsets {
+				if srcRecs[i].Offset != o.Source || outRecs[i].Offset != int64(o.Delta) || !srcRecs[i].Same(outRecs[i]) {
+					t.Fatalf("record %d: source %+v, re-encoded %+v, offset map %+v", i, srcRecs[i], outRecs[i], o)
+				}
+			}
 		}
 		// Garbage records behind a valid header and CRC: an error or a
 		// valid dense batch, never a panic.
@@ -242,6 +261,9 @@ func FuzzReencode(f *testing.F) {
 			}
 		} else if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrEmptyBatch) {
 			t.Fatalf("Reencode of garbage: %v is neither ErrCorrupt nor ErrEmptyBatch", err)
+		}
+		if _, err := r.Records(gb); err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Records of garbage: %v is not ErrCorrupt", err)
 		}
 	})
 }
@@ -437,4 +459,52 @@ func TestBrokerCompactedReencode(t *testing.T) {
 		}
 	}
 	checkForwarded(t, dst, topic, srcRecs, want)
+}
+
+// Records decodes a batch's records with their absolute offsets and create
+// times, in every codec, and Same tells records apart by content only (a
+// null field from an empty one, headers in order): reconciliation and
+// translation recognise a batch the source's cleaner cut by it.
+func TestRecords(t *testing.T) {
+	recs := []batchtest.Record{
+		{Key: []byte("a"), Value: []byte("1"), TimestampDelta: 0, OffsetDelta: 0},
+		{Key: nil, Value: []byte{}, TimestampDelta: 7, OffsetDelta: 2, Headers: []kmsg.Header{{Key: "h", Value: []byte("x")}}},
+		{Key: []byte("c"), Value: nil, TimestampDelta: 9, OffsetDelta: 5},
+	}
+	for codec := range int8(5) {
+		b := batchtest.Build(batchtest.Spec{BaseOffset: 40, PID: 1, FirstTimestamp: 1000, Codec: codec, Records: recs})
+		got, err := NewReencoder().Records(b)
+		if err != nil {
+			t.Fatalf("codec %d: %v", codec, err)
+		}
+		if len(got) != 3 || got[0].Offset != 40 || got[1].Offset != 42 || got[2].Offset != 45 ||
+			got[0].Timestamp != 1000 || got[1].Timestamp != 1007 || got[2].Timestamp != 1009 {
+			t.Fatalf("codec %d: records %+v", codec, got)
+		}
+		if got[1].Key != nil || got[1].Value == nil || len(got[1].Headers) != 1 || got[2].Value != nil {
+			t.Errorf("codec %d: null and empty fields not kept apart: %+v", codec, got)
+		}
+	}
+	r := Record{Offset: 1, Timestamp: 5, Key: []byte("k"), Value: []byte("v"), Headers: []kmsg.Header{{Key: "a", Value: []byte("1")}}}
+	for _, tc := range []struct {
+		name string
+		edit func(*Record)
+		same bool
+	}{
+		{"another offset", func(o *Record) { o.Offset = 9 }, true},
+		{"another timestamp", func(o *Record) { o.Timestamp = 6 }, false},
+		{"a null key", func(o *Record) { o.Key = nil }, false},
+		{"an empty value", func(o *Record) { o.Value = []byte{} }, false},
+		{"another header value", func(o *Record) { o.Headers = []kmsg.Header{{Key: "a", Value: []byte("2")}} }, false},
+		{"no header", func(o *Record) { o.Headers = nil }, false},
+	} {
+		o := r
+		tc.edit(&o)
+		if got := r.Same(o); got != tc.same {
+			t.Errorf("%s: Same = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+	if _, err := NewReencoder().Records(batchtest.Build(batchtest.Spec{Control: true, Records: recs[:1]})); !errors.Is(err, ErrControlBatch) {
+		t.Errorf("a control batch: %v, want ErrControlBatch", err)
+	}
 }

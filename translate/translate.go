@@ -330,14 +330,14 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 			if len(ds) == 0 {
 				return errWindowStale
 			}
-			_, ok, err := x.mirror(c, sp.From, ds[0])
+			ok, err := x.mirror(c, sp.From, ds[0])
 			if err != nil {
 				return err
 			}
 			if dh, _ := transform.ParseHeader(ds[0]); dh.BaseOffset != sp.DstBase || !ok {
 				return errWindowStale
 			}
-			return x.found(c, sp.From, sp.DstBase, p)
+			return x.found(c, sp.From, ds[0], sp.DstBase, p)
 		}
 		if r.next <= pos {
 			break
@@ -348,17 +348,23 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 	return nil
 }
 
-// found ends a translation at the twin of source batch c (mirrored from
-// from) at destination offset base: p's place among the records the twin
-// holds.
-func (x *job) found(c srcBatch, from, base, p int64) error {
-	t := base
-	for _, o := range c.offsets {
-		if o >= from && o < p {
-			t++
-		}
+// found ends a translation at d, the batch the link appended for source
+// batch c (mirrored from from), at destination offset base: the
+// destination offset of d's first record whose source offset is at least
+// p (twin.Place), which is exact even after the source's cleaner cut
+// records out of c, unless p falls between records it cut from a batch the
+// link had already re-encoded: then ErrUntranslatable.
+func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
+	i, exact, err := twin.Place(x.reenc, c.raw, c.h, from, d, p)
+	if err != nil {
+		return err
 	}
+	t := base + int64(i)
 	x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, base, t
+	if !exact {
+		return fmt.Errorf("%w: the source's cleaner removed records of the batch at source offset %d around offset %d after the link mirrored it (as destination batch %d, re-encoded), and which of its records came from before offset %d is no longer known",
+			ErrUntranslatable, c.h.BaseOffset, p, base, p)
+	}
 	if x.dstStart >= 0 && t < x.dstStart {
 		return fmt.Errorf("%w: the mirror of source offset %d is destination offset %d, and the destination's log starts at %d",
 			ErrBelowDestinationStart, max(p, from), t, x.dstStart)
@@ -366,26 +372,20 @@ func (x *job) found(c srcBatch, from, base, p int64) error {
 	return nil
 }
 
-// mirror decides source batch c from position from as the pipeline does
-// (decide, with the partition's salts), and reports whether destination
-// batch d is its twin. A destination batch with fewer records may be the
-// twin of c trimmed: the link began mirroring inside c, at the record that
-// leaves as many as d holds.
-func (x *job) mirror(c srcBatch, from int64, d []byte) (twin.Decision, bool, error) {
-	dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, from, true)
-	if err != nil || dec.Verdict != twin.Forward {
-		return dec, false, err
-	}
-	if twin.Match(dec.Out, d) {
-		return dec, true, nil
-	}
-	return dec, false, nil
+// mirror reports whether destination batch d is the batch the link
+// appended for source batch c, fetched from position from (twin.Same: also
+// after the source log changed), deciding c as the pipeline does, with the
+// partition's salts.
+func (x *job) mirror(c srcBatch, from int64, d []byte) (bool, error) {
+	same, _, err := twin.Same(x.psm, x.From, x.reenc, c.raw, c.h, from, d)
+	return same != twin.NotSame, err
 }
 
 // mirrorFrom is mirror trying c whole and, failing that, trimmed to the
-// records d holds; it returns the position the twin was decided from.
+// records d holds (the link began mirroring inside c); it returns the
+// position it was decided from.
 func (x *job) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err error) {
-	if _, ok, err := x.mirror(c, c.h.BaseOffset, d); ok || err != nil {
+	if ok, err := x.mirror(c, c.h.BaseOffset, d); ok || err != nil {
 		return c.h.BaseOffset, ok, err
 	}
 	dh, err := transform.ParseHeader(d)
@@ -394,7 +394,7 @@ func (x *job) mirrorFrom(c srcBatch, d []byte) (from int64, ok bool, err error) 
 	}
 	if n := int(dh.NumRecords); n > 0 && n < len(c.offsets) {
 		from = c.offsets[len(c.offsets)-n]
-		_, ok, err = x.mirror(c, from, d)
+		ok, err = x.mirror(c, from, d)
 		return from, ok, err
 	}
 	return 0, false, nil
@@ -416,6 +416,12 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		dstQ             [][]byte
 		srcPos, dstPos   = lo.s, lo.d
 		srcDone, dstDone bool
+		// lost: the source no longer holds the records from lo.s up to
+		// its log start (retention, DeleteRecords, or kfake's cleaner
+		// moving the log start): the destination batches before the
+		// first match mirror them, and are passed over.
+		lost    bool
+		matched bool
 	)
 	for {
 		if len(dstQ) == 0 && !dstDone {
@@ -442,6 +448,12 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		}
 		if len(srcQ) == 0 && !srcDone {
 			r, err := x.committed(ctx, srcPos)
+			var re *rangeError
+			if errors.As(err, &re) && srcPos < re.start && !matched {
+				srcPos, lost = re.start, true
+				w.Pass(re.start)
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -465,11 +477,18 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		case twin.StepMatch:
 			if c.h.NextOffset() > p {
 				dh, _ := transform.ParseHeader(dstQ[0])
-				return x.found(c, from, dh.BaseOffset, p)
+				return x.found(c, from, dstQ[0], dh.BaseOffset, p)
 			}
-			srcQ, dstQ = srcQ[1:], dstQ[1:]
+			srcQ, dstQ, matched = srcQ[1:], dstQ[1:], true
 		case twin.StepSkip:
 			srcQ = srcQ[1:]
+		case twin.StepEmptied:
+			dstQ = dstQ[1:] // the mirror of a batch the cleaner emptied since
+		case twin.StepForeign:
+			if !lost || matched {
+				return errWalkLost
+			}
+			dstQ = dstQ[1:] // the mirror of records the source no longer holds
 		default:
 			return errWalkLost
 		}
@@ -489,14 +508,23 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 	return err
 }
 
-// viaTimestamp finds the twin of the first committed source batch with a
+// viaTimestamp finds the mirror of the first committed source batch with a
 // record at or after p by its create times: the destination's first offset
-// at or after the batch's earliest create time lies at or before the twin
-// (the twin holds the same records with the same timestamps), so a scan from
-// there meets it first, before the twin of any later batch. A candidate the
-// scan meets after a later one's twin was not mirrored; the search then
-// starts again from the earlier of their create times, and if that is the
-// destination's log start, what was not found lies below it.
+// at or after the batch's earliest create time lies at or before its mirror
+// (which holds the same records with the same timestamps), so a scan from
+// there meets it first, before the mirror of any later batch.
+//
+// Duplicates are told apart by their order, never by the first equal
+// candidate: the scan also looks for the mirror of the source batch just
+// before the candidates (a retried batch, or a chain source's copy, is
+// adjacent to its original), which claims a destination batch both match.
+// A later candidate met before an earlier one means the earlier one was not
+// mirrored: that is accepted only for a batch the pipeline skips, a
+// duplicate of the batch before it (same producer, epoch and sequence
+// range); anything else may be a batch the search did not recognise, and
+// the answer is ErrUntranslatable, never a guess that skips records. A
+// search that meets nothing from the destination's log start on says what
+// was not found lies below it.
 func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 	x.out.Via = "timestamp"
 	var cands []srcBatch
@@ -527,7 +555,15 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		}
 		pos = r.next
 	}
-	least, err := x.earliest(cands[:1])
+	pred, err := x.predecessor(ctx, min(p, cands[0].h.BaseOffset))
+	if err != nil {
+		return err
+	}
+	first := cands[:1]
+	if pred != nil {
+		first = append([]srcBatch{*pred}, first...)
+	}
+	least, err := x.earliest(first)
 	if err != nil {
 		return err
 	}
@@ -536,7 +572,7 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		if err != nil {
 			return err
 		}
-		j, from, base, err := x.scan(ctx, cands, r, hi)
+		j, from, d, base, err := x.scan(ctx, pred, cands, r, hi)
 		if err != nil {
 			return err
 		}
@@ -567,8 +603,54 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 			return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
 				ErrBelowDestinationStart, c.firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
 		}
-		return x.found(cands[j], from, base, p)
+		for i := range j {
+			if !duplicateOf(cands[i], pred, cands[:i]) {
+				return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition",
+					ErrUntranslatable, cands[j].h.BaseOffset, cands[i].h.BaseOffset)
+			}
+		}
+		return x.found(cands[j], from, d, base, p)
 	}
+}
+
+// duplicateOf reports whether the pipeline skips source batch c as a
+// duplicate of pred or of one of before: a batch of the same producer (a
+// producer ID at all), epoch and sequence range.
+func duplicateOf(c srcBatch, pred *srcBatch, before []srcBatch) bool {
+	if c.h.ProducerID == -1 {
+		return false // without a producer ID nothing is a duplicate
+	}
+	same := func(o srcBatch) bool {
+		return o.h.ProducerID == c.h.ProducerID && o.h.ProducerEpoch == c.h.ProducerEpoch &&
+			o.h.BaseSequence == c.h.BaseSequence && o.h.LastOffsetDelta == c.h.LastOffsetDelta
+	}
+	if pred != nil && same(*pred) {
+		return true
+	}
+	return slices.ContainsFunc(before, same)
+}
+
+// predecessor is the committed source batch that holds offset pos-1, or nil
+// if that offset holds none (a transaction marker, an aborted record, the
+// log start) or pos is 0.
+func (x *job) predecessor(ctx context.Context, pos int64) (*srcBatch, error) {
+	if pos <= 0 {
+		return nil, nil
+	}
+	r, err := x.committed(ctx, pos-1)
+	var re *rangeError
+	if errors.As(err, &re) {
+		return nil, nil // below the log start
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range r.batches {
+		if c.h.BaseOffset <= pos-1 && pos-1 < c.h.NextOffset() && slices.Contains(c.offsets, pos-1) {
+			return &c, nil
+		}
+	}
+	return nil, nil
 }
 
 // destinationStart is the destination partition's log start.
@@ -607,29 +689,34 @@ func (x *job) earliest(cs []srcBatch) (int64, error) {
 }
 
 // scan reads the destination from offset r up to hi for the first batch
-// that is the twin of one of cands: its index, the position it was decided
-// from and its base offset; -1 when none is within the budget.
-func (x *job) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j int, from, base int64, err error) {
+// that is the mirror of one of cands, skipping the one pred (the batch just
+// before them) claims: the candidate's index, the position it was mirrored
+// from, the destination batch and its base offset; -1 when none is within
+// the budget.
+func (x *job) scan(ctx context.Context, pred *srcBatch, cands []srcBatch, r int64, hi cut) (j int, from int64, d []byte, base int64, err error) {
 	// Each candidate is decided once, whole, and compared with every
-	// destination batch (twin rejects a batch of another length at once);
-	// the trimmed decision of mirrorFrom only for a batch of fewer records.
+	// destination batch (Match rejects a batch of another length at
+	// once); the slower Same (a batch the source changed since) only
+	// for a destination batch of the candidate's producer batch, and the
+	// trimmed decision of mirrorFrom only for a batch of fewer records.
 	whole := make([][]byte, len(cands))
 	for i, c := range cands {
 		dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
 		if err != nil {
-			return -1, 0, 0, err
+			return -1, 0, nil, 0, err
 		}
 		if dec.Verdict == twin.Forward {
 			whole[i] = dec.Out
 		}
 	}
+	claimed := pred == nil // the predecessor claims at most one batch
 	for pos := r; !hi.known || pos < hi.d; {
 		ds, err := x.dstBatches(ctx, pos)
 		if errors.Is(err, errBudget) {
-			return -1, 0, 0, nil
+			return -1, 0, nil, 0, nil
 		}
 		if err != nil {
-			return -1, 0, 0, err
+			return -1, 0, nil, 0, err
 		}
 		if len(ds) == 0 {
 			break
@@ -637,27 +724,54 @@ func (x *job) scan(ctx context.Context, cands []srcBatch, r int64, hi cut) (j in
 		for _, d := range ds {
 			dh, _ := transform.ParseHeader(d)
 			if hi.known && dh.BaseOffset >= hi.d {
-				return -1, 0, 0, nil
-			}
-			for i, c := range cands {
-				if whole[i] != nil && twin.Match(whole[i], d) {
-					return i, c.h.BaseOffset, dh.BaseOffset, nil
-				}
-				if int(dh.NumRecords) >= len(c.offsets) {
-					continue // not a trimmed twin of c
-				}
-				from, ok, err := x.mirrorFrom(c, d)
-				if err != nil {
-					return -1, 0, 0, err
-				}
-				if ok {
-					return i, from, dh.BaseOffset, nil
-				}
+				return -1, 0, nil, 0, nil
 			}
 			pos = dh.NextOffset()
+			if !claimed {
+				ok, err := x.mirrorOf(*pred, whole[:0], -1, d, dh)
+				if err != nil {
+					return -1, 0, nil, 0, err
+				}
+				if ok >= 0 {
+					claimed = true
+					continue
+				}
+			}
+			for i, c := range cands {
+				from, err := x.mirrorOf(c, whole, i, d, dh)
+				if err != nil {
+					return -1, 0, nil, 0, err
+				}
+				if from >= 0 {
+					return i, from, d, dh.BaseOffset, nil
+				}
+			}
 		}
 	}
-	return -1, 0, 0, nil
+	return -1, 0, nil, 0, nil
+}
+
+// mirrorOf reports whether destination batch d (header dh) is the batch the
+// link appended for source batch c, whose whole decision is whole[i] (i -1:
+// not decided yet): the position it was mirrored from, or -1.
+func (x *job) mirrorOf(c srcBatch, whole [][]byte, i int, d []byte, dh transform.Header) (int64, error) {
+	if i >= 0 && whole[i] != nil && twin.Match(whole[i], d) {
+		return c.h.BaseOffset, nil
+	}
+	if dh.ProducerEpoch == c.h.ProducerEpoch && dh.BaseSequence == c.h.BaseSequence && dh.NumRecords >= c.h.NumRecords {
+		// The same producer batch, maybe changed at the source since.
+		ok, err := x.mirror(c, c.h.BaseOffset, d)
+		if err != nil || ok {
+			return c.h.BaseOffset, err
+		}
+	}
+	if int(dh.NumRecords) < len(c.offsets) {
+		from, ok, err := x.mirrorFrom(c, d)
+		if err != nil || ok {
+			return from, err
+		}
+	}
+	return -1, nil
 }
 
 // ---- reading ----

@@ -2,6 +2,7 @@ package twin
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/seed83556561/mirrord/transform"
@@ -13,10 +14,11 @@ import (
 // takes the destination tail and the source from the checkpoint in step,
 // decides each source batch exactly as the pipeline would (Decide, with the
 // producer state saved with the checkpoint restored into its PSM), and
-// matches: a destination batch that is the twin of the next forwarded
-// source batch advances both sides; a source batch the pipeline skips
-// (empty, duplicate) advances the source only; anything else at the
-// destination is foreign. The source position reached is where mirroring
+// matches: a destination batch that is the batch the link appended for the
+// next source batch (Same: its twin, or the same batch after the source's
+// cleaner cut records out of it or its log start moved into it) advances
+// both sides; a source batch the pipeline skips (empty, duplicate)
+// advances the source only; anything else at the destination is foreign. The source position reached is where mirroring
 // resumes (I3). Offset translation walks the same way from a checkpoint.
 //
 // The walker is pure: its caller feeds it batches and reads its positions.
@@ -35,6 +37,15 @@ const (
 	// StepSkip: the pipeline never appends this source batch (no records
 	// to forward, or a duplicate); the source advances.
 	StepSkip
+	// StepEmptied: the destination batch is the mirror of a source batch
+	// the cleaner emptied since (the walk skipped it): the link's own;
+	// the destination advances and the same source batch is compared with
+	// the next destination batch.
+	StepEmptied
+	// StepPassed: the destination batch mirrors records the source no
+	// longer holds (Walker.Lost): the destination advances and the same
+	// source batch is compared with the next destination batch.
+	StepPassed
 	// StepStop: this source batch needs a collision salt that was never
 	// committed (salts are committed, with a checkpoint, before the batch
 	// they concern is appended), so neither it nor anything after it was
@@ -42,7 +53,7 @@ const (
 	StepStop
 )
 
-var stepNames = [...]string{"match", "foreign", "skip", "stop"}
+var stepNames = [...]string{"match", "foreign", "skip", "emptied", "passed", "stop"}
 
 func (s Step) String() string { return stepNames[s] }
 
@@ -56,15 +67,43 @@ type Walker struct {
 	dstNext int64 // destination offset after the last batch examined
 	counts  Counts
 	stopped bool // a needed salt was never committed: the rest is foreign
-
-	scratch []byte
+	// emptied are the identities of the source batches the cleaner
+	// emptied since the last match, in source order (at most
+	// maxEmptied), so that their mirrors, if the link appended them
+	// before, are counted as the link's, not as foreign.
+	emptied []identity
+	// lost: the source deleted records from the walk's position on
+	// (Lost), and no match confirmed since that the destination batches
+	// met meanwhile (lostDst, with lostRecords records) mirror them.
+	lost        bool
+	lostDst     int
+	lostRecords int64
 }
 
 // Counts are what a walk found.
 type Counts struct {
 	Matched int // destination batches recognised as the link's own
+	// Changed counts the matched batches that the source log changed
+	// since they were mirrored (Same: Whole or Cut).
+	Changed int
+	// Passed counts the destination batches that mirror records the
+	// source deleted since (Lost), confirmed by a match after them.
+	Passed  int
 	Foreign int // destination batches the link did not write
 	Skipped int // source batches the pipeline skips
+}
+
+// maxEmptied bounds the emptied source batches a walk remembers between
+// two matches: 16 bytes each.
+const maxEmptied = 4096
+
+// identity is what tells a producer's batch at the destination: the mapped
+// producer ID, epoch, base sequence and last offset delta.
+type identity struct {
+	pid   int64
+	epoch int16
+	seq   int32
+	lod   int32
 }
 
 // NewWalker starts a walk at the pair (srcNext, dstNext) with the producer
@@ -92,6 +131,26 @@ func (w *Walker) Stopped() bool { return w.stopped }
 // pipeline forwards below it (control batches, aborted transactions).
 func (w *Walker) Pass(end int64) { w.srcNext = max(w.srcNext, end) }
 
+// Lost moves the source side past end: the source no longer holds its
+// offsets from the walk's position up to end (retention, DeleteRecords, a
+// cleaner that moved the log start), and the link may have mirrored them
+// before. The destination batches met until the next match are taken for
+// their mirrors (StepPassed): the link appends in source order, so a match
+// after them confirms it (Counts.Passed); LostOpen reports those no match
+// confirmed.
+func (w *Walker) Lost(end int64) {
+	w.Pass(end)
+	w.lost = true
+}
+
+// LostOpen reports the destination batches (and their records) met since
+// records were lost (Lost) that no match confirmed as their mirrors: what
+// the link may have appended of them before the source deleted them, or
+// foreign batches. ok is false when no such stretch is open.
+func (w *Walker) LostOpen() (batches int, records int64, ok bool) {
+	return w.lostDst, w.lostRecords, w.lost
+}
+
 // Compare checks destination batch dst against the source batch raw (as
 // fetched and filtered, with header h, fetched from position from). Neither
 // is modified; after StepForeign the same source batch is compared with the
@@ -105,12 +164,32 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.foreignBatch(dh)
 		return StepStop, nil
 	}
-	d, err := Decide(w.psm, w.src, w.reenc, w.scratch, raw, h, from, true)
+	same, d, err := Same(w.psm, w.src, w.reenc, raw, h, from, dst)
 	if err != nil {
 		return 0, err
 	}
+	if same != NotSame {
+		w.emptied = w.emptied[:0]
+		if w.lost {
+			w.counts.Passed += w.lostDst
+			w.lost, w.lostDst, w.lostRecords = false, 0, 0
+		}
+		w.psm.Commit(d.PSM, now)
+		w.srcNext = h.NextOffset()
+		w.dstNext = dh.NextOffset()
+		w.counts.Matched++
+		if same != Twin {
+			w.counts.Changed++
+		}
+		return StepMatch, nil
+	}
 	switch d.Verdict {
 	case SkipEmpty:
+		if h.NumRecords == 0 && h.ProducerID >= 0 && len(w.emptied) < maxEmptied {
+			if pd := w.psm.Decide(transform.InfoOf(h, w.src.Cluster, w.src.Region)); pd.Kind != transform.KindCollision {
+				w.emptied = append(w.emptied, identity{pid: pd.Mapped, epoch: h.ProducerEpoch, seq: h.BaseSequence, lod: h.LastOffsetDelta})
+			}
+		}
 		w.srcNext = max(w.srcNext, h.NextOffset())
 		w.counts.Skipped++
 		return StepSkip, nil
@@ -124,16 +203,29 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.foreignBatch(dh)
 		return StepStop, nil
 	}
-	w.scratch = d.Out
-	if !Match(d.Out, dst) {
-		w.foreignBatch(dh)
-		return StepForeign, nil
+	if i := slices.Index(w.emptied, identity{pid: dh.ProducerID, epoch: dh.ProducerEpoch, seq: dh.BaseSequence, lod: dh.LastOffsetDelta}); i >= 0 &&
+		int64(dh.NumRecords) == int64(dh.LastOffsetDelta)+1 {
+		// The mirror of a batch the cleaner emptied since: the
+		// link's own; the source is already past it.
+		w.emptied = w.emptied[i+1:]
+		w.dstNext = dh.NextOffset()
+		w.counts.Matched++
+		w.counts.Changed++
+		return StepEmptied, nil
 	}
-	w.psm.Commit(d.PSM, now)
-	w.srcNext = h.NextOffset()
+	if w.lost {
+		w.passBatch(dh)
+		return StepPassed, nil
+	}
+	w.foreignBatch(dh)
+	return StepForeign, nil
+}
+
+// passBatch takes dh for the mirror of records the source lost.
+func (w *Walker) passBatch(dh transform.Header) {
 	w.dstNext = dh.NextOffset()
-	w.counts.Matched++
-	return StepMatch, nil
+	w.lostDst++
+	w.lostRecords += int64(dh.NumRecords)
 }
 
 // ForeignRest marks a destination batch foreign when the source has nothing
@@ -142,6 +234,10 @@ func (w *Walker) ForeignRest(dst []byte) error {
 	dh, err := transform.ParseHeader(dst)
 	if err != nil {
 		return fmt.Errorf("destination batch at offset %d: %w", w.dstNext, err)
+	}
+	if w.lost {
+		w.passBatch(dh)
+		return nil
 	}
 	w.foreignBatch(dh)
 	return nil

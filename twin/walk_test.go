@@ -140,6 +140,22 @@ func TestWalker(t *testing.T) {
 			srcNext: 117, dstNext: 55,
 		},
 		{
+			name: "the mirror of a batch the cleaner emptied since is the link's",
+			src: [][]byte{batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, FirstTimestamp: 0, LastOffsetDelta: 4}), s1},
+			dst: [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
+			// s0 (offsets 100-104) is what was appended, emptied since.
+			steps:   []Step{StepSkip, StepEmptied, StepMatch},
+			srcNext: 112, dstNext: 60,
+		},
+		{
+			name: "an emptied batch is not taken for a later one of the same identity",
+			src: [][]byte{batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, BaseSequence: 5, LastOffsetDelta: 4}),
+				batchtest.Simple(105, 3, 0, 5, 5)},
+			dst:     [][]byte{appended(batchtest.Simple(105, 3, 0, 5, 5), m, 50)},
+			steps:   []Step{StepSkip, StepMatch},
+			srcNext: 110, dstNext: 55,
+		},
+		{
 			name:    "duplicate source batch is skipped",
 			src:     [][]byte{s0, batchtest.Simple(105, 3, 0, 0, 5), s1},
 			dst:     [][]byte{appended(s0, m, 50), appended(s1, m, 55)},

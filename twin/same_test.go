@@ -1,0 +1,202 @@
+package twin
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// recs are n records with distinct keys and values, timestamps 0..n-1 ms
+// after the batch's first timestamp.
+func recs(n int) []batchtest.Record {
+	out := make([]batchtest.Record, n)
+	for i := range out {
+		out[i] = batchtest.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i), TimestampDelta: int64(i), OffsetDelta: -1}
+	}
+	return out
+}
+
+// keep returns the records of rs at the given indexes, each with its
+// original offset delta: what a cleaner leaves of them.
+func keep(rs []batchtest.Record, idx ...int) []batchtest.Record {
+	var out []batchtest.Record
+	for _, i := range idx {
+		r := rs[i]
+		r.OffsetDelta = int32(i)
+		out = append(out, r)
+	}
+	return out
+}
+
+// Same recognises the batch the link appended for a source batch also when
+// the source log changed after it was mirrored, and nothing else: guards
+// reconciliation and translation against calling the link's own batch
+// foreign (and appending it again) after compaction or a moved log start
+// (issue 21 cases 2 and 6), and against taking another batch for it.
+func TestSame(t *testing.T) {
+	const pid, base = 3, 100
+	m := transform.MapPID(pid, 42)
+	rs := recs(6)
+	spec := func(s batchtest.Spec) []byte {
+		if s.BaseOffset == 0 {
+			s.BaseOffset = base
+		}
+		if s.PID == 0 {
+			s.PID = pid
+		}
+		s.FirstTimestamp = 1_700_000_000_000
+		return batchtest.Build(s)
+	}
+	whole := spec(batchtest.Spec{Codec: 3, Records: rs})
+	dense := appended(whole, m, 50) // what the link appended for it
+
+	kafkaCut := spec(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 1, 3, 4)}) // Kafka's cleaner: same range and codec
+	kfakeCut := spec(batchtest.Spec{Records: keep(rs, 0, 2)})                                  // kfake: uncompressed, the range shrunk
+	lastCut := spec(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 5)})
+	emptied := spec(batchtest.Spec{Codec: 3, LastOffsetDelta: 5}) // Kafka keeps a producer's last batch, empty
+	changed := append([]batchtest.Record(nil), keep(rs, 1, 3)...)
+	changed[1].Value = []byte("another value")
+	changedCut := spec(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: changed})
+	otherSeq := spec(batchtest.Spec{Codec: 3, BaseSequence: 6, Records: rs})
+	otherPID := spec(batchtest.Spec{Codec: 3, PID: 4, LastOffsetDelta: 5, Records: keep(rs, 1, 3)})
+
+	// A batch already cut when the link mirrored it is appended re-encoded
+	// (dense, fewer records); cut again since, its records are still a
+	// subsequence of the re-encoding.
+	gappyAtMirror := spec(batchtest.Spec{Codec: 2, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
+	reencoded := appended(gappyAtMirror, m, 70)
+	cutAgain := spec(batchtest.Spec{Codec: 2, LastOffsetDelta: 5, Records: keep(rs, 2, 5)})
+	cutOther := spec(batchtest.Spec{Codec: 2, LastOffsetDelta: 5, Records: keep(rs, 1, 5)}) // record 1 was not in it
+
+	// Plain (PID -1) batches carry no identity but their records.
+	plainWhole := spec(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, Records: rs})
+	plainDense := appended(plainWhole, -1, 90)
+	plainCut := spec(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5, Records: keep(rs, 2, 4)})
+	plainEmptied := spec(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5})
+
+	for _, tc := range []struct {
+		name string
+		src  []byte
+		from int64
+		dst  []byte
+		want Sameness
+	}{
+		{"unchanged", whole, base, dense, Twin},
+		{"log start moved into it", whole, base + 3, dense, Whole},
+		{"Kafka's cleaner cut it", kafkaCut, base, dense, Cut},
+		{"kfake's cleaner cut it", kfakeCut, base, dense, Cut},
+		{"only its last record left", lastCut, base, dense, Cut},
+		{"cut and the log start moved into it", kafkaCut, base + 2, dense, Cut},
+		{"emptied, with a producer ID: a later copy may be the one appended", emptied, base, dense, NotSame},
+		{"a record's value differs", changedCut, base, dense, NotSame},
+		{"another base sequence", otherSeq, base, dense, NotSame},
+		{"another producer", otherPID, base, dense, NotSame},
+		{"cut before and after mirroring", cutAgain, base, reencoded, Cut},
+		{"a record the re-encoding never held", cutOther, base, reencoded, NotSame},
+		{"plain, unchanged", plainWhole, base, plainDense, Twin},
+		{"plain, cut", plainCut, base, plainDense, Cut},
+		{"plain, emptied: nothing to tell it by", plainEmptied, base, plainDense, NotSame},
+		{"plain batch against the idempotent one", plainWhole, base, dense, NotSame},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := clone(tc.src)
+			psm := transform.NewPSM(transform.PSMConfig{})
+			got, d, err := Same(psm, walkSource, transform.NewReencoder(), tc.src, mustHeader(t, tc.src), tc.from, tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(before) != string(tc.src) {
+				t.Fatal("Same modified the source batch")
+			}
+			if got != tc.want {
+				t.Fatalf("Same = %s, want %s", got, tc.want)
+			}
+			if got != NotSame && d.Verdict != Forward {
+				t.Errorf("a recognised batch's decision is %s, want forward (its sequence range committed)", d.Verdict)
+			}
+		})
+	}
+}
+
+// A batch the cleaner cut is committed to the producer state with the range
+// the pipeline committed when it appended the batch whole, so that the
+// producer's next batch follows it (no gap, no duplicate).
+func TestSameCommitsTheWholeRange(t *testing.T) {
+	rs := recs(6)
+	first := batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, Records: rs})
+	dst := appended(first, transform.MapPID(3, 42), 0)
+	cut := batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, Records: keep(rs, 1)}) // kfake: the range shrunk to delta 1
+	next := batchtest.Build(batchtest.Spec{BaseOffset: 106, PID: 3, BaseSequence: 6, Records: recs(2)})
+	psm := transform.NewPSM(transform.PSMConfig{})
+	got, d, err := Same(psm, walkSource, transform.NewReencoder(), cut, mustHeader(t, cut), 100, dst)
+	if err != nil || got != Cut {
+		t.Fatalf("Same = %s, %v; want cut", got, err)
+	}
+	psm.Commit(d.PSM, clock())
+	if k := psm.Decide(transform.InfoOf(mustHeader(t, next), walkCluster, 42)).Kind; k != transform.KindAppend {
+		t.Errorf("the producer's next batch is decided %s, want in sequence", k)
+	}
+}
+
+func mustHeader(t *testing.T, b []byte) transform.Header {
+	t.Helper()
+	h, err := transform.ParseHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Place gives the destination index of the first record at or after a
+// source position in the batch the link appended, also after the source's
+// cleaner cut records out of the batch, and says when that cannot be
+// exact: guards offset translation against moving a consumer past records
+// (issue 21 case 1).
+func TestPlace(t *testing.T) {
+	const base = 100
+	rs := recs(6)
+	build := func(s batchtest.Spec) []byte {
+		s.BaseOffset, s.PID, s.FirstTimestamp = base, 3, 1_700_000_000_000
+		return batchtest.Build(s)
+	}
+	m := transform.MapPID(3, 42)
+	dense := appended(build(batchtest.Spec{Records: rs}), m, 0)
+	kafkaCut := build(batchtest.Spec{LastOffsetDelta: 5, Records: keep(rs, 1, 3)})
+	kfakeCut := build(batchtest.Spec{Records: keep(rs, 1, 3)}) // the range shrunk to delta 3
+	gappyAtMirror := build(batchtest.Spec{LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
+	reencoded := appended(gappyAtMirror, m, 0) // 4 records from offsets 100, 102, 103, 105
+	cutAgain := build(batchtest.Spec{LastOffsetDelta: 5, Records: keep(rs, 0, 5)})
+	for _, tc := range []struct {
+		name    string
+		src     []byte
+		from    int64
+		dst     []byte
+		p       int64
+		want    int
+		inexact bool
+	}{
+		{"dense, before the batch", kafkaCut, base, dense, 90, 0, false},
+		{"dense, at a record cut since", kafkaCut, base, dense, 102, 2, false},
+		{"dense, at a surviving record", kafkaCut, base, dense, 103, 3, false},
+		{"dense, past the batch", kafkaCut, base, dense, 106, 6, false},
+		{"kfake's shrunk range: positional by the aligned records", kfakeCut, base, dense, 104, 4, false},
+		{"re-encoded, unchanged", gappyAtMirror, base, reencoded, 101, 1, false},
+		{"re-encoded, at a gap it had when mirrored", gappyAtMirror, base, reencoded, 104, 3, false},
+		{"re-encoded and cut again: right after a record it holds", cutAgain, base, reencoded, 101, 1, false},
+		{"re-encoded and cut again: at the next record it holds", cutAgain, base, reencoded, 105, 3, false},
+		{"re-encoded and cut again: between, unknown", cutAgain, base, reencoded, 103, 3, true},
+		{"re-encoded and cut again: past it", cutAgain, base, reencoded, 106, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, exact, err := Place(transform.NewReencoder(), tc.src, mustHeader(t, tc.src), tc.from, tc.dst, tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exact == tc.inexact || (exact && got != tc.want) {
+				t.Errorf("Place(%d) = %d, exact %v; want %d, exact %v", tc.p, got, exact, tc.want, !tc.inexact)
+			}
+		})
+	}
+}
