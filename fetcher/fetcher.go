@@ -124,7 +124,11 @@ type Result struct {
 	AbortedBatches int
 	// SkippedRecords is the number of records skipped under
 	// OnOutOfRange = "earliest" (records lost at the source), else 0.
+	// With Unjudged, the offsets passed below the log start of a
+	// partition assigned with AssignReconciling, which the fetcher neither
+	// counted nor logged as lost.
 	SkippedRecords int64
+	Unjudged       bool
 	// Bytes is the size of Batches (for metrics; the budget counts
 	// Pin).
 	Bytes int
@@ -196,11 +200,12 @@ const (
 )
 
 type command struct {
-	kind   cmdKind
-	p      tp.Partition
-	offset int64
-	gen    uint64
-	pin    Pin
+	kind        cmdKind
+	p           tp.Partition
+	offset      int64
+	gen         uint64
+	pin         Pin
+	reconciling bool
 }
 
 // New returns a fetcher with cfg's defaults filled in. It does no I/O and
@@ -292,6 +297,17 @@ func (c *Config) validate() error {
 // from any goroutine; it does not wait for Run.
 func (f *Fetcher) Assign(p tp.Partition, offset int64, gen uint64) {
 	f.cmds.Put(command{kind: cmdAssign, p: p, offset: offset, gen: gen})
+}
+
+// AssignReconciling is Assign for a partition whose destination tail is
+// being reconciled: an offset below the source's log start is not lost
+// for sure (the link may have mirrored those records before the source
+// deleted them), so whatever OnOutOfRange says the fetcher moves to the
+// log start and reports the records it passed (Result.SkippedRecords, with
+// Result.Unjudged set), without counting or logging them as lost: the
+// caller judges.
+func (f *Fetcher) AssignReconciling(p tp.Partition, offset int64, gen uint64) {
+	f.cmds.Put(command{kind: cmdAssign, p: p, offset: offset, gen: gen, reconciling: true})
 }
 
 // Unassign stops fetching p and drops the results of p that the fetcher

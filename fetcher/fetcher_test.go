@@ -485,19 +485,25 @@ func TestFairShare(t *testing.T) {
 
 // Guards OFFSET_OUT_OF_RANGE: below the log start, "fail" fails the partition
 // with the range and what to do, "earliest" skips to the log start and says
-// how many records were lost; above the high watermark always fails.
+// how many records were lost; a partition assigned to reconcile passes to
+// the log start under either policy and reports the offsets unjudged
+// (neither counted nor failed: the link may have mirrored those records);
+// above the high watermark always fails.
 func TestOutOfRange(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		policy  OutOfRange
-		at      int64
-		wantErr []string // substrings; nil: continues
-		skipped int64
+		name        string
+		policy      OutOfRange
+		reconciling bool
+		at          int64
+		wantErr     []string // substrings; nil: continues
+		skipped     int64
 	}{
-		{"below log start, fail", OutOfRangeFail, 2, []string{"t[0] offset 2 is below the log start offset 5", "valid range [5, 11]", "3 records", `on_offset_out_of_range = "earliest"`}, 0},
-		{"below log start, earliest", OutOfRangeEarliest, 2, nil, 3},
-		{"above high watermark, fail", OutOfRangeFail, 50, []string{"t[0] offset 50 is above the high watermark 11", "valid range [5, 11]"}, 0},
-		{"above high watermark, earliest", OutOfRangeEarliest, 50, []string{"t[0] offset 50 is above the high watermark 11"}, 0},
+		{"below log start, reconciling under fail", OutOfRangeFail, true, 2, nil, 3},
+		{"below log start, reconciling under earliest", OutOfRangeEarliest, true, 2, nil, 3},
+		{"below log start, fail", OutOfRangeFail, false, 2, []string{"t[0] offset 2 is below the log start offset 5", "valid range [5, 11]", "3 records", `on_offset_out_of_range = "earliest"`}, 0},
+		{"below log start, earliest", OutOfRangeEarliest, false, 2, nil, 3},
+		{"above high watermark, fail", OutOfRangeFail, false, 50, []string{"t[0] offset 50 is above the high watermark 11", "valid range [5, 11]"}, 0},
+		{"above high watermark, earliest", OutOfRangeEarliest, false, 50, []string{"t[0] offset 50 is above the high watermark 11"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := deadline(t)
@@ -524,7 +530,11 @@ func TestOutOfRange(t *testing.T) {
 			f, m := newFetcher(t, c, Config{OnOutOfRange: tc.policy})
 			con := newConsumer(t, f)
 			p := tp.Partition{Topic: "t", Partition: 0}
-			con.assign(p, tc.at)
+			if tc.reconciling {
+				con.assignReconciling(p, tc.at)
+			} else {
+				con.assign(p, tc.at)
+			}
 			run(t, f)
 			if tc.wantErr != nil {
 				var r Result
@@ -545,8 +555,15 @@ func TestOutOfRange(t *testing.T) {
 			}
 			con.until(ctx, ends)
 			s := con.s[p.Key()]
-			if s.skipped != tc.skipped || testutil.ToFloat64(m.forLink(testLink).skipped) != float64(tc.skipped) {
-				t.Errorf("skipped %d (metric %v), want %d", s.skipped, testutil.ToFloat64(m.forLink(testLink).skipped), tc.skipped)
+			counted := tc.skipped
+			if tc.reconciling {
+				counted = 0
+				if s.unjudged != tc.skipped {
+					t.Errorf("unjudged %d, want the %d offsets passed", s.unjudged, tc.skipped)
+				}
+			}
+			if s.skipped != tc.skipped || testutil.ToFloat64(m.forLink(testLink).skipped) != float64(counted) {
+				t.Errorf("skipped %d (metric %v), want %d (metric %d)", s.skipped, testutil.ToFloat64(m.forLink(testLink).skipped), tc.skipped, counted)
 			}
 			var got []string
 			for _, r := range s.recs {

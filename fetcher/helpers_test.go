@@ -162,8 +162,10 @@ type stream struct {
 	end     int64 // End of the last result
 	aborted int
 	skipped int64
-	codecs  map[int8]bool
-	maxRaw  int // largest batch
+	// unjudged: of skipped, what results reported Unjudged.
+	unjudged int64
+	codecs   map[int8]bool
+	maxRaw   int // largest batch
 }
 
 // consumer reads Results the way a link does: it ignores (and releases)
@@ -193,6 +195,14 @@ func newConsumer(t *testing.T, f *Fetcher) *consumer {
 func (c *consumer) assign(p tp.Partition, offset int64) {
 	c.gen++
 	c.f.Assign(p, offset, c.gen)
+	c.gens[p.Key()] = c.gen
+	c.s[p.Key()] = &stream{end: offset, codecs: make(map[int8]bool)}
+}
+
+// assignReconciling is assign with Fetcher.AssignReconciling.
+func (c *consumer) assignReconciling(p tp.Partition, offset int64) {
+	c.gen++
+	c.f.AssignReconciling(p, offset, c.gen)
 	c.gens[p.Key()] = c.gen
 	c.s[p.Key()] = &stream{end: offset, codecs: make(map[int8]bool)}
 }
@@ -241,6 +251,9 @@ func (c *consumer) take(r Result) bool {
 	s.results++
 	s.aborted += r.AbortedBatches
 	s.skipped += r.SkippedRecords
+	if r.Unjudged {
+		s.unjudged += r.SkippedRecords
+	}
 	c.order = append(c.order, k)
 	if c.hold {
 		if r.Pin.Bytes() > 0 && !slices.Contains(c.pins, r.Pin) {

@@ -61,6 +61,9 @@ type cursor struct {
 	// there; the partition goes first in its next request, where brokers
 	// return at least one batch whatever its size (KIP-74).
 	starved bool
+	// reconciling: assigned with AssignReconciling: an offset below the
+	// log start is passed and reported unjudged.
+	reconciling bool
 }
 
 // coord is Run's state, owned by the goroutine that runs Run.
@@ -440,11 +443,12 @@ func (c *coord) apply(cmds []command) {
 		case cmdAssign:
 			c.drop(cmd.p.Key())
 			c.cursors[cmd.p.Key()] = &cursor{
-				p:         cmd.p,
-				gen:       cmd.gen,
-				offset:    cmd.offset,
-				state:     stNeedLeader,
-				corruptAt: -1,
+				p:           cmd.p,
+				gen:         cmd.gen,
+				offset:      cmd.offset,
+				state:       stNeedLeader,
+				corruptAt:   -1,
+				reconciling: cmd.reconciling,
 			}
 			c.f.log.Debug("assigned partition", "partition", cmd.p.String(), "offset", cmd.offset, "gen", cmd.gen)
 		case cmdUnassign:
@@ -792,6 +796,16 @@ func (c *coord) applyOutOfRange(pt *cursor, it *itemOutcome) {
 		c.fail(pt, KindOutOfRange, fmt.Errorf(
 			"%w: %s offset %d is above the high watermark %d (valid range [%d, %d]): the source partition was truncated or the topic recreated, so mirrored data may have no continuation; investigate, then reassign the partition from a valid offset",
 			ErrOffsetOutOfRange, pt.p, off, end, start, end))
+	case off < start && pt.reconciling:
+		c.f.log.Info("fetch offset below the log start offset while reconciling; passing to the log start, the link judges whether the records had been mirrored",
+			"partition", pt.p.String(), "offset", off, "log_start_offset", start, "high_watermark", end)
+		pt.attempts = 0
+		pt.offset = start
+		c.deliver(pt, Result{
+			Start: off, End: start,
+			HighWatermark: end, LastStableOffset: it.lso, LogStartOffset: start,
+			SkippedRecords: start - off, Unjudged: true,
+		})
 	case off < start && c.f.cfg.OnOutOfRange == OutOfRangeFail:
 		c.fail(pt, KindOutOfRange, fmt.Errorf(
 			"%w: %s offset %d is below the log start offset %d (valid range [%d, %d]): %d records were deleted at the source before they were mirrored; set on_offset_out_of_range = %q to skip them, or investigate (retention too short for the link's lag?)",

@@ -64,6 +64,9 @@ type item struct {
 	// pin is the fetch result's hold on its response, carried by the
 	// result's last item and released when that item is done (I7).
 	pin fetcher.Pin
+	// lost: the offsets of this item (raw nil) are below the source's log
+	// start, passed while reconciling: maybe mirrored, maybe lost.
+	lost bool
 }
 
 // partition is the pipeline state of one destination partition.
@@ -182,6 +185,9 @@ type recon struct {
 	askedAt    time.Time // when it was last sent
 	emptySince time.Time // the source has shown nothing past the position since; zero: not seen so
 	exhausted  bool
+	// lost are the source offset ranges [from, to) found deleted below
+	// the log start during the walk (judgeLost).
+	lost [][2]int64
 }
 
 // key is a partition key, for maps.

@@ -34,6 +34,11 @@ type PipelineConfig struct {
 	// after that. One the broker answered is settled at once.
 	ProduceTimeout time.Duration
 	SettleDelay    time.Duration
+	// OnOutOfRange is on_offset_out_of_range: what reconciliation does
+	// with source records deleted below the log start that the link
+	// cannot show it mirrored (fail, the default; earliest: skip and
+	// count them).
+	OnOutOfRange fetcher.OutOfRange
 	// ExhaustGrace is how long a reconciling partition's source must show
 	// nothing committed past the walk's position before the rest of the
 	// destination tail is called foreign. Default 3s.
@@ -216,12 +221,14 @@ func (pl *Pipeline) release(pin fetcher.Pin) {
 	}
 }
 
-// assign (re)starts fetching p at its source position.
+// assign (re)starts fetching p at its source position; a reconciling
+// partition is fetched so that offsets below the source's log start are
+// passed and reported, not judged lost (reconciliation judges).
 func (pl *Pipeline) assign(p *partition) {
 	pl.dropQueue(p)
 	pl.gen++
 	p.gen = pl.gen
-	pl.emit(DoAssign{Src: p.Src, Offset: p.srcNext, Gen: p.gen})
+	pl.emit(DoAssign{Src: p.Src, Offset: p.srcNext, Gen: p.gen, Reconciling: p.phase == phaseReconciling})
 }
 
 // unassign stops fetching p and drops its queue.
@@ -328,7 +335,7 @@ func (pl *Pipeline) fetched(r fetcher.Result) {
 		return
 	}
 	p.hw, p.lso = r.HighWatermark, r.LastStableOffset
-	if r.SkippedRecords > 0 {
+	if r.SkippedRecords > 0 && !r.Unjudged {
 		pl.counts.Add(SourceRecordsSkipped, r.SkippedRecords)
 	}
 	n := len(p.queue)
@@ -338,7 +345,9 @@ func (pl *Pipeline) fetched(r fetcher.Result) {
 		pos = b.Header.NextOffset()
 	}
 	if r.End > pos || len(p.queue) == n {
-		p.queue = append(p.queue, item{from: r.Start, end: r.End})
+		// Unjudged: offsets below the log start, passed while
+		// reconciling; the walk judges whether they were mirrored.
+		p.queue = append(p.queue, item{from: r.Start, end: r.End, lost: r.Unjudged})
 	}
 	p.queue[len(p.queue)-1].pin = r.Pin
 	if p.rc != nil {
@@ -714,7 +723,12 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 		}
 		it := &p.queue[p.head]
 		if it.raw == nil {
-			w.Pass(it.end)
+			if it.lost {
+				w.Lost(it.end)
+				rc.lost = append(rc.lost, [2]int64{it.from, it.end})
+			} else {
+				w.Pass(it.end)
+			}
 			pl.release(p.pop())
 			continue
 		}
@@ -740,14 +754,17 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 func (pl *Pipeline) reconciled(p *partition) {
 	w := p.rc.w
 	n := w.Counts()
+	if !pl.judgeLost(p) {
+		return // failed
+	}
 	p.srcNext, p.dstNext = w.SrcNext(), w.DstNext()
-	pl.counts.Add(ReconciledBatches, int64(n.Matched))
+	pl.counts.Add(ReconciledBatches, int64(n.Matched+n.Passed))
 	pl.counts.Add(ForeignBatches, int64(n.Foreign))
 	if n.Foreign > 0 {
 		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
 			"destination", p.Dst.String(), "foreign_batches", n.Foreign, "resume_source_offset", p.srcNext)
 	}
-	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "foreign_batches", n.Foreign,
+	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "passed_batches", n.Passed, "foreign_batches", n.Foreign,
 		"skipped_source_batches", n.Skipped, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
 	p.rc = nil
 	p.phase = phaseAdmitting
@@ -755,6 +772,46 @@ func (pl *Pipeline) reconciled(p *partition) {
 	if p.initial {
 		pl.initialLeft--
 	}
+}
+
+// judgeLost judges the source offsets p's reconciliation found deleted
+// below the log start (rc.lost): mirrored before the source deleted them
+// when a match after them confirmed the destination batches between
+// (Counts.Passed), else possibly lost: the records beyond what those
+// destination batches hold, under on_offset_out_of_range (fail: the
+// session fails; earliest: counted as skipped). It reports false if p's
+// session failed.
+func (pl *Pipeline) judgeLost(p *partition) bool {
+	rc := p.rc
+	if len(rc.lost) == 0 {
+		return true
+	}
+	var offsets int64
+	for _, r := range rc.lost {
+		offsets += r[1] - r[0]
+	}
+	from, to := rc.lost[0][0], rc.lost[len(rc.lost)-1][1]
+	batches, records, open := rc.w.LostOpen()
+	if !open {
+		pl.log(hclog.Info, "reconcile: the source deleted records the link had mirrored before (they are at the destination); none lost",
+			"source", p.Src.String(), "from", from, "to", to, "mirrors", rc.w.Counts().Passed)
+		return true
+	}
+	lost := max(offsets-records, 0)
+	if lost == 0 {
+		pl.log(hclog.Info, "reconcile: the source deleted records past the checkpoint; the destination holds as many records past it, taken for their mirrors",
+			"source", p.Src.String(), "from", from, "to", to, "destination_batches", batches)
+		return true
+	}
+	if pl.cfg.OnOutOfRange != fetcher.OutOfRangeEarliest {
+		pl.fail(fmt.Errorf("%w: %s offsets %d to %d are below the log start offset %d: up to %d records were deleted at the source before they were mirrored (the destination holds %d records past the checkpoint); set on_offset_out_of_range = %q to skip them, or investigate (retention too short for the link's lag?)",
+			fetcher.ErrOffsetOutOfRange, p.Src, from, to-1, to, lost, records, fetcher.OutOfRangeEarliest))
+		return false
+	}
+	pl.counts.Add(SourceRecordsSkipped, lost)
+	pl.log(hclog.Warn, "reconcile: records deleted at the source before they were mirrored; skipping them",
+		"source", p.Src.String(), "from", from, "to", to, "skipped_records", lost, "destination_records_past_checkpoint", records)
+	return true
 }
 
 // ---- topics appearing and going ----

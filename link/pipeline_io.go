@@ -155,6 +155,10 @@ type DoAssign struct {
 	Src    tp.Partition
 	Offset int64
 	Gen    uint64
+	// Reconciling: the partition reconciles: offsets below the source's
+	// log start are passed and reported, not judged
+	// (fetcher.AssignReconciling).
+	Reconciling bool
 }
 
 // DoUnassign stops fetching a source partition.

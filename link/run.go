@@ -145,7 +145,11 @@ func (s *session) step(ev Input) stepped {
 	for _, a := range s.pipe.Step(s.l.deps.Now(), ev) {
 		switch a := a.(type) {
 		case DoAssign:
-			s.fetch.Assign(a.Src, a.Offset, a.Gen)
+			if a.Reconciling {
+				s.fetch.AssignReconciling(a.Src, a.Offset, a.Gen)
+			} else {
+				s.fetch.Assign(a.Src, a.Offset, a.Gen)
+			}
 		case DoUnassign:
 			s.fetch.Unassign(a.Src)
 		case DoRelease:

@@ -201,6 +201,8 @@ func (s *script) config(td *datadriven.TestData) string {
 			s.cfg.MaxReconciling = int(s.int(a))
 		case "expiry":
 			s.cfg.ProducerStateExpiry = s.dur(a)
+		case "on_offset_out_of_range":
+			s.cfg.OnOutOfRange = fetcher.OutOfRange(s.str(a))
 		default:
 			s.fatalf("config: unknown key %q", a.Key)
 		}
@@ -255,7 +257,7 @@ func (s *script) placed(td *datadriven.TestData) string {
 	return s.step(InPlaced{Parts: s.placements(td.CmdArgs)})
 }
 
-// fetch PART gen=N start=S [end=E] [hw=H] [lso=L] [skipped=N]
+// fetch PART gen=N start=S [end=E] [hw=H] [lso=L] [skipped=N] [unjudged=N]
 // [err=recreated|oor|refused] [b=NAME|SPEC ...]
 func (s *script) fetch(td *datadriven.TestData) string {
 	pr, args := s.partArg(td.CmdArgs)
@@ -275,6 +277,8 @@ func (s *script) fetch(td *datadriven.TestData) string {
 			r.LastStableOffset = s.int(a)
 		case "skipped":
 			r.SkippedRecords = s.int(a)
+		case "unjudged":
+			r.SkippedRecords, r.Unjudged = s.int(a), true
 		case "err":
 			switch s.str(a) {
 			case "recreated":
@@ -857,7 +861,11 @@ func (s *script) render(acts []Action) string {
 func (s *script) format(a Action) string {
 	switch a := a.(type) {
 	case DoAssign:
-		return fmt.Sprintf("assign %s@%d gen=%d%s", s.tpName(a.Src), a.Offset, a.Gen, s.idSuffix(a.Src, "src:"))
+		rec := ""
+		if a.Reconciling {
+			rec = " reconciling"
+		}
+		return fmt.Sprintf("assign %s@%d gen=%d%s%s", s.tpName(a.Src), a.Offset, a.Gen, rec, s.idSuffix(a.Src, "src:"))
 	case DoUnassign:
 		return "unassign " + s.tpName(a.Src) + s.idSuffix(a.Src, "src:")
 	case DoRelease:

@@ -203,6 +203,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		return nil, err
 	}
 	s.pipe = NewPipeline(PipelineConfig{
+		OnOutOfRange:        l.cfg.Link.OnOffsetOutOfRange,
 		Link:                l.cfg.Link.Name,
 		SourceCluster:       s.srcID,
 		Region:              s.region,

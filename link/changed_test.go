@@ -1,0 +1,236 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+)
+
+// Issue 21: the source log and the destination log change after the link
+// mirrored them (the cleaner compacts batches the link read long ago,
+// retention or DeleteRecords cuts into a batch). Translation and
+// reconciliation must recognise the link's own batches anyway, or say that
+// they cannot; never guess.
+
+// kvRounds produces rounds of 12 records to topic kv, one batch per round
+// by a producer of its own, each round overwriting some keys of the earlier
+// ones: compaction then cuts records out of the earlier batches.
+func kvRounds(t *testing.T, c *cluster, kv string, from, to int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := from; round < to; round++ {
+		cl := c.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+		var recs []*kgo.Record
+		for i := range 12 {
+			recs = append(recs, &kgo.Record{Topic: kv, Key: fmt.Appendf(nil, "key-%02d", (i*5+round*3)%17), Value: fmt.Appendf(nil, "round %d record %d", round, i)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+	}
+}
+
+// Case 1: a compacted topic is mirrored while its batches are dense; the
+// cleaner then compacts them and one more batch arrives. Every position,
+// inside the compacted range too, translates to the mirror of the first
+// record at or after it as it was when mirrored (read from both logs
+// before the compaction), by every strategy: before, the timestamp search
+// took the mirror of the later, uncompacted batch for the answer, and a
+// moved consumer skipped the surviving records of every compacted batch.
+func TestTranslateAfterCompaction(t *testing.T) { scenario(t, testTranslateAfterCompaction) }
+
+func testTranslateAfterCompaction(t *testing.T, e *env) {
+	f := e.mirrored(t, "tcomp", srcTopic("kv", 1).with(compactedConfig))
+	kv := f.topic("kv")
+	kvRounds(t, f.src, kv, 0, 10)
+	l := f.start("tcomp")
+	f.waitMirrored(90 * time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	lt := readTruth(t, f.src, f.dst, kv, kv, 0) // as mirrored: dense
+
+	// The cleaner compacts what the link mirrored; one more round
+	// arrives (on Kafka it rolls the segment the cleaner skips).
+	if gappy, _ := compactSource(t, f.src, kv, 1, func() { time.Sleep(300 * time.Millisecond); kvRounds(t, f.src, kv, 10, 11) }); gappy == 0 {
+		t.Fatal("no gaps")
+	}
+	if f.src.Fake != nil {
+		kvRounds(t, f.src, kv, 10, 11)
+	}
+	waitCaughtUp(t, l, endOffset(t, f.src, kv, 0), 60*time.Second)
+
+	// The truth: the mirrored records as they were, and the last round's.
+	after := readPartition(t, f.src, kv, 0, true, endOffset(t, f.src, kv, 0))
+	dstAll := readPartition(t, f.dst, kv, 0, false, endOffset(t, f.dst, kv, 0))
+	for _, r := range after {
+		if r.Offset >= lt.srcEnd {
+			lt.src = append(lt.src, r)
+		}
+	}
+	lt.dst = dstAll[:len(lt.src)]
+	if len(dstAll) != len(lt.src) {
+		t.Fatalf("destination holds %d records, want the %d mirrored", len(dstAll), len(lt.src))
+	}
+	lt.srcEnd, lt.dstEnd = endOffset(t, f.src, kv, 0), endOffset(t, f.dst, kv, 0)
+	lt.now = after
+	lt.batches = append(lt.batches, rawHeaders(t, f.src, kv, 0)...)
+
+	rng := rand.New(rand.NewPCG(21, uint64(time.Now().UnixNano())))
+	ps := lt.points(rng, 40, 0)
+	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, tp.Key{Topic: kv, Partition: 0}, lt), lt, ps, 0)
+}
+
+// crashPastCheckpoint runs link name of f until the destination holds
+// everything the source holds in topic base (polled every 10 ms), then
+// crashes it (no drain, no final checkpoint) and returns the destination
+// offset of the last checkpoint: the batches past it are the tail the next
+// session reconciles. The checkpoint interval is long enough (a third of a
+// 9 s session timeout) that the test fails, rather than passes unexercised,
+// in the rare run where a checkpoint covered the whole tail before the
+// crash.
+func crashPastCheckpoint(t *testing.T, f *fixture, name, base string, produce func()) (ckDst int64) {
+	t.Helper()
+	f.cfg.Link.SessionTimeout, f.cfg.Link.CheckpointInterval = 9*time.Second, 3*time.Second
+	a := f.start(name)
+	a.waitState(t, Mirroring, 60*time.Second)
+	time.Sleep(100 * time.Millisecond) // the first checkpoint commits with the barrier: at the start
+	produce()
+	topic := f.topic(base)
+	want := endOffset(t, f.src, topic, 0)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := a.Status()
+		if len(st.Partitions) == 1 && st.Partitions[0].SourceNextOffset >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the link did not mirror %s up to %d: %+v", topic, want, st.Partitions)
+		}
+	}
+	a.stop(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	view, err := replayState(ctx, f.dst, f.stateTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := endOffset(t, f.dst, topic, 0)
+	for k, ck := range view.Checkpoints {
+		if k.LinkName == f.cfg.Link.Name {
+			if ck.DestNextOffset >= end {
+				t.Fatalf("the last checkpoint (destination offset %d) covers the whole destination (%d): nothing left to reconcile; the test did not set up its tail", ck.DestNextOffset, end)
+			}
+			return ck.DestNextOffset
+		}
+	}
+	t.Fatal("no checkpoint of the link")
+	return 0
+}
+
+// onceEach checks that the destination topic holds every record the source
+// topic holds now, and no record (key and value) twice: the source's
+// producers wrote each key and value once, so a second copy at the
+// destination was appended twice.
+func onceEach(t *testing.T, f *fixture, base string) {
+	t.Helper()
+	topic := f.topic(base)
+	srcRecs := readPartition(t, f.src, topic, 0, true, endOffset(t, f.src, topic, 0))
+	dstRecs := readPartition(t, f.dst, topic, 0, false, endOffset(t, f.dst, topic, 0))
+	seen := map[string]int64{}
+	for _, r := range dstRecs {
+		k := string(r.Key) + "\x00" + string(r.Value)
+		if at, ok := seen[k]; ok {
+			t.Errorf("destination holds %q=%q twice: at %d and %d", r.Key, r.Value, at, r.Offset)
+		}
+		seen[k] = r.Offset
+	}
+	for _, r := range srcRecs {
+		if _, ok := seen[string(r.Key)+"\x00"+string(r.Value)]; !ok {
+			t.Errorf("source record %q=%q at offset %d is not at the destination", r.Key, r.Value, r.Offset)
+		}
+	}
+}
+
+// Case 2: the agent crashes with batches appended past its checkpoint, and
+// the source's cleaner compacts them while it is down. The next session
+// recognises them as the link's own: before, it recognised none, called
+// them all foreign, resumed at the checkpoint, and every surviving record
+// of those batches was at the destination twice.
+func TestReconcileAfterCompaction(t *testing.T) { scenario(t, testReconcileAfterCompaction) }
+
+func testReconcileAfterCompaction(t *testing.T, e *env) {
+	f := e.mirrored(t, "rcomp", srcTopic("kv", 1).with(compactedConfig))
+	kv := f.topic("kv")
+	ck := crashPastCheckpoint(t, f, "A", "kv", func() { kvRounds(t, f.src, kv, 0, 10) })
+	if gappy, _ := compactSource(t, f.src, kv, 1, func() { time.Sleep(300 * time.Millisecond); kvRounds(t, f.src, kv, 10, 11) }); gappy == 0 {
+		t.Fatal("no gaps")
+	}
+	if f.src.Fake != nil {
+		kvRounds(t, f.src, kv, 10, 11)
+	}
+	t.Logf("crashed with the destination past the checkpoint at %d; the source compacted", ck)
+	b := f.start("B")
+	waitCaughtUp(t, b, endOffset(t, f.src, kv, 0), 90*time.Second)
+	onceEach(t, f, "kv")
+	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 {
+		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign", c)
+	}
+}
+
+// Case 6: records deleted at the source inside a batch the link had already
+// appended (on_offset_out_of_range = "earliest", the agent down,
+// DeleteRecords to an offset inside the batch). The next session
+// recognises the whole batch the source now returns from inside, and the
+// batches before it as mirrors of the deleted records: nothing is appended
+// again, and no record is counted as lost (they had been mirrored). Before,
+// reconciliation compared the trimmed batch, found no match, resumed at
+// the new log start and appended the rest of the batch again, and the
+// skipped-records counter claimed the deleted records had never been
+// mirrored.
+func TestReconcileAfterDeleteRecords(t *testing.T) { scenario(t, testReconcileAfterDeleteRecords) }
+
+func testReconcileAfterDeleteRecords(t *testing.T, e *env) {
+	f := e.mirrored(t, "rdel", srcTopic("t", 1))
+	f.cfg.Link.OnOffsetOutOfRange = fetcher.OutOfRangeEarliest
+	topic := f.topic("t")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	batches := func(from, to int) {
+		cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+		defer cl.Close()
+		for b := from; b < to; b++ {
+			var recs []*kgo.Record
+			for i := range 10 {
+				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ck := crashPastCheckpoint(t, f, "A", "t", func() { batches(0, 4) })
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 15}) // inside the second batch
+	if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
+		t.Fatal(err)
+	}
+	batches(4, 5)
+	t.Logf("crashed with the destination past the checkpoint at %d; the source's log starts at 15", ck)
+	b := f.start("B")
+	waitCaughtUp(t, b, endOffset(t, f.src, topic, 0), 90*time.Second)
+	onceEach(t, f, "t")
+	if got := endOffset(t, f.dst, topic, 0); got != 50 {
+		t.Errorf("destination ends at %d, want 50: every batch once", got)
+	}
+	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(SourceRecordsSkipped) != 0 || c.Get(ReconciledBatches) == 0 {
+		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, no record counted lost", c)
+	}
+}
