@@ -234,3 +234,72 @@ func testReconcileAfterDeleteRecords(t *testing.T, e *env) {
 		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, no record counted lost", c)
 	}
 }
+
+// Case 4: records deleted at the destination while the agent is down
+// (DeleteRecords to an offset past the checkpoint, inside the tail the
+// crashed session appended). The next session finds where the batches the
+// destination still holds resume the source, and appends nothing of them
+// again; what the destination deleted stays deleted. Before, the walk moved
+// only its destination side to the log start, called every remaining batch
+// foreign, resumed at the checkpoint and appended again records whose
+// copies were still at the destination.
+func TestReconcileAfterDestinationDeleteRecords(t *testing.T) {
+	scenario(t, testReconcileAfterDestinationDeleteRecords)
+}
+
+func testReconcileAfterDestinationDeleteRecords(t *testing.T, e *env) {
+	f := e.mirrored(t, "rdstdel", srcTopic("t", 1))
+	topic := f.topic("t")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	batches := func(from, to int) {
+		cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+		defer cl.Close()
+		for b := from; b < to; b++ {
+			var recs []*kgo.Record
+			for i := range 10 {
+				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ck := crashPastCheckpoint(t, f, "A", "t", func() { batches(0, 6) })
+	// Inside the tail, inside a batch: the destination keeps a cut batch
+	// (a log start inside it) and the batches after it.
+	cut := ck + 15
+	if cut >= 60 {
+		t.Fatalf("checkpoint at %d leaves no tail to delete into", ck)
+	}
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: cut})
+	if _, err := f.dst.Admin.DeleteRecords(ctx, offs); err != nil {
+		t.Fatal(err)
+	}
+	batches(6, 7)
+	t.Logf("crashed with the destination past the checkpoint at %d; the destination's log starts at %d", ck, cut)
+	b := f.start("B")
+	waitCaughtUp(t, b, endOffset(t, f.src, topic, 0), 90*time.Second)
+
+	if got := endOffset(t, f.dst, topic, 0); got != 70 {
+		t.Errorf("destination ends at %d, want 70: every batch once", got)
+	}
+	srcRecs := readPartition(t, f.src, topic, 0, true, 70)
+	dstRecs := readPartition(t, f.dst, topic, 0, false, 70)
+	// The destination holds, from its log start, the source's records at
+	// the same offsets (one producer, batches mirrored whole), each once.
+	want := srcRecs[cut:]
+	if len(dstRecs) != len(want) {
+		t.Errorf("destination holds %d records from its log start %d, want %d", len(dstRecs), cut, len(want))
+	}
+	for i := range min(len(dstRecs), len(want)) {
+		d, s := dstRecs[i], want[i]
+		if d.Offset != s.Offset || string(d.Key) != string(s.Key) || string(d.Value) != string(s.Value) {
+			t.Errorf("destination record %d: offset %d %q=%q, want offset %d %q=%q", i, d.Offset, d.Key, d.Value, s.Offset, s.Key, s.Value)
+		}
+	}
+	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 {
+		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign", c)
+	}
+}

@@ -188,6 +188,15 @@ type recon struct {
 	// lost are the source offset ranges [from, to) found deleted below
 	// the log start during the walk (judgeLost).
 	lost [][2]int64
+
+	// A hole: the destination deleted records past the checkpoint
+	// (twin.Walker.Hole). place rebuilds the checkpoint's producer state
+	// when the walk starts again (restartWalk); foreign counts the
+	// destination batches earlier walks found foreign.
+	hole     bool
+	place    Placement
+	restarts int
+	foreign  int
 }
 
 // key is a partition key, for maps.

@@ -268,6 +268,11 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 				w:      twin.NewWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext),
 				dstPos: p.dstNext,
 				dstEnd: pc.DstEnd,
+				place:  pc,
+				hole:   p.ckDst >= 0 && p.dstNext > p.ckDst,
+			}
+			if p.rc.hole {
+				p.rc.w.Hole()
 			}
 			if initial {
 				pl.initialLeft++
@@ -284,20 +289,22 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 // it resumes: its checkpoint if the checkpoint is of this very source
 // partition (same topic ID, I5), otherwise start_from at the source.
 func (pl *Pipeline) join(pc Placement) *partition {
-	psm := transform.NewPSM(transform.PSMConfig{Expiry: pl.cfg.ProducerStateExpiry, Rand: pl.cfg.Rand})
-	for _, s := range pc.Salts {
-		psm.AddSalt(s.Origin, s.Salt, s.At)
-	}
-	p := newPartition(pc.Pair, psm)
+	p := newPartition(pc.Pair, pl.psmOf(pc))
 	ck := pc.Checkpoint
 	switch {
 	case ck != nil && ck.IsOf(pc.Src):
 		p.srcNext, p.dstNext = ck.SourceNextOffset, ck.DestNextOffset
 		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
-		psm.Restore(statestore.ProducerEntries(ck.Producers))
 		if pc.DstStart > p.dstNext {
-			pl.log(hclog.Error, "destination log starts past the checkpoint: destination retention deleted records this link appended, and reconciliation cannot tell which source records they held",
-				"destination", pc.Dst.String(), "checkpoint_destination_offset", p.dstNext, "destination_log_start", pc.DstStart)
+			// DeleteRecords or retention at the destination: with a
+			// tail left, reconciliation finds the source batch its
+			// first batch mirrors (twin.Walker.Hole).
+			pl.log(hclog.Warn, "destination log starts past the checkpoint: records this link appended were deleted at the destination (DeleteRecords or retention); they are not appended again",
+				"destination", pc.Dst.String(), "checkpoint_destination_offset", p.dstNext, "destination_log_start", pc.DstStart, "destination_end", pc.DstEnd)
+			if pc.DstEnd <= pc.DstStart {
+				pl.log(hclog.Error, "the destination deleted everything this link appended past the checkpoint: nothing tells which source records it held, so the link resumes at the checkpoint and appends them again",
+					"destination", pc.Dst.String(), "source", pc.Src.String(), "resume_source_offset", p.srcNext, "destination_log_start", pc.DstStart)
+			}
 			p.dstNext = pc.DstStart
 		}
 	case ck != nil:
@@ -313,6 +320,20 @@ func (pl *Pipeline) join(pc Placement) *partition {
 			"source_offset", p.srcNext, "destination_offset", p.dstNext)
 	}
 	return p
+}
+
+// psmOf is the producer state a partition joining with pc starts from: its
+// salts, and the producers its checkpoint saved if that is of this very
+// source partition.
+func (pl *Pipeline) psmOf(pc Placement) *transform.PSM {
+	psm := transform.NewPSM(transform.PSMConfig{Expiry: pl.cfg.ProducerStateExpiry, Rand: pl.cfg.Rand})
+	for _, s := range pc.Salts {
+		psm.AddSalt(s.Origin, s.Salt, s.At)
+	}
+	if ck := pc.Checkpoint; ck != nil && ck.IsOf(pc.Src) {
+		psm.Restore(statestore.ProducerEntries(ck.Producers))
+	}
+	return psm
 }
 
 // ---- fetch results ----
@@ -705,6 +726,12 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 			}
 			return
 		}
+		if rc.exhausted && w.HoleOpen() {
+			if err := pl.restartWalk(p); err != nil {
+				pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
+			}
+			return
+		}
 		if w.Stopped() || rc.exhausted {
 			if err := w.ForeignRest(rc.dst[0]); err != nil {
 				pl.fail(fmt.Errorf("reconcile %s: %w", p.Dst, err))
@@ -741,12 +768,49 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 		case twin.StepMatch:
 			pl.release(p.pop())
 			rc.dst = rc.dst[1:]
-		case twin.StepSkip:
+		case twin.StepSkip, twin.StepDeleted:
 			pl.release(p.pop())
 		default:
 			rc.dst = rc.dst[1:]
 		}
 	}
+}
+
+// maxHoleRestarts bounds how often a reconciliation with a hole at the
+// destination (twin.Walker.Hole) starts its walk again: each start reads
+// the source again from the checkpoint.
+const maxHoleRestarts = 4
+
+// restartWalk starts p's walk again from its checkpoint after the source
+// ran out with a hole open: the first destination batch left matches no
+// source batch from the checkpoint on, so it is foreign, and the source
+// batches the walk took for deleted mirrors were only presumed so. The walk
+// starts after that batch with the checkpoint's producer state, still
+// presuming a hole; after maxHoleRestarts, without (every batch the walk
+// cannot match is then foreign, and mirroring resumes where the matches
+// end).
+func (pl *Pipeline) restartWalk(p *partition) error {
+	rc := p.rc
+	dh, err := transform.ParseHeader(rc.dst[0])
+	if err != nil {
+		return fmt.Errorf("destination batch after offset %d: %w", rc.w.DstNext(), err)
+	}
+	rc.dst = rc.dst[1:]
+	rc.foreign++
+	rc.restarts++
+	pl.log(hclog.Warn, "reconcile: the first destination batch past the deleted records matches no source batch from the checkpoint on: foreign; walking again from the checkpoint after it",
+		"destination", p.Dst.String(), "destination_offset", dh.BaseOffset, "source", p.Src.String(), "checkpoint_source_offset", p.ckSrc, "restart", rc.restarts)
+	pl.unassign(p)
+	p.psm = pl.psmOf(rc.place)
+	p.srcNext, p.dstNext = p.ckSrc, dh.NextOffset()
+	rc.w = twin.NewWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext)
+	if rc.restarts < maxHoleRestarts {
+		rc.w.Hole()
+	}
+	rc.exhausted, rc.emptySince, rc.askedAt, rc.lost = false, time.Time{}, time.Time{}, nil
+	pl.assign(p)
+	pl.reconcileStep(p)
+	return nil
 }
 
 // reconciled ends p's reconciliation: its positions are where the walk
@@ -758,14 +822,19 @@ func (pl *Pipeline) reconciled(p *partition) {
 		return // failed
 	}
 	p.srcNext, p.dstNext = w.SrcNext(), w.DstNext()
+	foreign := n.Foreign + p.rc.foreign
 	pl.counts.Add(ReconciledBatches, int64(n.Matched+n.Passed))
-	pl.counts.Add(ForeignBatches, int64(n.Foreign))
-	if n.Foreign > 0 {
+	pl.counts.Add(ForeignBatches, int64(foreign))
+	if foreign > 0 {
 		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
-			"destination", p.Dst.String(), "foreign_batches", n.Foreign, "resume_source_offset", p.srcNext)
+			"destination", p.Dst.String(), "foreign_batches", foreign, "resume_source_offset", p.srcNext)
 	}
-	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "passed_batches", n.Passed, "foreign_batches", n.Foreign,
-		"skipped_source_batches", n.Skipped, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
+	if n.Deleted > 0 {
+		pl.log(hclog.Warn, "reconcile: the destination deleted batches this link had appended past the checkpoint; not appending them again",
+			"destination", p.Dst.String(), "source", p.Src.String(), "source_batches", n.Deleted, "records", n.DeletedRecords)
+	}
+	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "passed_batches", n.Passed, "foreign_batches", foreign,
+		"skipped_source_batches", n.Skipped, "deleted_source_batches", n.Deleted, "resume_source_offset", p.srcNext, "resume_destination_offset", p.dstNext)
 	p.rc = nil
 	p.phase = phaseAdmitting
 	pl.unassign(p)

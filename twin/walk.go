@@ -46,6 +46,12 @@ const (
 	// longer holds (Walker.Lost): the destination advances and the same
 	// source batch is compared with the next destination batch.
 	StepPassed
+	// StepDeleted: the destination deleted records from the walk's
+	// start (Walker.Hole) and no batch matched yet: the source batch is
+	// taken for one whose mirror the destination deleted, committed to
+	// the producer state as the pipeline did when it appended it; the
+	// source advances.
+	StepDeleted
 	// StepStop: this source batch needs a collision salt that was never
 	// committed (salts are committed, with a checkpoint, before the batch
 	// they concern is appended), so neither it nor anything after it was
@@ -53,7 +59,7 @@ const (
 	StepStop
 )
 
-var stepNames = [...]string{"match", "foreign", "skip", "emptied", "passed", "stop"}
+var stepNames = [...]string{"match", "foreign", "skip", "emptied", "passed", "deleted", "stop"}
 
 func (s Step) String() string { return stepNames[s] }
 
@@ -78,6 +84,9 @@ type Walker struct {
 	lost        bool
 	lostDst     int
 	lostRecords int64
+	// hole: the destination deleted records from the walk's start and
+	// nothing matched since (Hole).
+	hole bool
 }
 
 // Counts are what a walk found.
@@ -91,6 +100,11 @@ type Counts struct {
 	Passed  int
 	Foreign int // destination batches the link did not write
 	Skipped int // source batches the pipeline skips
+	// Deleted counts the source batches taken for batches the link
+	// appended and the destination deleted since (Hole), confirmed by a
+	// match after them; DeletedRecords their records.
+	Deleted        int
+	DeletedRecords int64
 }
 
 // maxEmptied bounds the emptied source batches a walk remembers between
@@ -151,6 +165,25 @@ func (w *Walker) LostOpen() (batches int, records int64, ok bool) {
 	return w.lostDst, w.lostRecords, w.lost
 }
 
+// Hole tells the walk that the destination deleted records from the
+// walk's destination position on (DeleteRecords, retention): the link
+// appended batches there, for source batches from the walk's source
+// position, that the destination no longer holds. Until a match, a source
+// batch the pipeline forwards whose mirror is not the next destination
+// batch is taken for one of those (StepDeleted): the link appends in source
+// order, so the first destination batch the destination still holds
+// mirrors a source batch at or after the walk's position, or is foreign.
+// HoleOpen reports a hole no match closed.
+func (w *Walker) Hole() { w.hole = true }
+
+// HoleOpen reports whether the walk was told of a hole (Hole) and nothing
+// matched since: the source batches it skipped are then only presumed to
+// be mirrors the destination deleted. A caller whose source ran out with a
+// hole open knows the next destination batch matches no source batch from
+// the walk's start on: it is foreign, and the walk must start again after
+// it (the producer state and the source position are the presumption's).
+func (w *Walker) HoleOpen() bool { return w.hole }
+
 // Compare checks destination batch dst against the source batch raw (as
 // fetched and filtered, with header h, fetched from position from). Neither
 // is modified; after StepForeign the same source batch is compared with the
@@ -170,6 +203,7 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 	}
 	if same != NotSame {
 		w.emptied = w.emptied[:0]
+		w.hole = false
 		if w.lost {
 			w.counts.Passed += w.lostDst
 			w.lost, w.lostDst, w.lostRecords = false, 0, 0
@@ -212,6 +246,13 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.counts.Matched++
 		w.counts.Changed++
 		return StepEmptied, nil
+	}
+	if w.hole {
+		w.psm.Commit(d.PSM, now)
+		w.srcNext = h.NextOffset()
+		w.counts.Deleted++
+		w.counts.DeletedRecords += int64(h.NumRecords)
+		return StepDeleted, nil
 	}
 	if w.lost {
 		w.passBatch(dh)

@@ -66,10 +66,10 @@ func walkAll(t *testing.T, w *Walker, src, dst [][]byte) []Step {
 				t.Fatal(err)
 			}
 			steps = append(steps, st)
-			if st == StepSkip || st == StepMatch {
+			if st == StepSkip || st == StepMatch || st == StepDeleted {
 				si++
 			}
-			if st != StepSkip {
+			if st != StepSkip && st != StepDeleted {
 				break
 			}
 		}
@@ -141,8 +141,8 @@ func TestWalker(t *testing.T) {
 		},
 		{
 			name: "the mirror of a batch the cleaner emptied since is the link's",
-			src: [][]byte{batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, FirstTimestamp: 0, LastOffsetDelta: 4}), s1},
-			dst: [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
+			src:  [][]byte{batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, FirstTimestamp: 0, LastOffsetDelta: 4}), s1},
+			dst:  [][]byte{appended(s0, m, 50), appended(s1, m, 55)},
 			// s0 (offsets 100-104) is what was appended, emptied since.
 			steps:   []Step{StepSkip, StepEmptied, StepMatch},
 			srcNext: 112, dstNext: 60,
@@ -268,5 +268,40 @@ func TestWalkerSkipsDuplicateAfterCheckpoint(t *testing.T) {
 	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 105, 60)
 	if steps := walkAll(t, w, [][]byte{dup, y}, dst); w.Counts().Foreign == 0 {
 		t.Errorf("without the saved state the walk found no foreign batch (steps %v); the test no longer shows the failure it guards", steps)
+	}
+}
+
+// Guards a walk over a destination that deleted records past the checkpoint
+// (issue 21 case 4): the source batches before the one the first batch left
+// mirrors are taken for mirrors the destination deleted, not appended
+// again; with no source batch matching it, the hole stays open for the
+// caller to start again.
+func TestWalkerHole(t *testing.T) {
+	m := transform.MapPID(3, 42)
+	s0 := batchtest.Simple(100, 3, 0, 0, 5)
+	s1 := batchtest.Simple(105, 3, 0, 5, 5)
+	s2 := batchtest.Simple(110, 3, 0, 10, 5)
+	foreign := batchtest.Simple(0, 77, 0, 0, 2)
+
+	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	w.Hole()
+	steps := walkAll(t, w, [][]byte{s0, s1, s2}, [][]byte{appended(s1, m, 60), appended(s2, m, 65)})
+	if fmt.Sprint(steps) != "[deleted match match]" || w.SrcNext() != 115 || w.DstNext() != 70 || w.HoleOpen() {
+		t.Errorf("steps %v, resume %d/%d, hole open %v; want [deleted match match], 115/70, closed", steps, w.SrcNext(), w.DstNext(), w.HoleOpen())
+	}
+	if n := w.Counts(); n.Deleted != 1 || n.DeletedRecords != 5 || n.Matched != 2 || n.Foreign != 0 {
+		t.Errorf("counts %+v; want 1 deleted batch of 5 records, 2 matched", n)
+	}
+	// After the first match, a batch that does not match is foreign again.
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	w.Hole()
+	if steps := walkAll(t, w, [][]byte{s0, s1, s2}, [][]byte{appended(s0, m, 60), foreign, appended(s1, m, 67)}); fmt.Sprint(steps) != "[match foreign match]" {
+		t.Errorf("steps %v, want [match foreign match]", steps)
+	}
+	// Nothing matches the first batch left: the hole stays open.
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	w.Hole()
+	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{foreign}); fmt.Sprint(steps) != "[deleted deleted foreign]" || !w.HoleOpen() {
+		t.Errorf("steps %v, hole open %v; want [deleted deleted foreign], open", steps, w.HoleOpen())
 	}
 }
