@@ -12,6 +12,8 @@ import (
 
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // Issue 21: the source log and the destination log change after the link
@@ -302,4 +304,99 @@ func testReconcileAfterDestinationDeleteRecords(t *testing.T, e *env) {
 	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 {
 		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign", c)
 	}
+}
+
+// Cases 5 and 7: the source holds the same batch twice. A chain source
+// holds a forwarded batch (a negative producer ID an upstream mirror
+// mapped) twice: the link mirrors it once and skips the copy. A plain
+// producer's retry left its batch twice: the link cannot tell (no producer
+// ID) and mirrors both. Every position translates to the mirror of the
+// first record at or after it that the link mirrored, by every strategy,
+// while the link runs and once it is paused (as a failover leaves it, when
+// group sync commits the translations): before, with the link paused,
+// positions after a skipped copy translated to the mirror of the original
+// (case 5), and positions older than the window and the checkpoint inside
+// a retried copy to the first copy's mirror (case 7): a moved consumer
+// re-read.
+func TestTranslateDuplicates(t *testing.T) { scenario(t, testTranslateDuplicates) }
+
+func testTranslateDuplicates(t *testing.T, e *env) {
+	f := e.mirrored(t, "tdups", srcTopic("dups", 1))
+	topic := f.topic("dups")
+	const upstream = int64(-9223371946660462587) // a PID an upstream mirror mapped
+	at := time.Now().Add(-time.Hour).UnixMilli()
+	var (
+		off     int64
+		seq     int32
+		skipped [][2]int64
+		n       int
+	)
+	batch := func(pid int64) []byte {
+		recs := make([]batchtest.Record, 5)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%02d-%d", n, i), Value: fmt.Appendf(nil, "batch %d record %d", n, i), TimestampDelta: int64(i), OffsetDelta: -1}
+		}
+		sp := batchtest.Spec{PID: pid, BaseSequence: -1, FirstTimestamp: at + int64(n)*1000, LastOffsetDelta: -1, Records: recs, Codec: int8(n % 5)}
+		if pid != -1 {
+			sp.BaseSequence = seq
+			seq += 5
+		}
+		n++
+		return batchtest.Build(sp)
+	}
+	put := func(b []byte, copies int, skip bool) {
+		for c := range copies {
+			produceRaw(t, f.src, topic, 0, b)
+			if c > 0 && skip {
+				skipped = append(skipped, [2]int64{off, off + 5})
+			}
+			off += 5
+		}
+	}
+	chainDup := func() { put(batch(upstream), 2, true) }
+	retryDup := func() { put(batch(-1), 2, false) }
+	// Early (below the checkpoint and the window): a chain copy and a
+	// retried batch; then enough batches to push them out of the window;
+	// then both again near the head (inside the window).
+	chainDup()
+	put(batch(upstream), 1, false)
+	retryDup()
+	put(batch(-1), 1, false)
+	for i := range 2 * WindowSpans {
+		if i%2 == 0 {
+			put(batch(upstream), 1, false)
+		} else {
+			put(batch(-1), 1, false)
+		}
+	}
+	chainDup()
+	retryDup()
+	put(batch(upstream), 1, false)
+
+	l := f.start("tdups")
+	waitCaughtUp(t, l, off, 90*time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	lt := readTruth(t, f.src, f.dst, topic, topic, 0, skipped...)
+	if c := l.Status().Counters; c.Get(DuplicatesSkipped) != 2 {
+		t.Fatalf("counters %v: want the two chain copies skipped", c)
+	}
+	k := tp.Key{Topic: topic, Partition: 0}
+	// A checkpoint past the early copies: the walks start there.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if a, _ := liveAnchor(t, l, k); a.CkSrc >= off {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint at the head")
+		}
+	}
+	ps := lt.points(rand.New(rand.NewPCG(5, uint64(time.Now().UnixNano()))), 30, 0)
+	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, k, lt), lt, ps, 0)
+
+	l.Pause()
+	l.waitState(t, Paused, 30*time.Second)
+	paused := []way{{name: "paused", must: "timestamp", fn: func(ctx context.Context, p int64) (translate.Result, error) {
+		return l.Translate(ctx, topic, 0, p)
+	}}}
+	checkTranslations(t, paused, lt, ps, 0)
 }

@@ -88,6 +88,9 @@ type partition struct {
 	// source batch below srcNext is at the destination below dstNext.
 	srcNext, dstNext int64
 	ckSrc, ckDst     int64 // as last committed; -1 before the first checkpoint
+	// ckProducers is the producer state saved with that checkpoint, for
+	// offset translation's walks from it (translate.Anchor.Producers).
+	ckProducers []transform.ProducerEntry
 	hw, lso          int64 // the source's, as the last fetch reported them
 	// doneAt is the record time (recordTime) of the last batch the
 	// partition finished (appended or found at the destination); 0 none.

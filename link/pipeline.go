@@ -115,6 +115,13 @@ type Pipeline struct {
 	failed        bool
 }
 
+// ckPos is a checkpoint a commit records for a partition: its positions and
+// the producer state saved with them.
+type ckPos struct {
+	src, dst  int64
+	producers []transform.ProducerEntry
+}
+
 // commit is the state transaction in flight and what its success means.
 type commit struct {
 	id       uint64
@@ -123,7 +130,7 @@ type commit struct {
 	initial  bool // it admits the initial set (which may be empty)
 	admitted []*partition
 	salts    []saltReq
-	at       map[*partition][2]int64 // checkpointed positions
+	at       map[*partition]ckPos // checkpointed positions
 }
 
 // saltReq is a collision salt waiting to be committed.
@@ -294,7 +301,7 @@ func (pl *Pipeline) join(pc Placement) *partition {
 	switch {
 	case ck != nil && ck.IsOf(pc.Src):
 		p.srcNext, p.dstNext = ck.SourceNextOffset, ck.DestNextOffset
-		p.ckSrc, p.ckDst = p.srcNext, p.dstNext
+		p.ckSrc, p.ckDst, p.ckProducers = p.srcNext, p.dstNext, statestore.ProducerEntries(ck.Producers)
 		if pc.DstStart > p.dstNext {
 			// DeleteRecords or retention at the destination: with a
 			// tail left, reconciliation finds the source batch its
@@ -1001,7 +1008,7 @@ func (pl *Pipeline) committed(e InCommitted) {
 	}
 	pl.counts.Inc(Checkpoints)
 	for p, at := range c.at {
-		p.ckSrc, p.ckDst = at[0], at[1]
+		p.ckSrc, p.ckDst, p.ckProducers = at.src, at.dst, at.producers
 	}
 	var released []*partition // next may remove a partition from pl.parts
 	for _, p := range pl.parts {
@@ -1088,7 +1095,7 @@ func (pl *Pipeline) flushCommits() {
 		return
 	}
 	pl.commitID++
-	c := &commit{id: pl.commitID, admitted: admit, salts: pl.salts, at: make(map[*partition][2]int64)}
+	c := &commit{id: pl.commitID, admitted: admit, salts: pl.salts, at: make(map[*partition]ckPos)}
 	if pl.initialOpen && pl.initialLeft == 0 {
 		c.initial = true
 		pl.initialOpen = false
@@ -1098,14 +1105,12 @@ func (pl *Pipeline) flushCommits() {
 	for _, p := range admit {
 		// The checkpoint that goes with a barrier carries the producer
 		// state as the barrier leaves it: no mirrored producer.
-		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.Cluster, pl.now), pl.checkpoint(p, nil))
-		c.at[p] = [2]int64{p.srcNext, p.dstNext}
+		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.Cluster, pl.now), pl.checkpoint(c, p, nil))
 	}
 	for _, s := range c.salts {
 		recs = append(recs, barrier.SaltRecord(s.p.barrierKey(), s.salt, pl.now))
 		if _, ok := c.at[s.p]; !ok {
-			recs = append(recs, pl.checkpoint(s.p, s.p.psm.Snapshot()))
-			c.at[s.p] = [2]int64{s.p.srcNext, s.p.dstNext}
+			recs = append(recs, pl.checkpoint(c, s.p, s.p.psm.Snapshot()))
 		}
 	}
 	if pl.checkpointDue {
@@ -1119,8 +1124,7 @@ func (pl *Pipeline) flushCommits() {
 				recs = append(recs, barrier.SaltTombstone(p.barrierKey(), o))
 			}
 			if _, ok := c.at[p]; !ok && (p.srcNext != p.ckSrc || p.dstNext != p.ckDst || expired > 0 || len(tombs) > 0) {
-				recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
-				c.at[p] = [2]int64{p.srcNext, p.dstNext}
+				recs = append(recs, pl.checkpoint(c, p, p.psm.Snapshot()))
 			}
 		}
 	}
@@ -1173,12 +1177,11 @@ func (pl *Pipeline) flushFinal() {
 			"unresolved", unresolved)
 	}
 	pl.commitID++
-	c := &commit{id: pl.commitID, final: true, clean: unresolved == 0, at: make(map[*partition][2]int64)}
+	c := &commit{id: pl.commitID, final: true, clean: unresolved == 0, at: make(map[*partition]ckPos)}
 	var recs []statestore.Record
 	for _, p := range pl.parts {
 		if p.phase.mirroring() {
-			recs = append(recs, pl.checkpoint(p, p.psm.Snapshot()))
-			c.at[p] = [2]int64{p.srcNext, p.dstNext}
+			recs = append(recs, pl.checkpoint(c, p, p.psm.Snapshot()))
 		}
 	}
 	pl.committing = c
@@ -1186,8 +1189,9 @@ func (pl *Pipeline) flushFinal() {
 }
 
 // checkpoint is p's checkpoint record at its acknowledged positions, with
-// producer state ps.
-func (pl *Pipeline) checkpoint(p *partition, ps []transform.ProducerEntry) statestore.Record {
+// producer state ps, which commit c records for p.
+func (pl *Pipeline) checkpoint(c *commit, p *partition, ps []transform.ProducerEntry) statestore.Record {
+	c.at[p] = ckPos{src: p.srcNext, dst: p.dstNext, producers: ps}
 	return statestore.Record{
 		Key: statestore.CheckpointKey{LinkName: pl.cfg.Link, TopicID: statestore.UUID(p.Dst.ID), Partition: p.Dst.Partition},
 		Value: statestore.CheckpointValue{

@@ -54,7 +54,7 @@ func (pl *Pipeline) Anchor(src tp.Key) (translate.Anchor, bool) {
 		Pair:    p.Pair,
 		Head:    p.phase == phaseAdmitting || p.phase.mirroring(),
 		SrcNext: p.srcNext, DstNext: p.dstNext,
-		CkSrc: p.ckSrc, CkDst: p.ckDst,
+		CkSrc: p.ckSrc, CkDst: p.ckDst, Producers: p.ckProducers,
 		Spans: p.win.list(),
 		Salts: p.psm.Salts(),
 	}, true

@@ -598,16 +598,16 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 				continue
 			}
 		}
-		if j > 0 && r <= x.dstStart {
-			c := cands[0]
-			return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
-				ErrBelowDestinationStart, c.firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
-		}
 		for i := range j {
-			if !duplicateOf(cands[i], pred, cands[:i]) {
-				return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition",
-					ErrUntranslatable, cands[j].h.BaseOffset, cands[i].h.BaseOffset)
+			if duplicateOf(cands[i], pred, cands[:i]) {
+				continue // skipped by the pipeline: not mirrored
 			}
+			if r <= x.dstStart {
+				return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
+					ErrBelowDestinationStart, cands[i].firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
+			}
+			return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition",
+				ErrUntranslatable, cands[j].h.BaseOffset, cands[i].h.BaseOffset)
 		}
 		return x.found(cands[j], from, d, base, p)
 	}
