@@ -91,7 +91,7 @@ type partition struct {
 	// ckProducers is the producer state saved with that checkpoint, for
 	// offset translation's walks from it (translate.Anchor.Producers).
 	ckProducers []transform.ProducerEntry
-	hw, lso          int64 // the source's, as the last fetch reported them
+	hw, lso     int64 // the source's, as the last fetch reported them
 	// doneAt is the record time (recordTime) of the last batch the
 	// partition finished (appended or found at the destination); 0 none.
 	doneAt int64
