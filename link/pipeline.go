@@ -517,9 +517,16 @@ func (pl *Pipeline) appended(res appender.Result) {
 // for the high watermark to reach the log end; Kafka's ReplicaManager
 // appends to the leader's log before DelayedProduce waits, and answers
 // NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT only after that wait ended);
-// otherwise until the request's produce timeout, counted from when it was
-// sent, plus SettleDelay, past which DelayedProduce has answered it (or the
-// broker that held it is gone).
+// otherwise until produce_timeout, counted from when it was sent, plus
+// SettleDelay, past which DelayedProduce has answered it (or the broker
+// that held it is gone). A request sent with a shorter timeout (the
+// appender caps it at three quarters of the lease left) waits as long: its
+// timeout bounds DelayedProduce once a broker has it, not how long the
+// network or a broker's request queue held it before (issue 21 case 8: a
+// request held past its own timeout landed after it was settled as not
+// landed, and its batch was at the destination twice). The same delay holds
+// on pause and stop; a stop that cannot wait that long (shutdown_timeout)
+// is recorded as unclean, and the next session waits and reconciles.
 //
 // early is when an unanswered append may be settled sooner, if by then
 // another broker leads the partition under a newer leader epoch
@@ -538,10 +545,7 @@ func (pl *Pipeline) settleDelay(res appender.Result) (delay, early time.Duration
 	if res.Answered {
 		return 0, 0
 	}
-	timeout := res.ProduceTimeout
-	if timeout <= 0 {
-		timeout = pl.cfg.ProduceTimeout
-	}
+	timeout := max(res.ProduceTimeout, pl.cfg.ProduceTimeout)
 	sent := res.Sent
 	if sent.IsZero() {
 		sent = pl.now
