@@ -400,3 +400,68 @@ func testTranslateDuplicates(t *testing.T, e *env) {
 	}}}
 	checkTranslations(t, paused, lt, ps, 0)
 }
+
+// Issue 21, "likely": a collision salt that producer_state_expiry expired
+// (tombstoned in the state topic) no longer maps the batches the link
+// appended under it while the source still holds them. Translation must
+// still find their mirrors: the salted producer ID of a mirror is the same
+// origin's (the same low bits) under another region, and the salt is the
+// difference.
+func TestTranslateAfterSaltExpired(t *testing.T) { scenario(t, testTranslateAfterSaltExpired) }
+
+func testTranslateAfterSaltExpired(t *testing.T, e *env) {
+	f := e.mirrored(t, "tsalt", srcTopic("s", 1))
+	f.cfg.Link.ProducerStateExpiry = time.Second
+	topic := f.topic("s")
+	at := time.Now().Add(-time.Hour).UnixMilli()
+	n := 0
+	batch := func(pid int64, seq int32) []byte {
+		recs := make([]batchtest.Record, 4)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%02d-%d", n, i), Value: fmt.Appendf(nil, "batch %d of %d", n, pid), TimestampDelta: int64(i), OffsetDelta: -1}
+		}
+		n++
+		return batchtest.Build(batchtest.Spec{PID: pid, BaseSequence: seq, FirstTimestamp: at + int64(n)*1000, LastOffsetDelta: -1, Records: recs, Codec: 3})
+	}
+	// PIDs 5 and 5+2^31 of one cluster map to the same destination PID:
+	// the second gets a salt.
+	const a, b = int64(5), int64(5 + 1<<31)
+	for i := range int32(3) {
+		produceRaw(t, f.src, topic, 0, batch(a, 4*i))
+		produceRaw(t, f.src, topic, 0, batch(b, 4*i))
+	}
+	l := f.start("tsalt")
+	waitCaughtUp(t, l, 24, 60*time.Second)
+	if c := l.Status().Counters; c.Get(CollisionsResolved) != 1 {
+		t.Fatalf("counters %v: want one collision resolved", c)
+	}
+	// Both producers fall silent; a third keeps the link going until the
+	// salt expired.
+	var i int32
+	for ; ; i++ {
+		produceRaw(t, f.src, topic, 0, batch(7, 4*i))
+		if l.Status().Counters.Get(SaltsExpired) > 0 {
+			break
+		}
+		if i > 200 {
+			t.Fatal("the salt did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// More of the third producer, so that walks from a checkpoint past
+	// the salted batches answer too (a walk across them meets a batch it
+	// cannot decide without the salt and hands over to the timestamp
+	// search, which finds its mirror).
+	for range 40 {
+		i++
+		produceRaw(t, f.src, topic, 0, batch(7, 4*i))
+	}
+	waitCaughtUp(t, l, endOffset(t, f.src, topic, 0), 60*time.Second)
+	lt := readTruth(t, f.src, f.dst, topic, topic, 0)
+	k := tp.Key{Topic: topic, Partition: 0}
+	if a, _ := liveAnchor(t, l, k); len(a.Salts) != 0 {
+		t.Fatalf("the link still holds salts %v", a.Salts)
+	}
+	ps := lt.points(rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano()))), 20, 0)
+	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, k, lt), lt, ps, 0)
+}

@@ -43,3 +43,17 @@ func DecodePID(mapped int64) (r Region, low int32, ok bool) {
 	u := uint64(mapped)
 	return Region(uint32(u >> regionShift)), int32(u & pidLowMask), true
 }
+
+// SaltOf is the salt under which pid, of a cluster in region r, maps to
+// mapped: what a mirror's producer ID says about the salt the link used for
+// its batch, once the salt itself is gone (producer_state_expiry tombstoned
+// it). ok is false when mapped is not a salted mapping of pid: another
+// producer's, the unsalted mapping, or a PID that is not mapped at all.
+func SaltOf(pid int64, r Region, mapped int64) (salt int64, ok bool) {
+	mr, low, ok := DecodePID(mapped)
+	if !ok || pid < 0 || uint64(low) != uint64(pid)&pidLowMask || mr == r {
+		return 0, false
+	}
+	salt = int64(uint32(mr - r))
+	return salt, MapPIDSalted(pid, r, salt) == mapped
+}

@@ -239,3 +239,30 @@ func FuzzMapPID(f *testing.F) {
 		}
 	})
 }
+
+// Guards translation after a salt expired: the salt is recovered from the
+// salted mapping, and from nothing else.
+func TestSaltOf(t *testing.T) {
+	const r = Region(42)
+	for _, salt := range []int64{1, 9, 1 << 31, -5} {
+		got, ok := SaltOf(5, r, MapPIDSalted(5, r, salt))
+		if !ok || MapPIDSalted(5, r, got) != MapPIDSalted(5, r, salt) {
+			t.Errorf("salt %d: SaltOf gives %d, %v", salt, got, ok)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		pid    int64
+		mapped int64
+	}{
+		{"unsalted", 5, MapPID(5, r)},
+		{"another producer", 6, MapPIDSalted(5, r, 3)},
+		{"not mapped", 5, 5},
+		{"no producer ID", 5, -1},
+		{"negative source PID", -7, MapPIDSalted(5, r, 3)},
+	} {
+		if s, ok := SaltOf(c.pid, r, c.mapped); ok {
+			t.Errorf("%s: SaltOf gives salt %d", c.name, s)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -378,7 +379,38 @@ func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 // partition's salts.
 func (x *job) mirror(c srcBatch, from int64, d []byte) (bool, error) {
 	same, _, err := twin.Same(x.psm, x.From, x.reenc, c.raw, c.h, from, d)
+	if err != nil || same != twin.NotSame {
+		return same != twin.NotSame, err
+	}
+	if psm := x.expiredSalt(c, d); psm != nil {
+		same, _, err = twin.Same(psm, x.From, x.reenc, c.raw, c.h, from, d)
+	}
 	return same != twin.NotSame, err
+}
+
+// expiredSalt is the partition's producer state with the salt d's producer
+// ID says the link used for c's producer when that is not the salt the
+// partition holds for it now, or nil: producer_state_expiry tombstoned the
+// salt the link appended c under (its producer fell silent), and the source
+// still holds c. Nothing else maps c's producer ID to that salted one (the
+// same low bits under the region plus the salt, transform.SaltOf), and
+// Same still compares everything after the producer ID.
+func (x *job) expiredSalt(c srcBatch, d []byte) *transform.PSM {
+	dh, err := transform.ParseHeader(d)
+	if err != nil {
+		return nil
+	}
+	salt, ok := transform.SaltOf(c.h.ProducerID, x.From.Region, dh.ProducerID)
+	o := transform.Origin{Cluster: x.From.Cluster, PID: c.h.ProducerID}
+	if held, has := x.a.Salts[o]; !ok || has && held == salt {
+		return nil
+	}
+	salts := maps.Clone(x.a.Salts)
+	if salts == nil {
+		salts = map[transform.Origin]int64{}
+	}
+	salts[o] = salt
+	return saltedPSM(salts)
 }
 
 // mirrorFrom is mirror trying c whole and, failing that, trimmed to the
