@@ -200,3 +200,38 @@ func TestPlace(t *testing.T) {
 		})
 	}
 }
+
+// A batch the link re-encoded (the source had compacted it) is recognised
+// also when deciding it again compresses its records to other bytes (mirrord
+// upgraded to another compressor version since, or the destination holds it
+// recompressed at another level): Same compares its records, reconciliation
+// matches it, and Place is exact. Settles the "likely" item of issue 21: it
+// holds.
+func TestSameAcrossCompressors(t *testing.T) {
+	rs := recs(6)
+	m := transform.MapPID(3, 42)
+	gappy := batchtest.Build(batchtest.Spec{BaseOffset: 100, PID: 3, Codec: 1, FirstTimestamp: 1_700_000_000_000, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
+	linkOut := appended(gappy, m, 70) // what this version appends for it
+	dense := keep(rs, 0, 2, 3, 5)
+	for i := range dense {
+		dense[i].OffsetDelta = -1
+	}
+	other := batchtest.Build(batchtest.Spec{BaseOffset: 70, PID: m, Codec: 1, Level: 1, FirstTimestamp: 1_700_000_000_000, Records: dense})
+	if Match(linkOut, other) {
+		t.Fatal("both encodings are the same bytes: the test does not set up another compressor's output")
+	}
+	got, _, err := Same(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), gappy, mustHeader(t, gappy), 100, other)
+	if err != nil || got != Cut {
+		t.Fatalf("Same = %s, %v; want cut (the same records)", got, err)
+	}
+	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 70)
+	if steps := walkAll(t, w, [][]byte{gappy}, [][]byte{other}); fmt.Sprint(steps) != "[match]" || w.SrcNext() != 106 || w.DstNext() != 74 {
+		t.Errorf("walk: steps %v, resume %d/%d; want [match], 106/74", steps, w.SrcNext(), w.DstNext())
+	}
+	for p, want := range map[int64]int{100: 0, 101: 1, 103: 2, 104: 3, 105: 3, 106: 4} {
+		i, exact, err := Place(transform.NewReencoder(), gappy, mustHeader(t, gappy), 100, other, p)
+		if err != nil || !exact || i != want {
+			t.Errorf("Place(%d) = %d, exact %v, %v; want %d, exact", p, i, exact, err, want)
+		}
+	}
+}

@@ -31,6 +31,10 @@ type Spec struct {
 	Transactional   bool
 	Control         bool
 	Codec           int8 // 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
+	// Level, when not zero, is the codec's compression level: the same
+	// records compress to other bytes, as under another compressor
+	// version.
+	Level int
 	FirstTimestamp  int64
 	LastOffsetDelta int32
 	Records         []Record
@@ -68,7 +72,11 @@ func Build(s Spec) []byte {
 	}
 	attrs := int16(s.Codec)
 	if s.Codec != 0 {
-		comp, err := kgo.DefaultCompressor(codecs[s.Codec])
+		cc := codecs[s.Codec]
+		if s.Level != 0 {
+			cc = cc.WithLevel(s.Level)
+		}
+		comp, err := kgo.DefaultCompressor(cc)
 		if err != nil {
 			panic(err)
 		}
