@@ -608,6 +608,13 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		if err != nil {
 			return err
 		}
+		if j < 0 && allDuplicates(cands, pred) {
+			// Every candidate is a copy the pipeline skipped (a chain
+			// source's second copy of the batch before): nothing from p
+			// to after them was mirrored, and the answer is that of the
+			// position after them.
+			return x.viaTimestamp(ctx, cands[len(cands)-1].h.NextOffset(), hi)
+		}
 		if j < 0 {
 			// Every batch mirrored from below hi is below hi.d: one not
 			// found from the destination's log start on is below it.
@@ -643,6 +650,17 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		}
 		return x.found(cands[j], from, d, base, p)
 	}
+}
+
+// allDuplicates reports whether every one of cands is a duplicate of pred
+// or of a candidate before it (duplicateOf).
+func allDuplicates(cands []srcBatch, pred *srcBatch) bool {
+	for i, c := range cands {
+		if !duplicateOf(c, pred, cands[:i]) {
+			return false
+		}
+	}
+	return len(cands) > 0
 }
 
 // duplicateOf reports whether the pipeline skips source batch c as a
