@@ -466,3 +466,48 @@ func testTranslateAfterSaltExpired(t *testing.T, e *env) {
 	ps := lt.points(rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano()))), 20, 0)
 	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, k, lt), lt, ps, 0)
 }
+
+// Case 7, with the first copy gone: a plain producer's retried batch is at
+// the source twice in a row and once more after another batch (a retry that
+// landed late), all mirrored; then the source deletes records into the
+// second copy. A position in what is left of the copies translates to the
+// second copy's mirror, not the first's (runs of copies align at their
+// ends: the source loses copies from a run's front only), and one in the
+// late copy to its own mirror, after the mirror of the batch before it.
+// Before, the timestamp search took the first byte-equal mirror.
+func TestTranslateRetriesAfterDeletion(t *testing.T) { scenario(t, testTranslateRetriesAfterDeletion) }
+
+func testTranslateRetriesAfterDeletion(t *testing.T, e *env) {
+	f := e.mirrored(t, "tretry", srcTopic("r", 1))
+	topic := f.topic("r")
+	at := time.Now().Add(-time.Minute).UnixMilli()
+	n := 0
+	batch := func() []byte {
+		recs := make([]batchtest.Record, 4)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%d-%d", n, i), Value: fmt.Appendf(nil, "batch %d record %d", n, i), TimestampDelta: int64(i), OffsetDelta: -1}
+		}
+		n++
+		return batchtest.Build(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, FirstTimestamp: at + int64(n)*1000, Records: recs, Codec: 2})
+	}
+	a, x, b, y := batch(), batch(), batch(), batch()
+	for _, bt := range [][]byte{a, a, x, b, x, y} { // 0-3, 4-7, 8-11, 12-15, 16-19, 20-23
+		produceRaw(t, f.src, topic, 0, bt)
+	}
+	l := f.start("tretry")
+	waitCaughtUp(t, l, 24, 60*time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	lt := readTruth(t, f.src, f.dst, topic, topic, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 6}) // inside the second copy of a
+	if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
+		t.Fatal(err)
+	}
+	lt.now = readPartition(t, f.src, topic, 0, true, 24)
+	k := tp.Key{Topic: topic, Partition: 0}
+	ps := lt.points(rand.New(rand.NewPCG(9, uint64(time.Now().UnixNano()))), 10, 6)
+	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, k, lt), lt, ps, 6)
+}

@@ -604,7 +604,13 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		if err != nil {
 			return err
 		}
-		j, from, d, base, err := x.scan(ctx, pred, cands, r, hi)
+		j, from, d, base, claimed, err := x.scan(ctx, pred, cands, r, hi, true)
+		if err == nil && j < 0 && pred != nil && !claimed {
+			// The batch before the candidates has no mirror (the
+			// link skipped it, or the destination deleted it): any
+			// mirror of a candidate counts.
+			j, from, d, base, _, err = x.scan(ctx, pred, cands, r, hi, false)
+		}
 		if err != nil {
 			return err
 		}
@@ -688,8 +694,7 @@ func (x *job) predecessor(ctx context.Context, pos int64) (*srcBatch, error) {
 		return nil, nil
 	}
 	r, err := x.committed(ctx, pos-1)
-	var re *rangeError
-	if errors.As(err, &re) {
+	if _, below := errors.AsType[*rangeError](err); below {
 		return nil, nil // below the log start
 	}
 	if err != nil {
@@ -740,10 +745,23 @@ func (x *job) earliest(cs []srcBatch) (int64, error) {
 
 // scan reads the destination from offset r up to hi for the first batch
 // that is the mirror of one of cands, skipping the one pred (the batch just
-// before them) claims: the candidate's index, the position it was mirrored
-// from, the destination batch and its base offset; -1 when none is within
-// the budget.
-func (x *job) scan(ctx context.Context, pred *srcBatch, cands []srcBatch, r int64, hi cut) (j int, from int64, d []byte, base int64, err error) {
+// before them) claims, and with after set, looking at candidates only past
+// it (the link appends in source order: a candidate's mirror before pred's
+// is the mirror of an earlier copy, a plain producer's retry): the
+// candidate's index, the position it was mirrored from, the destination
+// batch and its base offset, -1 when none is within the budget; claimed
+// reports whether pred's mirror was met. A plain candidate met is then
+// aligned within its run of copies (lastOfRun).
+func (x *job) scan(ctx context.Context, pred *srcBatch, cands []srcBatch, r int64, hi cut, after bool) (j int, from int64, d []byte, base int64, claimed bool, err error) {
+	j, from, d, base, claimed, err = x.scanFor(ctx, pred, cands, r, hi, after)
+	if err != nil || j < 0 {
+		return j, from, d, base, claimed, err
+	}
+	d, base, err = x.lastOfRun(ctx, cands[j], d, base, hi)
+	return j, from, d, base, claimed, err
+}
+
+func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r int64, hi cut, after bool) (j int, from int64, d []byte, base int64, claimed bool, err error) {
 	// Each candidate is decided once, whole, and compared with every
 	// destination batch (Match rejects a batch of another length at
 	// once); the slower Same (a batch the source changed since) only
@@ -753,20 +771,20 @@ func (x *job) scan(ctx context.Context, pred *srcBatch, cands []srcBatch, r int6
 	for i, c := range cands {
 		dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
 		if err != nil {
-			return -1, 0, nil, 0, err
+			return -1, 0, nil, 0, claimed, err
 		}
 		if dec.Verdict == twin.Forward {
 			whole[i] = dec.Out
 		}
 	}
-	claimed := pred == nil // the predecessor claims at most one batch
+	claimed = pred == nil // the predecessor claims at most one batch
 	for pos := r; !hi.known || pos < hi.d; {
 		ds, err := x.dstBatches(ctx, pos)
 		if errors.Is(err, errBudget) {
-			return -1, 0, nil, 0, nil
+			return -1, 0, nil, 0, claimed, nil
 		}
 		if err != nil {
-			return -1, 0, nil, 0, err
+			return -1, 0, nil, 0, claimed, err
 		}
 		if len(ds) == 0 {
 			break
@@ -774,31 +792,198 @@ func (x *job) scan(ctx context.Context, pred *srcBatch, cands []srcBatch, r int6
 		for _, d := range ds {
 			dh, _ := transform.ParseHeader(d)
 			if hi.known && dh.BaseOffset >= hi.d {
-				return -1, 0, nil, 0, nil
+				return -1, 0, nil, 0, claimed, nil
 			}
 			pos = dh.NextOffset()
 			if !claimed {
 				ok, err := x.mirrorOf(*pred, whole[:0], -1, d, dh)
 				if err != nil {
-					return -1, 0, nil, 0, err
+					return -1, 0, nil, 0, claimed, err
 				}
 				if ok >= 0 {
 					claimed = true
 					continue
 				}
+				if after {
+					continue // not past pred's mirror yet
+				}
 			}
 			for i, c := range cands {
 				from, err := x.mirrorOf(c, whole, i, d, dh)
 				if err != nil {
-					return -1, 0, nil, 0, err
+					return -1, 0, nil, 0, claimed, err
 				}
 				if from >= 0 {
-					return i, from, d, dh.BaseOffset, nil
+					return i, from, d, dh.BaseOffset, claimed, nil
 				}
 			}
 		}
 	}
-	return -1, 0, nil, 0, nil
+	return -1, 0, nil, 0, claimed, nil
+}
+
+// runLookahead is how many source batches after a plain batch lastOfRun
+// looks through for copies of it.
+const runLookahead = 32
+
+// lastOfRun places the mirror of a plain source batch c among the copies of
+// it the destination holds, d (at base) being the first the scan met: a
+// plain producer's retry leaves its batch twice or more (in a row, or with
+// other batches between when the retry landed late), and the link mirrors
+// every copy (without a producer ID nothing tells them apart). Both logs
+// lose copies from the front only (the cleaner keeps the last record of a
+// key, DeleteRecords cuts a prefix), so the copies align at their ends: the
+// source batches after c up to L, the runLookahead-th (or the last below hi)
+// that is not a copy of c, hold A copies of c; the destination from d up to
+// L's mirror holds the mirrors of those and of any earlier copies the source
+// lost; c's mirror is the A-th from the last of them. Fewer: c's mirror was
+// deleted at the destination (ErrBelowDestinationStart) or cannot be told
+// (ErrUntranslatable). A copy later than the lookahead is not seen: the
+// residual risk docs/guarantees.md states.
+func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, hi cut) ([]byte, int64, error) {
+	if c.h.ProducerID != -1 {
+		return d, base, nil // copies with a producer ID are skipped, not mirrored
+	}
+	a, seen := 0, 0
+	var last *srcBatch // L: the last batch looked at, after every copy of c; nil: the lookahead ended in copies (or at hi)
+	for pos := c.h.NextOffset(); !hi.known || pos < hi.s; {
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			return nil, 0, err
+		}
+		done := false
+		for _, b := range r.batches {
+			if hi.known && b.h.BaseOffset >= hi.s {
+				done = true
+				break
+			}
+			ok, err := x.copies(c.raw, b.raw)
+			if err != nil {
+				return nil, 0, err
+			}
+			seen++
+			if ok {
+				a++
+				last = nil // L comes after every copy counted
+				continue
+			}
+			last = &b
+			if seen >= runLookahead {
+				done = true
+				break
+			}
+		}
+		if done || r.next <= pos {
+			break
+		}
+		pos = r.next
+	}
+	run := [][]byte{d} // d and its copies before L's mirror, in order
+	for pos := mustNext(d); !hi.known || pos < hi.d; {
+		ds, err := x.dstBatches(ctx, pos)
+		if errors.Is(err, errBudget) {
+			return nil, 0, fmt.Errorf("%w: %w", ErrUntranslatable, err)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(ds) == 0 {
+			break
+		}
+		done := false
+		for _, e := range ds {
+			eh, _ := transform.ParseHeader(e)
+			if hi.known && eh.BaseOffset >= hi.d {
+				done = true
+				break
+			}
+			pos = eh.NextOffset()
+			ok, err := x.copies(d, e)
+			if err != nil {
+				return nil, 0, err
+			}
+			if ok {
+				run = append(run, e)
+				continue
+			}
+			if last != nil {
+				if from, err := x.mirrorOf(*last, nil, -1, e, eh); err != nil {
+					return nil, 0, err
+				} else if from >= 0 {
+					done = true
+					break
+				}
+			}
+		}
+		if done {
+			break
+		}
+	}
+	if len(run) <= a && x.dstStart >= 0 && base <= x.dstStart {
+		// The destination lost the front of the copies: c's mirror
+		// was among them.
+		return nil, 0, fmt.Errorf("%w: the destination's log starts at %d, in the mirror of a later copy of the source batch at offset %d (%d more copies follow it at the source)",
+			ErrBelowDestinationStart, x.dstStart, c.h.BaseOffset, a)
+	}
+	if len(run) <= a {
+		return nil, 0, fmt.Errorf("%w: the source holds %d more copies of the batch at source offset %d after it, the destination %d after its first mirror at offset %d",
+			ErrUntranslatable, a, c.h.BaseOffset, len(run)-1, base)
+	}
+	m := run[len(run)-1-a]
+	mh, _ := transform.ParseHeader(m)
+	return m, mh.BaseOffset, nil
+}
+
+// copies reports whether plain batches a and b are copies of one batch: the
+// records of one are, in order, records of the other, the same in content
+// (a cleaner may have cut either since).
+func (x *job) copies(a, b []byte) (bool, error) {
+	if twin.Match(a, b) {
+		return true, nil
+	}
+	ha, err := transform.ParseHeader(a)
+	if err != nil {
+		return false, err
+	}
+	hb, err := transform.ParseHeader(b)
+	if err != nil {
+		return false, err
+	}
+	if ha.ProducerID != -1 || hb.ProducerID != -1 {
+		return false, nil
+	}
+	var recs [2][]transform.Record
+	for i, raw := range [2][]byte{a, b} {
+		if err := transform.Validate(raw); err != nil {
+			return false, err
+		}
+		rs, err := x.reenc.Records(raw)
+		if err != nil && !errors.Is(err, transform.ErrEmptyBatch) {
+			return false, err
+		}
+		recs[i] = rs
+	}
+	short, long := recs[0], recs[1]
+	if len(short) > len(long) {
+		short, long = long, short
+	}
+	if len(short) == 0 {
+		return false, nil
+	}
+	i := 0
+	for _, r := range long {
+		if i < len(short) && short[i].Same(r) {
+			i++
+		}
+	}
+	return i == len(short), nil
+}
+
+// mustNext is the offset after the batch b (a destination batch read and
+// parsed before).
+func mustNext(b []byte) int64 {
+	h, _ := transform.ParseHeader(b)
+	return h.NextOffset()
 }
 
 // mirrorOf reports whether destination batch d (header dh) is the batch the

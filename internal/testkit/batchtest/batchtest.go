@@ -24,17 +24,17 @@ type Record struct {
 // Spec describes a batch. LastOffsetDelta 0 or -1 means the last record's
 // delta; a larger value leaves a gap at the end, as compaction does.
 type Spec struct {
-	BaseOffset      int64
-	PID             int64
-	Epoch           int16
-	BaseSequence    int32
-	Transactional   bool
-	Control         bool
-	Codec           int8 // 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
+	BaseOffset    int64
+	PID           int64
+	Epoch         int16
+	BaseSequence  int32
+	Transactional bool
+	Control       bool
+	Codec         int8 // 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 	// Level, when not zero, is the codec's compression level: the same
 	// records compress to other bytes, as under another compressor
 	// version.
-	Level int
+	Level           int
 	FirstTimestamp  int64
 	LastOffsetDelta int32
 	Records         []Record
