@@ -174,19 +174,27 @@ func (lt logTruth) points(rng *rand.Rand, n int, start int64) []int64 {
 	return out
 }
 
+// endOffset is a partition's high watermark. A partition the client's
+// metadata does not know yet (kgo caches a missing topic for a moment) is
+// asked for again, for up to 10 seconds.
 func endOffset(t *testing.T, c *cluster, topic string, part int32) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ends, err := c.Admin.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ends, err := c.Admin.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := ends.Lookup(topic, part)
+		if ok && o.Err == nil {
+			return o.Offset
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("end offset of %s[%d]: %v (known: %v)", topic, part, o.Err, ok)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	o, ok := ends.Lookup(topic, part)
-	if !ok || o.Err != nil {
-		t.Fatalf("end offset of %s[%d]: %v", topic, part, o.Err)
-	}
-	return o.Offset
 }
 
 // readPartition reads a partition from its start with a kgo consumer: with
