@@ -28,9 +28,6 @@ type CounterInfo struct {
 	// Headline: the page shows it as a figure of its own, not in the
 	// card's list.
 	Headline bool `json:"headline,omitempty"`
-	// NoMetric: the counter has no Prometheus counter of the link's own
-	// (another component's metric counts the same events).
-	NoMetric bool `json:"-"`
 	// Help is the Prometheus help text.
 	Help string `json:"help"`
 }
@@ -56,7 +53,7 @@ var (
 	SessionsFenced         = counter(CounterInfo{Name: "sessions_fenced", Label: "sessions fenced", Alarm: true, Help: "Link sessions that found themselves fenced by a newer session of the same link."})
 	StateCommitRetries     = counter(CounterInfo{Name: "state_commit_retries", Label: "state commit retries", Help: "State transactions that failed (the state topic's leader or the transaction coordinator moving, a broker unreachable) and were aborted and committed again within the session's lease."})
 	DestinationGapOffsets  = counter(CounterInfo{Name: "destination_gap_offsets", Label: "destination gap offsets", Alarm: true, Help: "Destination offsets written by someone else between two of the link's appends (another producer on the destination topic, or an append of an earlier session that landed late); each occurrence is logged at ERROR with the offsets."})
-	SourceRecordsSkipped   = counter(CounterInfo{Name: "source_records_skipped", Label: "source records skipped", Alarm: true, NoMetric: true, Help: "Source records lost below the source's log start before they were mirrored (on_offset_out_of_range = earliest); mirrord_fetch_skipped_records_total counts the same skips."})
+	SourceRecordsSkipped   = counter(CounterInfo{Name: "source_records_skipped", Label: "source records skipped", Alarm: true, Help: "Source records deleted below the source's log start before they were mirrored (on_offset_out_of_range = earliest): those the fetcher skipped while mirroring (mirrord_fetch_skipped_records_total counts these too) and those reconciliation found deleted past the checkpoint and not at the destination."})
 	PartitionsRemoved      = counter(CounterInfo{Name: "partitions_removed", Label: "partitions removed", Help: "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."})
 	ProducersExpired       = counter(CounterInfo{Name: "producers_expired", Label: "producers expired", Help: "Producer entries dropped after producer_state_expiry without an append."})
 	SaltsExpired           = counter(CounterInfo{Name: "salts_expired", Label: "salts expired", Help: "Collision salts tombstoned after producer_state_expiry without use."})

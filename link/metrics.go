@@ -47,10 +47,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	collectors := []prometheus.Collector{m.state, m.errors, m.lag, m.lagSeconds, m.partitions, m.partitionLag}
 	for i, c := range counterTable {
-		if !c.NoMetric {
-			m.counters[i] = counter(c.Name+"_total", c.Help)
-			collectors = append(collectors, m.counters[i])
-		}
+		m.counters[i] = counter(c.Name+"_total", c.Help)
+		collectors = append(collectors, m.counters[i])
 	}
 	if reg != nil {
 		reg.MustRegister(collectors...)
