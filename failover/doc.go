@@ -19,10 +19,12 @@
 //     destination does not report as Empty or Dead, is left alone.
 //   - A destination group is only moved forward, never back past where it
 //     read by itself.
-//   - A failover reports done only when every partition of the running
-//     session is caught up with the source's last stable offset (or lag is
-//     allowed and reported), the final group sync succeeded, and the link
-//     is PAUSED; otherwise the link is left mirroring.
+//   - A failover reports done only when every partition the link's
+//     topics select is caught up with the source's last stable offset and
+//     the source holds nothing past it (an undecided transaction's records
+//     and those behind it count as lag, with the reason), or lag is
+//     allowed and reported; the final group sync succeeded; and the link
+//     is PAUSED. Otherwise the link is left mirroring.
 //   - Refusals name the permission that is missing (package access).
 //
 // # Goroutines

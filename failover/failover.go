@@ -59,8 +59,10 @@ type Status struct {
 	AllowLag bool          `json:"allow_lag"`
 	Outcome  string        `json:"outcome"`
 	Error    string        `json:"error,omitempty"`
-	// Lag is the committed source records not mirrored when the
-	// failover ended, over every partition.
+	// Lag is the source records not mirrored when the failover ended,
+	// over every partition: the committed ones up to the last stable
+	// offset, and every record an undecided transaction holds back past
+	// it (see Partition.Reason).
 	Lag        int64       `json:"lag_records"`
 	Partitions []Partition `json:"partitions"`
 	// Groups is the final group sync's outcome, per group and partition.
@@ -76,10 +78,17 @@ type Partition struct {
 	// link's position and DestinationNext the destination offset the
 	// source's last stable offset translates to (-1 while behind).
 	SourceLastStable int64 `json:"source_last_stable_offset"`
-	SourceNext       int64 `json:"source_next_offset"`
-	DestinationNext  int64 `json:"destination_offset"`
-	CaughtUp         bool  `json:"caught_up"`
-	Lag              int64 `json:"lag_records"`
+	// SourceHighWatermark is the source's high watermark, listed before
+	// its last stable offset: past the last stable offset an undecided
+	// transaction holds records back (Reason says so).
+	SourceHighWatermark int64 `json:"source_high_watermark"`
+	SourceNext          int64 `json:"source_next_offset"`
+	DestinationNext     int64 `json:"destination_offset"`
+	CaughtUp            bool  `json:"caught_up"`
+	Lag                 int64 `json:"lag_records"`
+	// Reason says why a partition is not caught up when its position
+	// alone does not: an undecided transaction at the source.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Errors of Start.
@@ -235,12 +244,9 @@ func (m *Mover) run(ctx context.Context, o Options) {
 // catchUp compares every partition the running session mirrors with the
 // source's last stable offset: caught up when the source holds no
 // committed record between the link's position and it (a head
-// translation of it succeeds).
+// translation of it succeeds) and no record past it (no undecided
+// transaction holds records back: unstable).
 func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partition, lag int64, caught bool, err error) {
-	anchors, err := m.link.Anchors(ctx)
-	if err != nil {
-		return nil, 0, false, err
-	}
 	// Every partition the link's topics select counts, also one the
 	// session has not found yet (a topic created, a partition added since
 	// its last discovery): the source is listed here, not only asked about
@@ -252,11 +258,45 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("list the source's topics: %w", err)
 	}
-	mirrored := make(map[tp.Key]bool, len(anchors))
 	var topics []string
+	for _, td := range listed.Sorted() {
+		if m.cfg.Selects(td.Topic) {
+			topics = append(topics, td.Topic)
+		}
+	}
+	var hws, lso kadm.ListedOffsets
+	if len(topics) > 0 {
+		// The high watermarks are listed before the last stable
+		// offsets: a record appended between the two lists then shows
+		// in neither as held back, and a high watermark past its last
+		// stable offset means an undecided transaction held records
+		// back when the second was listed.
+		hws, err = adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = hws.Error()
+		}
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("list the source's high watermarks: %w", err)
+		}
+		lso, err = adm.ListCommittedOffsets(ctx, topics...)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("list the source's last stable offsets: %w", err)
+		}
+	}
+	// The session's positions are asked for after the source's offsets:
+	// a position can only have moved on since, so each partition's is
+	// compared with offsets no newer than itself, and the translation
+	// below starts from the same session state the report shows.
+	anchors, err := m.link.Anchors(ctx)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	mirrored := make(map[tp.Key]bool, len(anchors))
 	for _, a := range anchors {
 		mirrored[a.Src.Key()] = true
-		topics = append(topics, a.Src.Topic)
 	}
 	var unmirrored []tp.Key
 	for _, td := range listed.Sorted() {
@@ -266,21 +306,11 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 		for _, pd := range td.Partitions.Sorted() {
 			if k := (tp.Key{Topic: td.Topic, Partition: pd.Partition}); !mirrored[k] {
 				unmirrored = append(unmirrored, k)
-				topics = append(topics, td.Topic)
 			}
 		}
 	}
 	if len(anchors) == 0 && len(unmirrored) == 0 {
 		return nil, 0, false, errors.New("the link mirrors no partition yet")
-	}
-	slices.Sort(topics)
-	topics = slices.Compact(topics)
-	lso, err := adm.ListCommittedOffsets(ctx, topics...)
-	if err == nil {
-		err = lso.Error()
-	}
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("list the source's last stable offsets: %w", err)
 	}
 	caught = true
 	if len(unmirrored) > 0 {
@@ -308,6 +338,9 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 			// Not mirrored yet: every committed record there is lag
 			// (at most: compaction may have left gaps).
 			p.SourceLastStable, p.Lag = lo.Offset, max(0, lo.Offset-st.Offset)
+			if err := unstable(&p, hws); err != nil {
+				return nil, 0, false, err
+			}
 			caught = false
 			lag += p.Lag
 			parts = append(parts, p)
@@ -337,6 +370,9 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 				return nil, 0, false, err
 			}
 		}
+		if err := unstable(&p, hws); err != nil {
+			return nil, 0, false, err
+		}
 		caught = caught && p.CaughtUp
 		lag += p.Lag
 		parts = append(parts, p)
@@ -345,4 +381,27 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 		return cmp.Or(cmp.Compare(a.SourceTopic, b.SourceTopic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return parts, lag, caught, nil
+}
+
+// unstable fills in a partition's high watermark from hws and, when the
+// source holds records past its last stable offset, counts them as lag:
+// an undecided transaction begins at the last stable offset, and every
+// record after it, the transaction's own and any plain ones behind it, is
+// held back until the transaction ends (a read_committed consumer, the
+// link's fetcher too, stops there). The partition is not caught up then,
+// whatever its position: a failover that moved consumers now would leave
+// them without the records the transaction's end releases.
+func unstable(p *Partition, hws kadm.ListedOffsets) error {
+	hw, ok := hws.Lookup(p.SourceTopic, p.Partition)
+	if !ok {
+		return fmt.Errorf("the source did not list the high watermark of %s[%d]", p.SourceTopic, p.Partition)
+	}
+	p.SourceHighWatermark = hw.Offset
+	if held := hw.Offset - p.SourceLastStable; held > 0 {
+		p.CaughtUp = false
+		p.Lag += held
+		p.Reason = fmt.Sprintf("the source has an undecided transaction from offset %d; records up to the high watermark %d are not stable yet",
+			p.SourceLastStable, hw.Offset)
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package link
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,4 +189,103 @@ func TestFailoverFindsNewPartitions(t *testing.T) {
 	}
 	l.waitState(t, Paused, 30*time.Second)
 	fx.exactlyOnce("t", "late")
+}
+
+// A source partition with an open transaction behind committed records,
+// and plain records after that transaction: the link has mirrored up to
+// the source's last stable offset (the transaction's first offset), but
+// the records up to the high watermark are undecided. A failover must not
+// report done with lag 0 then: it reports not_caught_up with the records
+// past the last stable offset as lag and says why (with --allow-lag,
+// done_with_lag); once the transaction is committed and mirrored, it
+// completes. Guards against moving consumers while the source still
+// holds records that may become committed and are not at the destination.
+func TestFailoverOpenTransaction(t *testing.T) { scenario(t, testFailoverOpenTransaction) }
+
+func testFailoverOpenTransaction(t *testing.T, e *env) {
+	fx := e.mirrored(t, "fotxn", srcTopic("t", 1))
+	fx.load(idempotent, 0, "before", 20)
+	l := fx.start("fotxn")
+	fx.waitMirrored(60 * time.Second)
+
+	// A transaction begins at offset 20 and stays open (a long timeout:
+	// the broker must not abort it while the test runs); plain records
+	// follow it, up to the high watermark 35.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := fx.topic("t")
+	txn := fx.src.NewClient(t, kgo.TransactionalID(fx.topic("open")), kgo.TransactionTimeout(2*time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	var open []*kgo.Record
+	for i := range 5 {
+		open = append(open, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "open-%d", i), Value: []byte("undecided")})
+	}
+	if err := txn.ProduceSync(ctx, open...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	fx.load(plain, 0, "after", 10)
+	const lso, hw = 20, 35
+	reason := fmt.Sprintf("the source has an undecided transaction from offset %d; records up to the high watermark %d are not stable yet", lso, hw)
+
+	end := func() *failover.Status {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if f := l.Status().Failover; f != nil && f.Outcome != failover.Running {
+				return f
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the failover did not end: %+v", l.Status().Failover)
+			}
+		}
+	}
+	want := func(outcome string) failover.Status {
+		return failover.Status{Outcome: outcome, Lag: hw - lso, Partitions: []failover.Partition{{
+			SourceTopic: topic, DestinationTopic: topic, Partition: 0,
+			SourceLastStable: lso, SourceHighWatermark: hw, SourceNext: lso, DestinationNext: lso,
+			Lag: hw - lso, Reason: reason,
+		}}}
+	}
+	check := func(what string, got *failover.Status, want failover.Status) {
+		t.Helper()
+		g := failover.Status{Outcome: got.Outcome, Error: got.Error, Lag: got.Lag, Partitions: got.Partitions}
+		if !reflect.DeepEqual(g, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", what, g, want)
+		}
+	}
+
+	if err := l.StartFailover(failover.Options{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	check("failover with an open transaction", end(), want(failover.NotCaughtUp))
+	if st := l.Status().State; st != Mirroring {
+		t.Fatalf("after a failover that did not catch up the link is %s, want MIRRORING (left as it was)", st)
+	}
+
+	if err := l.StartFailover(failover.Options{Timeout: 500 * time.Millisecond, AllowLag: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("failover with an open transaction and allow_lag", end(), want(failover.DoneWithLag))
+	l.waitState(t, Paused, 30*time.Second)
+
+	// The transaction is committed (its marker at 35): everything up to
+	// 36 is stable, and once mirrored the failover completes.
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	fx.p.Add(true, open...)
+	l.Resume()
+	l.waitState(t, Mirroring, 60*time.Second)
+	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	check("failover after the commit", end(), failover.Status{Outcome: failover.Done, Partitions: []failover.Partition{{
+		SourceTopic: topic, DestinationTopic: topic, Partition: 0,
+		SourceLastStable: hw + 1, SourceHighWatermark: hw + 1, SourceNext: hw + 1, DestinationNext: hw,
+		CaughtUp: true,
+	}}})
+	l.waitState(t, Paused, 30*time.Second)
+	fx.exactlyOnce()
 }

@@ -99,12 +99,19 @@ func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stder
 	} else {
 		fmt.Fprintf(stdout, "link %s: failover %s (lag %d records)\n\n", name, fo.Outcome, fo.Lag)
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SOURCE\tDESTINATION\tSOURCE LAST STABLE\tLINK POSITION\tDESTINATION OFFSET\tLAG")
+		fmt.Fprintln(tw, "SOURCE\tDESTINATION\tSOURCE LAST STABLE\tSOURCE HIGH WATERMARK\tLINK POSITION\tDESTINATION OFFSET\tLAG")
 		for _, p := range fo.Partitions {
-			fmt.Fprintf(tw, "%s[%d]\t%s[%d]\t%d\t%d\t%d\t%d\n", p.SourceTopic, p.Partition, p.DestinationTopic, p.Partition,
-				p.SourceLastStable, p.SourceNext, p.DestinationNext, p.Lag)
+			fmt.Fprintf(tw, "%s[%d]\t%s[%d]\t%d\t%d\t%d\t%d\t%d\n", p.SourceTopic, p.Partition, p.DestinationTopic, p.Partition,
+				p.SourceLastStable, p.SourceHighWatermark, p.SourceNext, p.DestinationNext, p.Lag)
 		}
 		_ = tw.Flush()
+		// The reasons below the table: a partition whose lag its
+		// position alone does not explain (an undecided transaction).
+		for _, p := range fo.Partitions {
+			if p.Reason != "" {
+				fmt.Fprintf(stdout, "%s[%d]: %s\n", p.SourceTopic, p.Partition, p.Reason)
+			}
+		}
 		if len(fo.Groups) > 0 {
 			fmt.Fprintln(stdout)
 			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -126,7 +133,7 @@ func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stder
 		fmt.Fprintf(stderr, "mirrord failover: link %s is paused; consumers of the synced groups can start at the destination\n", name)
 		return exitOK
 	case failover.NotCaughtUp:
-		fmt.Fprintf(stderr, "mirrord failover: link %s did not catch up (lag %d records); it keeps mirroring. Stop the source's producers, or pass --allow-lag\n", name, fo.Lag)
+		fmt.Fprintf(stderr, "mirrord failover: link %s did not catch up (lag %d records); it keeps mirroring. Stop the source's producers (and let them commit or abort their open transactions), or pass --allow-lag\n", name, fo.Lag)
 	default:
 		fmt.Fprintf(stderr, "mirrord failover: link %s: failover %s: %s; the link was left as it was\n", name, fo.Outcome, fo.Error)
 	}

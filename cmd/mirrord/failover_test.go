@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 )
 
@@ -51,8 +52,8 @@ func TestFailoverCommand(t *testing.T) {
 	t.Logf("mirrord failover --config mirrord.hcl --link l --timeout 30s:\n%s%s", out, errs)
 	for _, re := range []string{
 		`(?m)^link l: failover done \(lag 0 records\)$`,
-		`(?m)^SOURCE\s+DESTINATION\s+SOURCE LAST STABLE\s+LINK POSITION\s+DESTINATION OFFSET\s+LAG$`,
-		`(?m)^orders\[0\]\s+orders\[0\]\s+15\s+1[45]\s+9\s+0$`,
+		`(?m)^SOURCE\s+DESTINATION\s+SOURCE LAST STABLE\s+SOURCE HIGH WATERMARK\s+LINK POSITION\s+DESTINATION OFFSET\s+LAG$`,
+		`(?m)^orders\[0\]\s+orders\[0\]\s+15\s+15\s+1[45]\s+9\s+0$`,
 		`(?m)^g\s+synced\s+orders\[0\]\s+12\s+orders\[0\]\s+7\s+committed\s*$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
@@ -87,4 +88,33 @@ func TestFailoverCommand(t *testing.T) {
 		})
 	}
 	waitState(t, cfgPath, "PAUSED")
+}
+
+// A failover that did not catch up because of an undecided transaction at
+// the source prints, below the table, the partition's reason with the
+// high watermark in its column, and tells the operator to let the
+// producers end their transactions. Guards against a report that shows
+// only a lag an operator cannot explain.
+func TestFailoverReportUndecidedTransaction(t *testing.T) {
+	reason := "the source has an undecided transaction from offset 20; records up to the high watermark 35 are not stable yet"
+	var out, errs strings.Builder
+	code := reportFailover("l", &failover.Status{Outcome: failover.NotCaughtUp, Lag: 15, Partitions: []failover.Partition{{
+		SourceTopic: "orders", DestinationTopic: "orders", Partition: 0, SourceLastStable: 20, SourceHighWatermark: 35,
+		SourceNext: 20, DestinationNext: 20, Lag: 15, Reason: reason,
+	}}}, false, &out, &errs)
+	if code != exitError {
+		t.Errorf("exit %d, want %d", code, exitError)
+	}
+	for _, re := range []string{
+		`(?m)^link l: failover not_caught_up \(lag 15 records\)$`,
+		`(?m)^orders\[0\]\s+orders\[0\]\s+20\s+35\s+20\s+20\s+15$`,
+		`(?m)^orders\[0\]: ` + regexp.QuoteMeta(reason) + `$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("report does not match %s:\n%s", re, out.String())
+		}
+	}
+	if !strings.Contains(errs.String(), "commit or abort their open transactions") {
+		t.Errorf("stderr %q", errs.String())
+	}
 }
