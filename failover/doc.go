@@ -25,6 +25,9 @@
 //     and those behind it count as lag, with the reason), or lag is
 //     allowed and reported; the final group sync succeeded; and the link
 //     is PAUSED. Otherwise the link is left mirroring.
+//   - A failover ends: its catch-up wait is bounded by Options.Timeout and
+//     its wait for PAUSED by Config.PauseTimeout, and a resume that
+//     replaced its pause (the link's last command wins) ends it at once.
 //   - Refusals name the permission that is missing (package access).
 //
 // # Goroutines

@@ -42,6 +42,9 @@ type Options struct {
 // DefaultTimeout is Options.Timeout's default.
 const DefaultTimeout = 5 * time.Minute
 
+// DefaultPauseTimeout is Config.PauseTimeout's default.
+const DefaultPauseTimeout = time.Minute
+
 // Outcomes of a failover.
 const (
 	Running     = "running"
@@ -220,16 +223,15 @@ func (m *Mover) run(ctx context.Context, o Options) {
 		}
 	}
 	m.link.Pause()
-	for m.link.State() != statestore.Paused {
-		if backoff.Sleep(ctx, 20*time.Millisecond) != nil {
-			return
+	if err := m.awaitPaused(ctx); err != nil {
+		if ctx.Err() != nil {
+			return // failovers records it
 		}
-		if st := m.link.State(); st == statestore.Failed || st == statestore.Stopped {
-			m.endFailover(func(f *Status) {
-				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = Failed, fmt.Sprintf("the link became %s instead of PAUSED", st), groups, parts, lag
-			})
-			return
-		}
+		log.Error("failover: the link did not pause", "error", err)
+		m.endFailover(func(f *Status) {
+			f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = Failed, err.Error(), groups, parts, lag
+		})
+		return
 	}
 	outcome := Done
 	if !caught {
@@ -239,6 +241,31 @@ func (m *Mover) run(ctx context.Context, o Options) {
 	m.endFailover(func(f *Status) {
 		f.Outcome, f.Groups, f.Partitions, f.Lag, f.Error = outcome, groups, parts, lag, ""
 	})
+}
+
+// awaitPaused waits until the link is PAUSED after the failover paused it,
+// for at most PauseTimeout, and only while the pause stands: an operator's
+// resume since replaces it (the last command wins), and a link that failed
+// or stopped on the way did not pause cleanly. Every way ends the wait
+// with an error that says what the link does now.
+func (m *Mover) awaitPaused(ctx context.Context) error {
+	deadline := m.now().Add(m.cfg.PauseTimeout)
+	for {
+		st := m.link.State()
+		switch {
+		case !m.link.Pausing():
+			return fmt.Errorf("a resume given after the failover paused the link replaced the pause (the link is %s); it mirrors on: run the failover again", st)
+		case st == statestore.Paused:
+			return nil
+		case st == statestore.Failed || st == statestore.Stopped:
+			return fmt.Errorf("the link became %s instead of PAUSED", st)
+		case !m.now().Before(deadline):
+			return fmt.Errorf("the link was not PAUSED within %s of the failover's pause (it is %s); the pause stands, and the link pauses once its drain and final checkpoint end: check it with mirrord links, and run the failover again once it mirrors", m.cfg.PauseTimeout, st)
+		}
+		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // catchUp compares every partition the running session mirrors with the

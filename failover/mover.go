@@ -23,8 +23,12 @@ type Link interface {
 	// State is the link's lifecycle state.
 	State() statestore.LinkState
 	// Pause asks the link to stop mirroring after a final checkpoint; it
-	// does not wait.
+	// does not wait. The pause is never lost: it stands until a later
+	// command replaces it (an operator's resume; the last one wins).
 	Pause()
+	// Pausing reports whether the last command the link was given is a
+	// pause: it is PAUSED or on its way there.
+	Pausing() bool
 	// Anchors returns what the running session knows of every partition
 	// it mirrors, or an error when no session runs.
 	Anchors(ctx context.Context) ([]translate.Anchor, error)
@@ -54,6 +58,10 @@ type Config struct {
 	// GroupSyncInterval is how often they are synced.
 	Groups            GroupSelector
 	GroupSyncInterval time.Duration
+	// PauseTimeout bounds the wait for PAUSED once a failover paused the
+	// link: its drain, a state commit in flight and its final checkpoint
+	// (default 1m).
+	PauseTimeout time.Duration
 	// Selects reports whether the link mirrors a source topic, and
 	// DestinationTopic names its mirror.
 	Selects          func(topic string) bool
@@ -102,6 +110,9 @@ func New(cfg Config, link Link, deps Deps) *Mover {
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	if cfg.PauseTimeout <= 0 {
+		cfg.PauseTimeout = DefaultPauseTimeout
 	}
 	m := &Mover{
 		cfg: cfg, link: link, log: deps.Logger, met: deps.Metrics.forLink(deps.Link), now: deps.Now,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,5 +288,150 @@ func testFailoverOpenTransaction(t *testing.T, e *env) {
 		CaughtUp: true,
 	}}})
 	l.waitState(t, Paused, 30*time.Second)
+	fx.exactlyOnce()
+}
+
+// pauseView is the link as a test's Mover sees it, with the Mover's pause
+// replaced by pause (which calls the view's own when the test wants the
+// link paused).
+type pauseView struct {
+	moverView
+	pause func(v moverView)
+}
+
+func (v pauseView) Pause() { v.pause(v.moverView) }
+
+// startPauseView runs the fixture's link with its Mover seeing it through
+// a pauseView.
+func (f *fixture) startPauseView(pause func(l *Link, v moverView)) *testLink {
+	f.t.Helper()
+	deps := Deps{Logger: testLogger(f.t, f.name), SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts()}
+	return startLinkSetup(f.t, f.cfg, deps, func(l *Link) {
+		l.mover = l.newMover(pauseView{moverView: moverView{l}, pause: func(v moverView) { pause(l, v) }})
+	})
+}
+
+// holdLinkGoroutine keeps the link goroutine busy (a query that waits)
+// until the function it returns is called: meanwhile it reads no command.
+// It reports failures with t.Error: it may run on the Mover's goroutine.
+func holdLinkGoroutine(t *testing.T, l *Link) (release func()) {
+	o := l.online.Load()
+	if o == nil {
+		t.Error("hold the link goroutine: the link runs no session")
+		return func() {}
+	}
+	entered, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { done <- o.ask(context.Background(), func(*Pipeline) { close(entered); <-unblock }) }()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Error("the link goroutine did not take the holding query")
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(unblock)
+			if err := <-done; err != nil {
+				t.Errorf("the holding query: %v", err)
+			}
+		})
+	}
+}
+
+// failoverEnd waits until the link's failover ended and returns its status.
+func failoverEnd(t *testing.T, l *testLink, within time.Duration) *failover.Status {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if f := l.Status().Failover; f != nil && f.Outcome != failover.Running {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover did not end within %s: %+v (link %s)", within, l.Status().Failover, l.Status().State)
+		}
+	}
+}
+
+// A failover's pause that reaches the link while its goroutine is busy
+// and a burst of operator commands waits for it is not lost: the last
+// command given wins, the link pauses and the failover ends done; a burst
+// of pauses and resumes from many goroutines leaves the link as the last
+// one said. Guards against a bounded command channel that dropped the
+// command sent when it was full: the failover then waited for PAUSED
+// forever, and an operator's last resume or pause could be lost.
+func TestFailoverPauseNotLost(t *testing.T) {
+	fx := onKfake(t).mirrored(t, "fopause", srcTopic("t", 1))
+	fx.load(idempotent, 0, "a", 20)
+	l := fx.startPauseView(func(l *Link, v moverView) {
+		release := holdLinkGoroutine(t, l)
+		defer release()
+		for range 16 {
+			l.Resume() // more than any command buffer held
+		}
+		v.Pause()
+	})
+	fx.waitMirrored(60 * time.Second)
+	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if f := failoverEnd(t, l, 60*time.Second); f.Outcome != failover.Done || f.Lag != 0 || f.Error != "" {
+		t.Fatalf("failover %+v, want done without lag", f)
+	}
+	l.waitState(t, Paused, 30*time.Second)
+
+	// Pauses and resumes at once from many goroutines, then one more:
+	// the link ends as that last one says.
+	burst := func(last func(), want State) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 200 {
+					if (g+i)%2 == 0 {
+						l.Pause()
+					} else {
+						l.Resume()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		last()
+		l.waitState(t, want, 60*time.Second)
+	}
+	burst(l.Resume, Mirroring)
+	fx.load(plain, 0, "b", 20)
+	fx.waitMirrored(60 * time.Second)
+	burst(l.Pause, Paused)
+	fx.exactlyOnce()
+}
+
+// An operator's resume after the failover's pause, before the link
+// paused, replaces the pause (the last command wins): the failover ends
+// failed at once, saying so, and the link keeps mirroring. Guards against
+// a failover that waits for a pause nobody wants any more, and against an
+// operator's resume that a pause in progress swallowed.
+func TestFailoverPauseReplacedByResume(t *testing.T) {
+	fx := onKfake(t).mirrored(t, "foresume", srcTopic("t", 1))
+	fx.load(idempotent, 0, "a", 20)
+	l := fx.startPauseView(func(l *Link, v moverView) {
+		release := holdLinkGoroutine(t, l)
+		defer release()
+		v.Pause()
+		l.Resume()
+	})
+	fx.waitMirrored(60 * time.Second)
+	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f := failoverEnd(t, l, 5*time.Second) // well within the pause's bound
+	if f.Outcome != failover.Failed || !strings.Contains(f.Error, "resume") {
+		t.Errorf("failover %+v, want failed, naming the resume", f)
+	}
+	time.Sleep(500 * time.Millisecond) // a pause would have ended by now
+	if st := l.Status().State; st != Mirroring {
+		t.Errorf("the link is %s after the operator's resume, want MIRRORING", st)
+	}
+	fx.load(plain, 0, "b", 20)
+	fx.waitMirrored(60 * time.Second)
 	fx.exactlyOnce()
 }

@@ -147,9 +147,19 @@ func startLink(t *testing.T, cfg Config, src, dst *cluster, logName string) *tes
 // goroutine; the test's cleanup stops it.
 func startLinkWith(t *testing.T, cfg Config, deps Deps) *testLink {
 	t.Helper()
+	return startLinkSetup(t, cfg, deps, nil)
+}
+
+// startLinkSetup is startLinkWith with setup (unless nil) called on the
+// link after New and before Run.
+func startLinkSetup(t *testing.T, cfg Config, deps Deps, setup func(*Link)) *testLink {
+	t.Helper()
 	l, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(l)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLink{Link: l, cancel: cancel, done: make(chan error, 1)}

@@ -222,7 +222,7 @@ type Link struct {
 	log  hclog.Logger
 	met  *linkMetrics
 
-	ctl chan control // operator commands to the Run goroutine
+	cmd commands // operator commands (pause, resume) to the Run goroutine
 	// acl names the link's clusters in the errors for permissions they
 	// refuse (package access).
 	acl struct{ src, dst access.Cluster }
@@ -245,12 +245,30 @@ type Link struct {
 	mover *failover.Mover
 }
 
-type control uint8
+// commands is how an operator's pause and resume reach the link
+// goroutine. Only the last command given counts (pause holds it): a
+// command never blocks and is never lost, one given while the goroutine is
+// busy replaces the one before it, and wake, a buffer of one, tells the
+// goroutine that a command came. The goroutine reads pause when woken and
+// again wherever it starts to wait for a command (a session's start, a
+// backoff, PAUSED), so that one it read while it could not act on it (a
+// resume during a pause's drain, a pause during a stop) still applies
+// once it can. Before, a bounded channel carried the commands and dropped
+// those sent while it was full: a failover's pause lost that way left the
+// failover waiting for PAUSED forever.
+type commands struct {
+	pause atomic.Bool // the last command was a pause
+	wake  chan struct{}
+}
 
-const (
-	ctlPause control = iota + 1
-	ctlResume
-)
+// give records a command and wakes the link goroutine.
+func (c *commands) give(pause bool) {
+	c.pause.Store(pause)
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake is pending: the goroutine reads the command then
+	}
+}
 
 // New builds a link. It does no I/O and starts no goroutine.
 func New(cfg Config, deps Deps) (*Link, error) {
@@ -275,38 +293,46 @@ func New(cfg Config, deps Deps) (*Link, error) {
 		deps: deps,
 		log:  deps.Logger.Named("link").With("link", cfg.Link.Name),
 		met:  deps.Metrics.forLink(cfg.Link.Name),
-		ctl:  make(chan control, 4),
+		cmd:  commands{wake: make(chan struct{}, 1)},
 	}
 	l.acl.src = access.Cluster{Role: "source", Name: cfg.Source.Name, Principal: cfg.Source.Principal}
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
-	l.mover = failover.New(failover.Config{
+	l.mover = l.newMover(moverView{l})
+	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}
+	return l, nil
+}
+
+// newMover builds the link's Mover, which sees the link through view (a
+// moverView; tests wrap it to step in between the Mover and the link).
+func (l *Link) newMover(view failover.Link) *failover.Mover {
+	cfg, deps := l.cfg, l.deps
+	return failover.New(failover.Config{
 		Groups: cfg.Link.Groups, GroupSyncInterval: cfg.Link.GroupSyncInterval, Selects: cfg.Link.Selects,
+		// A pause drains for up to ShutdownTimeout, waits for a
+		// state commit in flight (the lease bounds it) and commits
+		// the final checkpoint within ShutdownTimeout.
+		PauseTimeout:     2*cfg.ShutdownTimeout + cfg.Link.SessionTimeout,
 		DestinationTopic: func(source string) string { return cfg.Link.DestinationTopic(source, cfg.Source.Name) },
 		Source:           l.acl.src, Destination: l.acl.dst,
 		SourceOpts: deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
-	}, moverView{l}, failover.Deps{Logger: l.log, Metrics: deps.Metrics.groups, Link: cfg.Link.Name, Now: deps.Now})
-	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}
-	return l, nil
+	}, view, failover.Deps{Logger: l.log, Metrics: deps.Metrics.groups, Link: cfg.Link.Name, Now: deps.Now})
 }
 
 // Name is the link's name.
 func (l *Link) Name() string { return l.cfg.Link.Name }
 
 // Pause asks the link to stop mirroring after a final checkpoint; it keeps
-// its place until Resume. Pausing a paused link does nothing.
-func (l *Link) Pause() { l.command(ctlPause) }
+// its place until Resume. Pausing a paused link does nothing. It does not
+// block, and the pause stands until a Resume replaces it (commands).
+func (l *Link) Pause() { l.cmd.give(true) }
 
-// Resume asks a paused link to prepare and mirror again.
-func (l *Link) Resume() { l.command(ctlResume) }
+// Resume asks a paused link to prepare and mirror again; it replaces a
+// pause given before that the link has not carried out yet.
+func (l *Link) Resume() { l.cmd.give(false) }
 
-// command hands an operator command to the link goroutine without
-// blocking.
-func (l *Link) command(c control) {
-	select {
-	case l.ctl <- c:
-	default: // a burst of commands: the latest ones are already queued
-	}
-}
+// pausing reports whether the last command given was a pause: the link is
+// PAUSED or on its way there.
+func (l *Link) pausing() bool { return l.cmd.pause.Load() }
 
 // handover is what a session of this process left for the next one: a
 // session that ended with every append resolved hands over at once, one
@@ -436,6 +462,14 @@ func (l *Link) lifecycle(ctx context.Context) error {
 				return err
 			}
 		case Failed:
+			if l.pausing() {
+				// A pause stands (the session failed while it
+				// carried it out, or before it could).
+				if err := move(OnPause, nil); err != nil {
+					return err
+				}
+				continue
+			}
 			attempts++
 			wait := retry.Wait(attempts)
 			l.log.Info("retrying after backoff", "wait", wait, "attempt", attempts)
@@ -444,10 +478,10 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			case <-ctx.Done():
 				t.Stop()
 				return nil
-			case c := <-l.ctl:
+			case <-l.cmd.wake:
 				t.Stop()
 				ev := OnRetry // a resume while failed retries at once
-				if c == ctlPause {
+				if l.pausing() {
 					ev = OnPause
 				}
 				if err := move(ev, nil); err != nil {
@@ -482,17 +516,16 @@ func (l *Link) fail(err error) {
 }
 
 // waitResume blocks in PAUSED until a resume (true) or ctx ends (false).
+// A resume given while the pause was carried out resumes at once.
 func (l *Link) waitResume(ctx context.Context) bool {
-	for {
+	for l.pausing() {
 		select {
 		case <-ctx.Done():
 			return false
-		case c := <-l.ctl:
-			if c == ctlResume {
-				return true
-			}
+		case <-l.cmd.wake:
 		}
 	}
+	return ctx.Err() == nil
 }
 
 // errPaused ends a PREPARING that an operator paused before the pipeline

@@ -108,6 +108,8 @@ func (v moverView) State() State { return v.l.State() }
 
 func (v moverView) Pause() { v.l.Pause() }
 
+func (v moverView) Pausing() bool { return v.l.pausing() }
+
 // Discover asks the running session to look for new topics and
 // partitions now; the partitions it finds show in Anchors once they are
 // placed.

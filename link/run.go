@@ -55,6 +55,13 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 		return s.step(InStop{State: state})
 	}
 	done := ctx.Done()
+	if l.pausing() {
+		// Paused while the session began, and the wake was read
+		// where the pause could not be carried out yet.
+		if out := stop(OnPause, Paused); out.ended {
+			return out.result(stopping, end())
+		}
+	}
 	for {
 		var ev Input
 		select {
@@ -67,8 +74,8 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 				return out.result(stopping, end())
 			}
 			continue
-		case c := <-l.ctl:
-			if c == ctlPause {
+		case <-l.cmd.wake:
+			if l.pausing() {
 				if out := stop(OnPause, Paused); out.ended {
 					return out.result(stopping, end())
 				}

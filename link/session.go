@@ -415,20 +415,21 @@ func (s *session) standBy(ctx context.Context) error {
 	}
 }
 
-// pausableSleep sleeps d unless ctx ends or an operator pauses the link.
+// pausableSleep sleeps d unless ctx ends or an operator pauses the link
+// (or had paused it: a pause stands until a resume).
 func (l *Link) pausableSleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
+		if l.pausing() {
+			return errPaused
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 			return nil
-		case c := <-l.ctl:
-			if c == ctlPause {
-				return errPaused
-			}
+		case <-l.cmd.wake:
 		}
 	}
 }

@@ -1,0 +1,133 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/translate"
+)
+
+// fakeLink mirrors one partition, caught up with the source, and does on a
+// pause what the test says (onPause); State and Pausing answer what it
+// set.
+type fakeLink struct {
+	anchor  translate.Anchor
+	onPause func(f *fakeLink)
+
+	mu      sync.Mutex
+	state   statestore.LinkState
+	pausing bool
+}
+
+func (f *fakeLink) set(st statestore.LinkState, pausing bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state, f.pausing = st, pausing
+}
+
+func (f *fakeLink) State() statestore.LinkState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state
+}
+
+func (f *fakeLink) Pausing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pausing
+}
+
+func (f *fakeLink) Pause() {
+	f.set(f.State(), true)
+	f.onPause(f)
+}
+
+func (f *fakeLink) Anchors(context.Context) ([]translate.Anchor, error) {
+	return []translate.Anchor{f.anchor}, nil
+}
+
+func (f *fakeLink) Translate(context.Context, string, int32, int64) (translate.Result, error) {
+	return translate.Result{}, errors.New("fakeLink: no translation (the partition is at its head)")
+}
+
+func (f *fakeLink) Discover(context.Context) error { return nil }
+
+func (f *fakeLink) Translator(context.Context) (translate.Func, func(), error) {
+	return nil, nil, errors.New("fakeLink: no translator")
+}
+
+// Whatever the link does once a failover paused it, the failover ends
+// within its pause bound, and says what the link does: done once PAUSED;
+// failed at once when a resume replaced the pause or the link failed; failed
+// when the bound ran out with the link still on its way. Guards against a
+// failover that waits for PAUSED forever.
+func TestFailoverPauseEnds(t *testing.T) {
+	src := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	adm := kadm.NewClient(kafkatest.Client(t, src))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	const bound = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		onPause func(f *fakeLink)
+		outcome string
+		err     string
+		within  time.Duration
+	}{
+		{"paused", func(f *fakeLink) { f.set(statestore.Paused, true) }, Done, "", bound},
+		{"resumed before it paused", func(f *fakeLink) { f.set(statestore.Mirroring, false) }, Failed,
+			"a resume given after the failover paused the link replaced the pause (the link is MIRRORING); it mirrors on", bound},
+		{"failed on the way", func(f *fakeLink) { f.set(statestore.Failed, true) }, Failed, "the link became FAILED instead of PAUSED", bound},
+		{"never pauses", func(*fakeLink) {}, Failed,
+			"the link was not PAUSED within 300ms of the failover's pause (it is MIRRORING); the pause stands", 5 * bound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link := &fakeLink{
+				anchor:  translate.Anchor{Pair: tp.Pair{Src: tp.Partition{Topic: "t"}, Dst: tp.Partition{Topic: "t"}}, Head: true},
+				onPause: tc.onPause, state: statestore.Mirroring,
+			}
+			m := New(Config{
+				PauseTimeout: bound, Selects: func(topic string) bool { return topic == "t" },
+				SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+			}, link, Deps{})
+			runCtx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- m.Run(runCtx) }()
+			defer func() { stop(); <-done }()
+
+			if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			var f *Status
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if f = m.Failover(); f.Outcome != Running {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the failover did not end: %+v", f)
+				}
+			}
+			if f.Outcome != tc.outcome || !strings.Contains(f.Error, tc.err) || (tc.err == "") != (f.Error == "") {
+				t.Errorf("failover %s (%q), want %s (%q)", f.Outcome, f.Error, tc.outcome, tc.err)
+			}
+			// The pause wait is bounded by PauseTimeout; the catch-up
+			// check before it takes a few requests to kfake.
+			if took := f.Ended.Sub(f.Started); took > tc.within+2*time.Second {
+				t.Errorf("the failover took %s, want it to end within %s of the pause", took, tc.within)
+			}
+		})
+	}
+}
