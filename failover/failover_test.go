@@ -106,7 +106,12 @@ func TestFailoverPauseEnds(t *testing.T) {
 			runCtx, stop := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- m.Run(runCtx) }()
-			defer func() { stop(); <-done }()
+			defer func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("Mover.Run: %v", err)
+				}
+			}()
 
 			if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
 				t.Fatal(err)
