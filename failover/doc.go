@@ -15,8 +15,10 @@
 //
 // # Invariants
 //
-//   - A destination group with active members, or one whose state the
-//     destination does not report as Empty or Dead, is left alone.
+//   - A destination group with active members, one whose state the
+//     destination does not report as Empty or Dead, and one it does not
+//     describe (left out of its answer, or answered with an error) are
+//     left alone: unknown is not inactive.
 //   - A destination group is only moved forward, never back past where it
 //     read by itself.
 //   - A failover reports done only when every partition the link's

@@ -28,7 +28,8 @@ import (
 //   - a group with active members at the destination is left alone (its
 //     consumers commit for themselves; a commit from outside would race
 //     them), and so is one whose state the destination does not report as
-//     Empty or Dead;
+//     Empty or Dead, or does not report at all (a group missing from the
+//     answer, or answered with an error, is unknown, not inactive);
 //   - an offset is committed only if it moves the destination group
 //     forward: one that read past the translation at the destination by
 //     itself, or was synced from a source commit later reset back, keeps
@@ -57,9 +58,10 @@ type GroupSyncStatus struct {
 type GroupStatus struct {
 	Group string `json:"group"`
 	// State: synced (offsets committed this round), up_to_date (nothing
-	// to move forward), active (members at the destination: left alone),
-	// failed (see Error; partitions that translated may still have been
-	// committed).
+	// to move forward), active (members at the destination, or a state
+	// other than Empty or Dead: left alone), failed (see Error; partitions
+	// that translated may still have been committed; a group the
+	// destination did not describe is failed and left alone).
 	State      string               `json:"state"`
 	Error      string               `json:"error,omitempty"`
 	Partitions []GroupPartitionSync `json:"partitions"`
@@ -147,11 +149,16 @@ func planGroup(gt translate.GroupOffsets, dst map[tp.Key]int64, active bool) (co
 }
 
 // groupInactive reports whether a destination group may be committed to
-// from outside: it has no members and its state is Empty or Dead (a group
-// that does not exist is Dead).
+// from outside: it was described without an error, has no members and its
+// state is Empty or Dead (a group that does not exist is Dead). A group
+// described without a state is unknown, and unknown is left alone.
 func groupInactive(d kadm.DescribedGroup) bool {
-	return d.Err == nil && len(d.Members) == 0 && (d.State == "Empty" || d.State == "Dead" || d.State == "")
+	return d.Err == nil && len(d.Members) == 0 && (d.State == "Empty" || d.State == "Dead")
 }
+
+// errNotDescribed: the destination's DescribeGroups answer left the group
+// out.
+var errNotDescribed = errors.New("the destination's DescribeGroups answer did not include the group")
 
 // groupSync runs a link's group offset sync.
 type groupSync struct {
@@ -265,18 +272,6 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 		return out, nil
 	}
 	g.noneListed = false
-	described, err := g.dstAdm.DescribeGroups(ctx, names...)
-	if err != nil && len(described) == 0 {
-		if !errors.Is(err, kerr.GroupAuthorizationFailed) {
-			return out, fmt.Errorf("describe the groups at the destination: %w", err)
-		}
-		// Refused as a whole (no Describe on any of them): each group
-		// fails with the refusal explained.
-		described = kadm.DescribedGroups{}
-		for _, n := range names {
-			described[n] = kadm.DescribedGroup{Group: n, Err: kerr.GroupAuthorizationFailed}
-		}
-	}
 	tr, done, err := g.m.link.Translator(ctx)
 	if err != nil {
 		return out, fmt.Errorf("group sync: %w", err)
@@ -286,13 +281,50 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
-		out = append(out, g.group(ctx, name, described[name], tr))
+		out = append(out, g.group(ctx, name, tr))
 	}
 	return out, nil
 }
 
+// describe describes one group at the destination. A group the answer
+// leaves out, or answers with an error, comes back with that error
+// (errNotDescribed when there is none): unknown, it is left alone. A group
+// that does not exist is Dead. Each group is described on its own, so that
+// an error in the answer (a refusal, a coordinator that does not answer) is
+// that group's, never a neighbour's: kadm answers a request for several
+// groups that one broker refused or failed with the groups it did
+// describe and an error, and the others missing.
+func (g *groupSync) describe(ctx context.Context, name string) kadm.DescribedGroup {
+	var d kadm.DescribedGroup
+	err := func() error {
+		all, err := g.dstAdm.DescribeGroups(ctx, name)
+		if se, ok := errors.AsType[*kadm.ShardErrors](err); ok && len(se.Errs) == 1 {
+			// The one group's piece failed (its FindCoordinator was
+			// refused, or not answered): that piece's error is the
+			// group's.
+			err = se.Errs[0].Err
+		}
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if d, ok = all[name]; !ok {
+			return errNotDescribed
+		}
+		return d.Err
+	}()
+	switch {
+	case errors.Is(err, kerr.GroupIDNotFound):
+		return kadm.DescribedGroup{Group: name, State: "Dead"}
+	case err != nil:
+		d.Group, d.Err = name, err
+	}
+	return d
+}
+
 // group syncs one group.
-func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGroup, tr translate.Func) GroupStatus {
+func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) GroupStatus {
+	d := g.describe(ctx, name)
 	st := GroupStatus{Group: name, At: g.m.now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
 	fail := func(err error) GroupStatus {
 		st.State, st.Error = GroupFailed, err.Error()
@@ -303,12 +335,9 @@ func (g *groupSync) group(ctx context.Context, name string, d kadm.DescribedGrou
 		g.log.Warn("group offset sync: group not synced this round", "group", name, "error", err)
 		return st
 	}
-	if errors.Is(d.Err, kerr.GroupIDNotFound) {
-		d.Err, d.State = nil, "Dead"
-	}
 	if d.Err != nil {
 		// Not knowing whether it is active, it is left alone.
-		return fail(fmt.Errorf("describe group %q at the destination: %w", name,
+		return fail(fmt.Errorf("describe group %q at the destination: %w; not knowing whether it is active there, group sync leaves it alone", name,
 			g.m.cfg.Destination.RefusedGroup(kmsg.ACLOperationDescribe, name, WhyDstGroupDescribe, d.Err)))
 	}
 	active := !groupInactive(d)

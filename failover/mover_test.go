@@ -1,0 +1,250 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/translate"
+)
+
+// fakeLink is the link as these tests' Movers see it: mirroring topic "t"
+// to the destination topic "t" at the same offsets.
+type fakeLink struct{}
+
+func (f *fakeLink) State() statestore.LinkState { return statestore.Mirroring }
+
+func (f *fakeLink) Pause() {}
+
+func (f *fakeLink) Anchors(context.Context) ([]translate.Anchor, error) {
+	return nil, errors.New("fakeLink has no anchors")
+}
+
+func (f *fakeLink) Discover(context.Context) error { return nil }
+
+func (f *fakeLink) Translate(_ context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+	return translate.Result{SourceTopic: topic, DestinationTopic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset,
+		Via: "head", SourceBatch: -1, DestinationBatch: -1}, nil
+}
+
+func (f *fakeLink) Translator(context.Context) (translate.Func, func(), error) {
+	return f.Translate, func() {}, nil
+}
+
+// selectAll selects every group.
+type selectAll struct{}
+
+func (selectAll) Selects(string) bool { return true }
+
+// moverEnv is a Mover between two kfake clusters that hold topic "t" with
+// two partitions, its fake link, and admin clients of both clusters.
+type moverEnv struct {
+	src, dst       *kfake.Cluster
+	srcAdm, dstAdm *kadm.Client
+	link           *fakeLink
+	m              *Mover
+}
+
+// newMoverEnv starts the clusters and runs a Mover whose periodic rounds
+// come every interval; the test's cleanup stops it.
+func newMoverEnv(t *testing.T, interval time.Duration) *moverEnv {
+	t.Helper()
+	src, dst := kafkatest.Pair(t)
+	e := &moverEnv{src: src, dst: dst, srcAdm: kadm.NewClient(kafkatest.Client(t, src)), dstAdm: kadm.NewClient(kafkatest.Client(t, dst)),
+		link: &fakeLink{}}
+	ctx := t.Context()
+	for _, adm := range []*kadm.Client{e.srcAdm, e.dstAdm} {
+		if _, err := adm.CreateTopic(ctx, 2, 1, nil, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.m = New(Config{
+		Groups: selectAll{}, GroupSyncInterval: interval,
+		Selects:          func(topic string) bool { return topic == "t" },
+		DestinationTopic: func(source string) string { return source },
+		Source:           access.Cluster{Role: "source", Name: "src", Principal: "User:ANONYMOUS"},
+		Destination:      access.Cluster{Role: "destination", Name: "dst", Principal: "User:ANONYMOUS"},
+		SourceOpts:       []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+		DestinationOpts:  []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)},
+	}, e.link, Deps{})
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.m.Run(runCtx); err != nil {
+			t.Errorf("Mover.Run: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.m.mu.Lock()
+		running := e.m.groups != nil
+		e.m.mu.Unlock()
+		if running {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Mover's group sync did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// commitAt commits offsets of group on topic "t" (partition → offset) to
+// a cluster, as a consumer that left would have.
+func commitAt(t *testing.T, adm *kadm.Client, group string, at map[int32]int64) {
+	t.Helper()
+	os := kadm.Offsets{}
+	for p, o := range at {
+		os.Add(kadm.Offset{Topic: "t", Partition: p, At: o, LeaderEpoch: -1})
+	}
+	r, err := adm.CommitOffsets(t.Context(), group, os)
+	if err == nil {
+		err = r.Error()
+	}
+	if err != nil {
+		t.Fatalf("commit %s: %v", group, err)
+	}
+}
+
+// committed is group's committed offset of each partition of "t" at a
+// cluster (absent: none).
+func committed(t *testing.T, adm *kadm.Client, group string) map[int32]int64 {
+	t.Helper()
+	offs, err := adm.FetchOffsets(t.Context(), group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Fatalf("fetch the offsets of %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == "t" && o.At >= 0 {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// statusOf is group's outcome in a round's result.
+func statusOf(t *testing.T, gs []GroupStatus, group string) GroupStatus {
+	t.Helper()
+	for _, g := range gs {
+		if g.Group == group {
+			return g
+		}
+	}
+	t.Fatalf("group %s not in the round's outcome %+v", group, gs)
+	return GroupStatus{}
+}
+
+// Guards "unknown means left alone": a destination group that the
+// DescribeGroups answer leaves out, or answers with an error, is not known
+// to be inactive, so nothing is committed to it and its status says why (a
+// refusal names the permission that is missing).
+// Before the fix, a group left out of the answer was described as a zero
+// value (no members, no state) and taken for inactive: its offsets were
+// overwritten. Also guards that a group described without a state is left
+// alone, and that a group that does not exist (GROUP_ID_NOT_FOUND) is
+// synced as Dead.
+func TestGroupSyncUnknownGroupLeftAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// answer rewrites the destination's answer for group "app"; nil:
+		// the broker's own answer.
+		answer func(*kmsg.DescribeGroupsResponseGroup) (keep bool)
+		// refused: the destination refuses to find the group's
+		// coordinator (as Kafka does without Describe on the group).
+		refused bool
+		wantErr string
+	}{
+		{name: "left out of the answer", answer: func(*kmsg.DescribeGroupsResponseGroup) bool { return false },
+			wantErr: `describe group "app" at the destination: the destination's DescribeGroups answer did not include the group; not knowing whether it is active there, group sync leaves it alone`},
+		{name: "answered with an error", answer: func(g *kmsg.DescribeGroupsResponseGroup) bool {
+			g.ErrorCode, g.State = kerr.UnknownServerError.Code, ""
+			return true
+		}, wantErr: `describe group "app" at the destination: UNKNOWN_SERVER_ERROR`},
+		{name: "refused", refused: true,
+			wantErr: `describe group "app" at the destination: destination cluster "dst" does not allow User:ANONYMOUS Describe on Group:app (` +
+				WhyDstGroupDescribe + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+		{name: "no state", answer: func(g *kmsg.DescribeGroupsResponseGroup) bool {
+			g.ErrorCode, g.State = 0, ""
+			return true
+		}},
+		{name: "not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMoverEnv(t, time.Hour)
+			commitAt(t, e.srcAdm, "app", map[int32]int64{0: 5, 1: 7})
+			if tc.answer != nil {
+				rewriteDescribe(t, e.dst, "app", tc.answer)
+			}
+			var refusal *kfake.FaultHandle
+			if tc.refused {
+				refusal = e.dst.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, Group: "app", Err: kerr.GroupAuthorizationFailed, Count: -1})
+			}
+			gs, err := e.m.SyncGroups(t.Context())
+			if err != nil {
+				t.Fatalf("round: %v", err)
+			}
+			if refusal != nil {
+				refusal.Remove() // the test's own reads below
+			}
+			st := statusOf(t, gs, "app")
+			got := committed(t, e.dstAdm, "app")
+			switch {
+			case tc.name == "not found":
+				if st.State != GroupSynced || st.DstState != "Dead" || got[0] != 5 || got[1] != 7 {
+					t.Errorf("group %+v, destination offsets %v; want a Dead group synced at 5 and 7", st, got)
+				}
+			case tc.wantErr == "":
+				if st.State != GroupActive || len(got) != 0 {
+					t.Errorf("group %+v, destination offsets %v; want it left alone (active) with nothing committed", st, got)
+				}
+			default:
+				if st.State != GroupFailed || !strings.Contains(st.Error, tc.wantErr) || len(got) != 0 {
+					t.Errorf("group %+v, destination offsets %v; want failed with %q and nothing committed", st, got, tc.wantErr)
+				}
+			}
+		})
+	}
+}
+
+// rewriteDescribe answers every DescribeGroups of c as a broker that holds
+// none of the groups asked for would (Dead; GROUP_ID_NOT_FOUND from
+// version 6), with group's answer rewritten by fn (left out when it returns
+// false).
+func rewriteDescribe(t *testing.T, c *kfake.Cluster, group string, fn func(*kmsg.DescribeGroupsResponseGroup) bool) {
+	t.Helper()
+	c.ControlKey(int16(kmsg.DescribeGroups), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.DescribeGroupsRequest)
+		resp := r.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		resp.Version = r.Version
+		for _, name := range r.Groups {
+			g := kmsg.NewDescribeGroupsResponseGroup()
+			g.Group, g.State = name, "Dead"
+			if r.Version >= 6 {
+				g.ErrorCode = kerr.GroupIDNotFound.Code
+			}
+			if name == group && !fn(&g) {
+				continue
+			}
+			resp.Groups = append(resp.Groups, g)
+		}
+		return resp, nil, true
+	})
+}
