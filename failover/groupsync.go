@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -37,6 +38,14 @@ import (
 //     someone else commits to the inactive destination group between a
 //     round's fetch of its offsets and the round's commit can still be
 //     overwritten by that commit.
+//
+// A group coordinator that is not available, has moved or is loading
+// (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS:
+// a cluster that has just started creates __consumer_offsets on the first
+// request for a group, a rolling restart moves coordinators) is asked again
+// within the round, with backoff, for up to coordinatorPatience; kgo does
+// not retry a FindCoordinator answer inside DescribeGroups or OffsetFetch.
+// Only an answer that persists fails the group, and its status says so.
 //
 // The decisions are planGroup, a pure function; groupSync does the I/O. Its
 // goroutine (run) is started and waited for by Mover.Run, which also closes
@@ -160,6 +169,45 @@ func groupInactive(d kadm.DescribedGroup) bool {
 // out.
 var errNotDescribed = errors.New("the destination's DescribeGroups answer did not include the group")
 
+// coordinatorBusy reports whether err is a group coordinator's answer that
+// passes: not available (yet), moved elsewhere, or loading its groups.
+func coordinatorBusy(err error) bool {
+	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
+		errors.Is(err, kerr.CoordinatorLoadInProgress)
+}
+
+// Defaults of the coordinator retries of a round (Mover.coordinatorRetry
+// and coordinatorPatience): a coordinator moves within seconds in a rolling
+// restart, and a round that waits longer than one default
+// group_sync_interval is better reported.
+var (
+	defaultCoordinatorRetry    = backoff.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
+	defaultCoordinatorPatience = 10 * time.Second
+)
+
+// retryCoordinator runs fn, and again while it fails with a coordinator's
+// passing answer (coordinatorBusy), waiting the Mover's coordinator backoff
+// in between, for up to its patience (counted from the first attempt, so
+// that a request kgo already retried for long is not retried much longer).
+// An answer that persists is returned saying how long it lasted; any other
+// error, or nil, at once.
+func (g *groupSync) retryCoordinator(ctx context.Context, fn func() error) error {
+	start := g.m.now()
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !coordinatorBusy(err) {
+			return err
+		}
+		wait := g.m.coordinatorRetry.Wait(attempt)
+		if elapsed := g.m.now().Sub(start); elapsed+wait > g.m.coordinatorPatience {
+			return fmt.Errorf("%w (the coordinator's answer %d times over %s)", err, attempt, elapsed.Round(time.Millisecond))
+		}
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
 // groupSync runs a link's group offset sync.
 type groupSync struct {
 	m        *Mover
@@ -249,7 +297,11 @@ func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 }
 
 func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
-	listed, err := g.srcAdm.ListGroups(ctx)
+	var listed kadm.ListedGroups
+	err := g.retryCoordinator(ctx, func() (err error) {
+		listed, err = g.srcAdm.ListGroups(ctx)
+		return err
+	})
 	if err != nil {
 		return []GroupStatus{}, fmt.Errorf("list the source's groups: %w", err)
 	}
@@ -286,7 +338,8 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 	return out, nil
 }
 
-// describe describes one group at the destination. A group the answer
+// describe describes one group at the destination, asking again while its
+// coordinator's answer passes (retryCoordinator). A group the answer
 // leaves out, or answers with an error, comes back with that error
 // (errNotDescribed when there is none): unknown, it is left alone. A group
 // that does not exist is Dead. Each group is described on its own, so that
@@ -296,7 +349,7 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 // describe and an error, and the others missing.
 func (g *groupSync) describe(ctx context.Context, name string) kadm.DescribedGroup {
 	var d kadm.DescribedGroup
-	err := func() error {
+	err := g.retryCoordinator(ctx, func() error {
 		all, err := g.dstAdm.DescribeGroups(ctx, name)
 		if se, ok := errors.AsType[*kadm.ShardErrors](err); ok && len(se.Errs) == 1 {
 			// The one group's piece failed (its FindCoordinator was
@@ -312,7 +365,7 @@ func (g *groupSync) describe(ctx context.Context, name string) kadm.DescribedGro
 			return errNotDescribed
 		}
 		return d.Err
-	}()
+	})
 	switch {
 	case errors.Is(err, kerr.GroupIDNotFound):
 		return kadm.DescribedGroup{Group: name, State: "Dead"}
@@ -341,7 +394,11 @@ func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) G
 			g.m.cfg.Destination.RefusedGroup(kmsg.ACLOperationDescribe, name, WhyDstGroupDescribe, d.Err)))
 	}
 	active := !groupInactive(d)
-	gt, err := translate.Group(ctx, g.srcAdm, name, g.m.cfg.Selects, tr)
+	var gt translate.GroupOffsets
+	err := g.retryCoordinator(ctx, func() (err error) {
+		gt, err = translate.Group(ctx, g.srcAdm, name, g.m.cfg.Selects, tr)
+		return err
+	})
 	if err != nil {
 		return fail(g.m.cfg.Source.RefusedGroup(kmsg.ACLOperationDescribe, name, WhySrcGroupDescribe, err))
 	}
@@ -354,10 +411,13 @@ func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) G
 	}
 	dst := map[tp.Key]int64{}
 	if !active {
-		offs, err := g.dstAdm.FetchOffsets(ctx, name)
-		if err == nil {
-			err = offs.Error()
-		}
+		var offs kadm.OffsetResponses
+		err := g.retryCoordinator(ctx, func() (err error) {
+			if offs, err = g.dstAdm.FetchOffsets(ctx, name); err == nil {
+				err = offs.Error()
+			}
+			return err
+		})
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			offs, err = nil, nil // nothing committed there yet
 		}
@@ -383,10 +443,13 @@ func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) G
 		for _, o := range commits {
 			os.Add(o)
 		}
-		resp, err := g.dstAdm.CommitOffsets(ctx, name, os)
-		if err == nil {
-			err = resp.Error()
-		}
+		err := g.retryCoordinator(ctx, func() error {
+			resp, err := g.dstAdm.CommitOffsets(ctx, name, os)
+			if err == nil {
+				err = resp.Error()
+			}
+			return err
+		})
 		if err != nil {
 			// The group may have become active in between: the
 			// coordinator refuses a commit from outside then.

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
@@ -95,6 +96,12 @@ type Mover struct {
 	requests chan Options // a failover request to the goroutine that runs it
 	failing  atomic.Bool  // set while a failover runs
 
+	// coordinatorRetry spaces a round's requests to a group coordinator
+	// that is not available, moved or loading, for up to
+	// coordinatorPatience (retryCoordinator); tests shorten them.
+	coordinatorRetry    backoff.Policy
+	coordinatorPatience time.Duration
+
 	mu        sync.Mutex // guards groupStat and failover
 	groupStat *GroupSyncStatus
 	failover  *Status
@@ -116,7 +123,8 @@ func New(cfg Config, link Link, deps Deps) *Mover {
 	}
 	m := &Mover{
 		cfg: cfg, link: link, log: deps.Logger, met: deps.Metrics.forLink(deps.Link), now: deps.Now,
-		requests: make(chan Options, 1),
+		requests:         make(chan Options, 1),
+		coordinatorRetry: defaultCoordinatorRetry, coordinatorPatience: defaultCoordinatorPatience,
 	}
 	if cfg.Groups != nil {
 		m.groupStat = &GroupSyncStatus{Interval: cfg.GroupSyncInterval, Groups: []GroupStatus{}}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/statestore"
@@ -79,6 +80,8 @@ func newMoverEnv(t *testing.T, interval time.Duration) *moverEnv {
 		SourceOpts:       []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
 		DestinationOpts:  []kgo.Opt{kgo.SeedBrokers(dst.ListenAddrs()...)},
 	}, e.link, Deps{})
+	// Shortened: a coordinator that persists gives up within a second.
+	e.m.coordinatorRetry, e.m.coordinatorPatience = backoff.Policy{First: 20 * time.Millisecond, Max: 200 * time.Millisecond}, time.Second
 	runCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -149,6 +152,71 @@ func statusOf(t *testing.T, gs []GroupStatus, group string) GroupStatus {
 	}
 	t.Fatalf("group %s not in the round's outcome %+v", group, gs)
 	return GroupStatus{}
+}
+
+// Guards a round against giving up on a group coordinator's passing
+// answer: a cluster that has just started answers COORDINATOR_NOT_AVAILABLE
+// while it creates __consumer_offsets, a rolling restart moves
+// coordinators (NOT_COORDINATOR) and a new one loads its groups
+// (COORDINATOR_LOAD_IN_PROGRESS). kgo does not retry a FindCoordinator
+// answer inside DescribeGroups or OffsetFetch, so before the fix the round
+// failed the group (and a failover's final sync failed). Each answer, given
+// a few times at either cluster, is waited out within the round and the
+// group synced; one that persists fails the group within the patience,
+// commits nothing and says so.
+func TestGroupSyncCoordinatorRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		atDst   bool
+		err     *kerr.Error
+		count   int    // -1: for good
+		wantErr string // besides the coordinator's answer, and how often it came
+	}{
+		{name: "destination not available", atDst: true, err: kerr.CoordinatorNotAvailable, count: 3},
+		{name: "destination not coordinator", atDst: true, err: kerr.NotCoordinator, count: 3},
+		{name: "destination loading", atDst: true, err: kerr.CoordinatorLoadInProgress, count: 3},
+		{name: "source not available", err: kerr.CoordinatorNotAvailable, count: 3},
+		{name: "source loading", err: kerr.CoordinatorLoadInProgress, count: 3},
+		{name: "destination for good", atDst: true, err: kerr.CoordinatorNotAvailable, count: -1,
+			wantErr: `describe group "app" at the destination: `},
+		{name: "source for good", err: kerr.CoordinatorLoadInProgress, count: -1,
+			wantErr: `fetch the committed offsets of group "app" at the source: `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMoverEnv(t, time.Hour)
+			commitAt(t, e.srcAdm, "app", map[int32]int64{0: 5, 1: 7})
+			c := e.src
+			if tc.atDst {
+				c = e.dst
+			}
+			fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, Group: "app", Err: tc.err, Count: tc.count})
+			start := time.Now()
+			gs, err := e.m.SyncGroups(t.Context())
+			took := time.Since(start)
+			hits := fault.Hits()
+			fault.Remove() // the test's own reads below
+			if err != nil {
+				t.Fatalf("round: %v", err)
+			}
+			st := statusOf(t, gs, "app")
+			got := committed(t, e.dstAdm, "app")
+			if tc.wantErr == "" {
+				if st.State != GroupSynced || got[0] != 5 || got[1] != 7 || hits != tc.count {
+					t.Errorf("group %+v, destination offsets %v, %d faulted answers; want synced at 5 and 7 after the coordinator answered %s %d times",
+						st, got, hits, tc.err.Message, tc.count)
+				}
+				return
+			}
+			t.Logf("group status: %s", st.Error)
+			if st.State != GroupFailed || !strings.Contains(st.Error, tc.wantErr) || !strings.Contains(st.Error, tc.err.Message) ||
+				!strings.Contains(st.Error, "(the coordinator's answer ") || len(got) != 0 {
+				t.Errorf("group %+v, destination offsets %v; want failed with %q (%s) and nothing committed", st, got, tc.wantErr, tc.err.Message)
+			}
+			if took > 10*time.Second {
+				t.Errorf("the round took %s with a coordinator that never answers; the patience is %s", took, e.m.coordinatorPatience)
+			}
+		})
+	}
 }
 
 // Guards "unknown means left alone": a destination group that the
