@@ -21,6 +21,10 @@
 //     left alone: unknown is not inactive.
 //   - A destination group is only moved forward, never back past where it
 //     read by itself.
+//   - Offsets are committed only while this agent's session of the link is
+//     the live one (Link.Live: MIRRORING, within its lease), checked before
+//     each commit: a standby agent, a fenced, paused or failed link commit
+//     nothing.
 //   - A failover reports done only when every partition the link's
 //     topics select is caught up with the source's last stable offset and
 //     the source holds nothing past it (an undecided transaction's records

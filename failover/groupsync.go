@@ -24,8 +24,12 @@ import (
 // the partitions the link mirrors are translated (package translate) and
 // committed to the group of the same ID at the destination, on the
 // destination topic the link mirrors into, with the committed metadata.
-// Two rules keep it from harming consumers:
+// Three rules keep it from harming consumers:
 //
+//   - it commits only while this agent's session of the link is the live
+//     one (Link.Live: MIRRORING, holding its lease): a standby agent, a
+//     fenced session that has not noticed yet, and a paused or failed link
+//     commit nothing, so that two agents never sync the same groups;
 //   - a group with active members at the destination is left alone (its
 //     consumers commit for themselves; a commit from outside would race
 //     them), and so is one whose state the destination does not report as
@@ -57,10 +61,13 @@ type GroupSyncStatus struct {
 	Interval time.Duration `json:"interval"`
 	// LastRound is when the last round ended; LastSuccess when the last
 	// round in which every selected group synced without an error ended.
-	LastRound   time.Time     `json:"last_round,omitzero"`
-	LastSuccess time.Time     `json:"last_success,omitzero"`
-	LastError   string        `json:"last_error,omitempty"`
-	Groups      []GroupStatus `json:"groups"`
+	LastRound   time.Time `json:"last_round,omitzero"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	// Idle says why no round runs now: this agent's session of the link
+	// is not the live one (see Link.Live). Empty while rounds run.
+	Idle   string        `json:"idle,omitempty"`
+	Groups []GroupStatus `json:"groups"`
 }
 
 // GroupStatus is one group after the last round.
@@ -169,6 +176,10 @@ func groupInactive(d kadm.DescribedGroup) bool {
 // out.
 var errNotDescribed = errors.New("the destination's DescribeGroups answer did not include the group")
 
+// ErrNotLive is a round's error when this agent's session of the link is
+// not the live one (Link.Live): group sync commits nothing then.
+var ErrNotLive = errors.New("this agent's session of the link is not the live one (not MIRRORING, or its lease lapsed): group sync commits only from the session that holds the link")
+
 // coordinatorBusy reports whether err is a group coordinator's answer that
 // passes: not available (yet), moved elsewhere, or loading its groups.
 func coordinatorBusy(err error) bool {
@@ -249,7 +260,8 @@ func (g *groupSync) close() {
 }
 
 // run syncs every interval until ctx ends, and brings the age of the last
-// successful round up to date every second.
+// successful round up to date every second. While this agent's session is
+// not the live one no round runs, and the status says why (Idle).
 func (g *groupSync) run(ctx context.Context) {
 	t := time.NewTicker(g.m.cfg.GroupSyncInterval)
 	defer t.Stop()
@@ -264,16 +276,28 @@ func (g *groupSync) run(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
-		if _, err := g.round(ctx); err != nil && ctx.Err() == nil {
+		if _, err := g.round(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLive) {
 			g.log.Warn("group offset sync round failed", "error", err)
 		}
 	}
 }
 
-// round syncs every selected group once.
+// idle records in the status that rounds wait for this agent's session to
+// be the live one, keeping the last round's outcome.
+func (g *groupSync) idle() {
+	g.m.setGroups(func(c *GroupSyncStatus) { c.Idle = ErrNotLive.Error() })
+}
+
+// round syncs every selected group once; it returns ErrNotLive, and leaves
+// the last round's outcome in the status as it was, if this agent's session
+// of the link is not the live one.
 func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !g.m.link.Live() {
+		g.idle()
+		return []GroupStatus{}, ErrNotLive
+	}
 	out, err := g.sync(ctx)
 	now := g.m.now()
 	ok := err == nil
@@ -285,7 +309,7 @@ func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 	}
 	g.m.met.refreshAge(now)
 	g.m.setGroups(func(c *GroupSyncStatus) {
-		c.LastRound, c.Groups, c.LastError = now, out, ""
+		c.LastRound, c.Groups, c.LastError, c.Idle = now, out, "", ""
 		if ok {
 			c.LastSuccess = now
 		}
@@ -444,6 +468,12 @@ func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) G
 			os.Add(o)
 		}
 		err := g.retryCoordinator(ctx, func() error {
+			// The session may have stopped being the live one while
+			// the group was read and translated (fenced by another
+			// agent, paused, failed): then nothing is committed.
+			if !g.m.link.Live() {
+				return ErrNotLive
+			}
 			resp, err := g.dstAdm.CommitOffsets(ctx, name, os)
 			if err == nil {
 				err = resp.Error()

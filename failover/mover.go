@@ -18,11 +18,19 @@ import (
 )
 
 // Link is what a Mover needs of the link whose consumers it moves: its
-// state, a pause, what its running session knows of each partition, and
-// translation. A Mover never reaches further into the link.
+// state, whether its session here is the live one, a pause, what its
+// running session knows of each partition, and translation. A Mover never
+// reaches further into the link.
 type Link interface {
 	// State is the link's lifecycle state.
 	State() statestore.LinkState
+	// Live reports whether this agent's session of the link is the live
+	// one: MIRRORING and holding its lease. An agent that stands by for
+	// another agent's session, a session fenced by a newer one (before it
+	// noticed, its lease lapses first: the newer one waits it out), and a
+	// paused, failed or preparing link are not live; group sync commits
+	// only while it is.
+	Live() bool
 	// Pause asks the link to stop mirroring after a final checkpoint; it
 	// does not wait. The pause is never lost: it stands until a later
 	// command replaces it (an operator's resume; the last one wins).
@@ -41,8 +49,8 @@ type Link interface {
 	// select); it returns once asked.
 	Discover(ctx context.Context) error
 	// Translator returns how a round of many translations translates
-	// (through the running session, or through one translate.Offline for
-	// the whole round) and a function that releases what it holds.
+	// (through the running session) and a function that releases what it
+	// holds; an error when no session runs.
 	Translator(ctx context.Context) (translate.Func, func(), error)
 }
 
@@ -164,7 +172,8 @@ var ErrNoGroupSync = errors.New("the link syncs no groups (no groups block)")
 
 // SyncGroups runs one round of the group offset sync now and returns each
 // group's outcome; ErrNoGroupSync-wrapped if there is no group sync
-// running.
+// running, ErrNotLive if this agent's session of the link is not the live
+// one (nothing is committed then).
 func (m *Mover) SyncGroups(ctx context.Context) ([]GroupStatus, error) {
 	m.mu.Lock()
 	g := m.groups

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,11 +22,22 @@ import (
 	"github.com/seed83556561/mirrord/translate"
 )
 
-// fakeLink is the link as these tests' Movers see it: mirroring topic "t"
-// to the destination topic "t" at the same offsets.
-type fakeLink struct{}
+// fakeLink is the link as these tests' Movers see it: live while the test
+// says so, mirroring topic "t" to the destination topic "t" at the same
+// offsets. beforeTranslate, when set, runs before each translation.
+type fakeLink struct {
+	live            atomic.Bool
+	beforeTranslate func()
+}
 
-func (f *fakeLink) State() statestore.LinkState { return statestore.Mirroring }
+func (f *fakeLink) State() statestore.LinkState {
+	if f.live.Load() {
+		return statestore.Mirroring
+	}
+	return statestore.Preparing
+}
+
+func (f *fakeLink) Live() bool { return f.live.Load() }
 
 func (f *fakeLink) Pause() {}
 
@@ -36,6 +48,9 @@ func (f *fakeLink) Anchors(context.Context) ([]translate.Anchor, error) {
 func (f *fakeLink) Discover(context.Context) error { return nil }
 
 func (f *fakeLink) Translate(_ context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+	if f.beforeTranslate != nil {
+		f.beforeTranslate()
+	}
 	return translate.Result{SourceTopic: topic, DestinationTopic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset,
 		Via: "head", SourceBatch: -1, DestinationBatch: -1}, nil
 }
@@ -58,13 +73,14 @@ type moverEnv struct {
 	m              *Mover
 }
 
-// newMoverEnv starts the clusters and runs a Mover whose periodic rounds
-// come every interval; the test's cleanup stops it.
+// newMoverEnv starts the clusters and runs a live Mover whose periodic
+// rounds come every interval; the test's cleanup stops it.
 func newMoverEnv(t *testing.T, interval time.Duration) *moverEnv {
 	t.Helper()
 	src, dst := kafkatest.Pair(t)
 	e := &moverEnv{src: src, dst: dst, srcAdm: kadm.NewClient(kafkatest.Client(t, src)), dstAdm: kadm.NewClient(kafkatest.Client(t, dst)),
 		link: &fakeLink{}}
+	e.link.live.Store(true)
 	ctx := t.Context()
 	for _, adm := range []*kadm.Client{e.srcAdm, e.dstAdm} {
 		if _, err := adm.CreateTopic(ctx, 2, 1, nil, "t"); err != nil {
@@ -314,5 +330,52 @@ func rewriteDescribe(t *testing.T, c *kfake.Cluster, group string, fn func(*kmsg
 			resp.Groups = append(resp.Groups, g)
 		}
 		return resp, nil, true
+	})
+}
+
+// Guards "group sync only in the live session": while this agent's session
+// of the link is not the live one (a standby, a fenced or paused link), no
+// round commits, periodic or asked for, and the status says why; and a
+// session that stops being the live one during a round (fenced while it
+// translated) commits nothing in that round. Once live, rounds sync.
+func TestGroupSyncOnlyWhileLive(t *testing.T) {
+	t.Run("standing by", func(t *testing.T) {
+		e := newMoverEnv(t, 20*time.Millisecond)
+		e.link.live.Store(false)
+		commitAt(t, e.srcAdm, "app", map[int32]int64{0: 5, 1: 7})
+		if gs, err := e.m.SyncGroups(t.Context()); !errors.Is(err, ErrNotLive) || len(gs) != 0 {
+			t.Errorf("a round asked for while not live: %+v, %v; want ErrNotLive", gs, err)
+		}
+		time.Sleep(300 * time.Millisecond) // about 15 periodic rounds
+		if got := committed(t, e.dstAdm, "app"); len(got) != 0 {
+			t.Fatalf("committed %v at the destination while not live", got)
+		}
+		if st := e.m.GroupSync(); st.Idle == "" || !st.LastRound.IsZero() {
+			t.Errorf("status %+v; want idle, and no round", st)
+		}
+		e.link.live.Store(true)
+		deadline := time.Now().Add(10 * time.Second)
+		for got := committed(t, e.dstAdm, "app"); got[0] != 5 || got[1] != 7; got = committed(t, e.dstAdm, "app") {
+			if time.Now().After(deadline) {
+				t.Fatalf("live for 10 s and the destination group is at %v; status %+v", got, e.m.GroupSync())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st := e.m.GroupSync(); st.Idle != "" || st.LastSuccess.IsZero() {
+			t.Errorf("status %+v once live; want a success and not idle", st)
+		}
+	})
+	t.Run("fenced during the round", func(t *testing.T) {
+		e := newMoverEnv(t, time.Hour)
+		commitAt(t, e.srcAdm, "app", map[int32]int64{0: 5, 1: 7})
+		e.link.beforeTranslate = func() { e.link.live.Store(false) }
+		gs, err := e.m.SyncGroups(t.Context())
+		if err != nil {
+			t.Fatalf("round: %v", err)
+		}
+		st := statusOf(t, gs, "app")
+		if got := committed(t, e.dstAdm, "app"); len(got) != 0 || st.State != GroupFailed || !strings.Contains(st.Error, ErrNotLive.Error()) {
+			t.Errorf("group %+v, destination offsets %v; want nothing committed and the group failed with %q", st, got, ErrNotLive)
+		}
 	})
 }

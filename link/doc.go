@@ -22,8 +22,9 @@
 //
 // Beside the sessions, a Link runs its failover.Mover (group offset sync
 // and failover), which sees the link only through moverView (online.go):
-// its state, a pause, the running session's anchors and translation
-// (package translate). Each counter of the link is declared once, in
+// its state, whether the session here is the live one (MIRRORING, within
+// its lease: group sync commits only then), a pause, the running session's
+// anchors and translation (package translate). Each counter of the link is declared once, in
 // counters.go, which drives the pipeline's counts, the metrics, the status
 // JSON and the status page.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/translate"
@@ -19,6 +20,9 @@ type online struct {
 	// discover asks the event loop for a topic discovery now (a buffer
 	// of one: a request while one waits is the same request).
 	discover chan struct{}
+	// leaseValid reports whether the session still holds its lease
+	// (statestore.Session.LeaseValid, safe from any goroutine).
+	leaseValid func(now time.Time) bool
 }
 
 // query is a function the link goroutine runs with the pipeline; done is
@@ -99,12 +103,23 @@ func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline,
 	})
 }
 
-// moverView is the link as its failover.Mover sees it: the state, a pause,
-// the running session's anchors and translation; nothing of the session or
-// the pipeline beyond that.
+// moverView is the link as its failover.Mover sees it: the state, whether
+// the session here is the live one, a pause, the running session's anchors
+// and translation; nothing of the session or the pipeline beyond that.
 type moverView struct{ l *Link }
 
 func (v moverView) State() State { return v.l.State() }
+
+// Live reports whether this agent's session of the link is the live one:
+// MIRRORING, and still holding its lease. A session fenced by another
+// agent's stays MIRRORING until its next state commit fails, but its lease
+// lapses before the other session reconciles (it waits the lease out), so
+// the two are never live at once. A standby (PREPARING or FAILED) and a
+// paused link run no session.
+func (v moverView) Live() bool {
+	o := v.l.online.Load()
+	return o != nil && v.l.State() == Mirroring && o.leaseValid(v.l.deps.Now())
+}
 
 func (v moverView) Pause() { v.l.Pause() }
 
@@ -150,15 +165,11 @@ func (v moverView) Anchors(ctx context.Context) ([]translate.Anchor, error) {
 }
 
 // Translator is how a round of translations translates: through the
-// running session's window and positions, or, with no session running,
-// with one translate.Offline over the state topic for the whole round.
+// running session's window and positions. With no session running there is
+// no round to translate for (group sync runs only in the live session).
 func (v moverView) Translator(ctx context.Context) (translate.Func, func(), error) {
-	if v.l.online.Load() != nil {
-		return v.l.Translate, func() {}, nil
+	if v.l.online.Load() == nil {
+		return nil, nil, errors.New("the link runs no session")
 	}
-	t, err := NewOffline(ctx, v.l.cfg, v.l.deps)
-	if err != nil {
-		return nil, nil, err
-	}
-	return t.Translate, t.Close, nil
+	return v.l.Translate, func() {}, nil
 }

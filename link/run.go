@@ -36,7 +36,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 		stopped  bool
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
-	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1)}
+	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1), leaseValid: s.state.LeaseValid}
 	l.online.Store(o)
 	defer func() {
 		l.online.Store(nil)
