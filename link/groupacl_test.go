@@ -55,6 +55,11 @@ func TestGroupSyncACLs(t *testing.T) {
 				blocks := f.viaSCRAM(src, dst, user)
 				f.cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
 				f.cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+				// The link must mirror on without an error (checked
+				// at the end): linkConfig's 3 s lease lapses when a
+				// loaded machine holds a state commit up that long,
+				// a failure of another kind that the lease tests cover.
+				f.cfg.Link.SessionTimeout = 30 * time.Second
 				allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}, group), tc.drop, tc.extra...))
 
 				f.load(idempotent, 2, "i", 120)

@@ -111,6 +111,11 @@ func TestOAuthBearerLink(t *testing.T) {
 		dstBlock := config.Cluster{Name: "dst", BootstrapServers: dst.secured, ClientID: "mirrord",
 			SASL: config.SASL{Mechanism: config.MechanismOAuthBearer, TokenFile: dstToken, Extensions: map[string]string{"logicalCluster": "lkc-dst"}}}
 		f.cfg.Source, f.cfg.Destination = clusterOf(&srcBlock), clusterOf(&dstBlock)
+		// The test asserts one session throughout (no failure at all):
+		// linkConfig's 3 s lease lapses when a loaded machine holds a
+		// state commit up that long, a failure of another kind that
+		// the lease tests cover.
+		f.cfg.Link.SessionTimeout = 30 * time.Second
 		var hooks authHooks
 		l := f.startWith(Deps{
 			SourceOpts:      append(dialed(t, &srcBlock), kgo.WithHooks(&hooks)),
