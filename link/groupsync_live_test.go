@@ -41,6 +41,9 @@ func TestGroupSyncOnlyInTheLiveSession(t *testing.T) {
 	topic := f.topic("t")
 	f.load(idempotent, 0, "one", 60)
 	group := f.topic("app")
+	// B must hold the link while A stands by: a lease that a starved
+	// -race run cannot miss (B waits A's out when it takes over).
+	f.cfg.Link.SessionTimeout = 10 * time.Second
 	f.cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
