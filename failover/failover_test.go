@@ -41,6 +41,8 @@ func (f *fakeLink) State() statestore.LinkState {
 	return f.state
 }
 
+func (f *fakeLink) Live() bool { return f.State() == statestore.Mirroring }
+
 func (f *fakeLink) Pausing() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

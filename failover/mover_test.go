@@ -22,32 +22,34 @@ import (
 	"github.com/seed83556561/mirrord/translate"
 )
 
-// fakeLink is the link as these tests' Movers see it: live while the test
+// liveLink is the link as these tests' Movers see it: live while the test
 // says so, mirroring topic "t" to the destination topic "t" at the same
 // offsets. beforeTranslate, when set, runs before each translation.
-type fakeLink struct {
+type liveLink struct {
 	live            atomic.Bool
 	beforeTranslate func()
 }
 
-func (f *fakeLink) State() statestore.LinkState {
+func (f *liveLink) State() statestore.LinkState {
 	if f.live.Load() {
 		return statestore.Mirroring
 	}
 	return statestore.Preparing
 }
 
-func (f *fakeLink) Live() bool { return f.live.Load() }
+func (f *liveLink) Live() bool { return f.live.Load() }
 
-func (f *fakeLink) Pause() {}
+func (f *liveLink) Pause() {}
 
-func (f *fakeLink) Anchors(context.Context) ([]translate.Anchor, error) {
-	return nil, errors.New("fakeLink has no anchors")
+func (f *liveLink) Pausing() bool { return false }
+
+func (f *liveLink) Anchors(context.Context) ([]translate.Anchor, error) {
+	return nil, errors.New("the test link has no anchors")
 }
 
-func (f *fakeLink) Discover(context.Context) error { return nil }
+func (f *liveLink) Discover(context.Context) error { return nil }
 
-func (f *fakeLink) Translate(_ context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+func (f *liveLink) Translate(_ context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
 	if f.beforeTranslate != nil {
 		f.beforeTranslate()
 	}
@@ -55,7 +57,7 @@ func (f *fakeLink) Translate(_ context.Context, topic string, partition int32, o
 		Via: "head", SourceBatch: -1, DestinationBatch: -1}, nil
 }
 
-func (f *fakeLink) Translator(context.Context) (translate.Func, func(), error) {
+func (f *liveLink) Translator(context.Context) (translate.Func, func(), error) {
 	return f.Translate, func() {}, nil
 }
 
@@ -69,7 +71,7 @@ func (selectAll) Selects(string) bool { return true }
 type moverEnv struct {
 	src, dst       *kfake.Cluster
 	srcAdm, dstAdm *kadm.Client
-	link           *fakeLink
+	link           *liveLink
 	m              *Mover
 }
 
@@ -79,7 +81,7 @@ func newMoverEnv(t *testing.T, interval time.Duration) *moverEnv {
 	t.Helper()
 	src, dst := kafkatest.Pair(t)
 	e := &moverEnv{src: src, dst: dst, srcAdm: kadm.NewClient(kafkatest.Client(t, src)), dstAdm: kadm.NewClient(kafkatest.Client(t, dst)),
-		link: &fakeLink{}}
+		link: &liveLink{}}
 	e.link.live.Store(true)
 	ctx := t.Context()
 	for _, adm := range []*kadm.Client{e.srcAdm, e.dstAdm} {
