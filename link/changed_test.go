@@ -2,6 +2,7 @@ package link
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -510,4 +511,92 @@ func testTranslateRetriesAfterDeletion(t *testing.T, e *env) {
 	k := tp.Key{Topic: topic, Partition: 0}
 	ps := lt.points(rand.New(rand.NewPCG(9, uint64(time.Now().UnixNano()))), 10, 6)
 	checkTranslations(t, ways(t, l, f.cfg, f.src, f.dst, k, lt), lt, ps, 6)
+}
+
+// Case 7, with deletions at both sides: (r1) a retried batch's two copies
+// in a row, the destination deleted into the second copy's mirror: a
+// position in the second copy translates into what is left of its mirror
+// (the first copy, the batch before it, does not claim that mirror: the two
+// cannot be told apart); (r2) a retry that landed after another batch, the
+// source deleted up to that batch: its mirror, not the first copy's (met
+// first by the timestamp search), is the answer for a position in it.
+func TestTranslateRetriesAfterDeletions(t *testing.T) { scenario(t, testTranslateRetriesAfterDeletions) }
+
+func testTranslateRetriesAfterDeletions(t *testing.T, e *env) {
+	f := e.mirrored(t, "tretry2", srcTopic("r1", 1), srcTopic("r2", 1))
+	r1, r2 := f.topic("r1"), f.topic("r2")
+	at := time.Now().Add(-time.Minute).UnixMilli()
+	n := 0
+	batchAt := func(ts int64) []byte {
+		recs := make([]batchtest.Record, 4)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%d-%d", n, i), Value: fmt.Appendf(nil, "batch %d record %d", n, i), TimestampDelta: int64(i), OffsetDelta: -1}
+		}
+		n++
+		return batchtest.Build(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, FirstTimestamp: ts, Records: recs, Codec: 3})
+	}
+	batch := func() []byte { return batchAt(at + int64(n+1)*1000) }
+	a, y := batch(), batch()
+	for _, bt := range [][]byte{a, a, y} { // 0-3, 4-7, 8-11
+		produceRaw(t, f.src, r1, 0, bt)
+	}
+	// b's create time falls among x's records' (a retry lands late while
+	// others produce): the timestamp search for b starts inside x's
+	// first copy's mirror.
+	x := batch()
+	b := batchAt(at + int64(n)*1000 + 1)
+	z := batch()
+	for _, bt := range [][]byte{x, b, x, z} { // 0-3, 4-7, 8-11 (x late), 12-15
+		produceRaw(t, f.src, r2, 0, bt)
+	}
+	l := f.start("tretry2")
+	waitMirrored(t, f.src, f.dst, f.stateTopic(), f.same("r1", "r2"), 60*time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	readTruth(t, f.src, f.dst, r1, r1, 0) // mirrored at the same offsets, as the cases below say
+	lt2 := readTruth(t, f.src, f.dst, r2, r2, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	del := func(c *cluster, topic string, to int64) {
+		t.Helper()
+		offs := kadm.Offsets{}
+		offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: to})
+		if _, err := c.Admin.DeleteRecords(ctx, offs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del(f.dst, r1, 6) // inside the second copy's mirror
+	del(f.src, r2, 4) // the first copy of x is gone at the source
+	lt2.now = readPartition(t, f.src, r2, 0, true, 16)
+
+	off, err := NewOffline(ctx, f.cfg, Deps{SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	for _, c := range []struct {
+		topic string
+		p     int64
+		want  int64
+		below bool
+	}{
+		{r1, 4, 0, true}, // the record at 4 is deleted at the destination
+		{r1, 6, 6, false},
+		{r1, 7, 7, false},
+		{r1, 8, 8, false},
+		{r2, 4, lt2.want(4), false},
+		{r2, 8, lt2.want(8), false},
+		{r2, 10, lt2.want(10), false},
+	} {
+		for name, tr := range map[string]func(context.Context, string, int32, int64) (translate.Result, error){"link": l.Translate, "offline": off.Translate} {
+			got, err := tr(ctx, c.topic, 0, c.p)
+			switch {
+			case c.below && errors.Is(err, translate.ErrBelowDestinationStart):
+			case err != nil:
+				t.Errorf("%s: translate %s %d: %v", name, c.topic, c.p, err)
+			case c.below || got.DestinationOffset != c.want:
+				t.Errorf("%s: translate %s %d: destination offset %d via %s, want %d (below the log start: %v)", name, c.topic, c.p, got.DestinationOffset, got.Via, c.want, c.below)
+			}
+		}
+	}
 }

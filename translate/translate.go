@@ -40,8 +40,14 @@ var (
 	// watermark.
 	ErrPastSourceEnd = errors.New("past the source partition's end")
 	// ErrUntranslatable: no destination batch that mirrors the source
-	// batch was found within the translation's budget.
+	// batch was found within the translation's budget, or no exact
+	// answer exists.
 	ErrUntranslatable = errors.New("no mirror of the source batch found")
+	// ErrInexact comes with ErrUntranslatable where the logs no longer
+	// hold what an exact answer needs: the source's cleaner removed
+	// records of a batch the link had re-encoded, around the position
+	// (README, "When the logs change after mirroring").
+	ErrInexact = errors.New("no exact answer exists")
 )
 
 // Result is where a consumer at source position SourceOffset resumes at the
@@ -132,6 +138,17 @@ func (lg *Logs) Translate(ctx context.Context, a Anchor, p int64) (Result, error
 		x.now = time.Now
 	}
 	err := x.run(ctx, p)
+	if err == nil {
+		// An answer below the destination's log start (the pair above
+		// or the head, when the destination deleted past it) is no
+		// place to resume: the mirrors up to there are gone.
+		if start, serr := x.destinationStart(ctx); serr != nil {
+			err = serr
+		} else if x.out.DestinationOffset < start {
+			err = fmt.Errorf("%w: the translation is destination offset %d, and the destination's log starts at %d",
+				ErrBelowDestinationStart, x.out.DestinationOffset, start)
+		}
+	}
 	x.out.Bytes = x.srcRead + x.dstRead
 	if errors.Is(err, errBudget) {
 		err = fmt.Errorf("%w: %w", ErrUntranslatable, err)
@@ -363,8 +380,8 @@ func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 	t := base + int64(i)
 	x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, base, t
 	if !exact {
-		return fmt.Errorf("%w: the source's cleaner removed records of the batch at source offset %d around offset %d after the link mirrored it (as destination batch %d, re-encoded), and which of its records came from before offset %d is no longer known",
-			ErrUntranslatable, c.h.BaseOffset, p, base, p)
+		return fmt.Errorf("%w: %w: the source's cleaner removed records of the batch at source offset %d around offset %d after the link mirrored it (as destination batch %d, re-encoded), and which of its records came from before offset %d is no longer known",
+			ErrUntranslatable, ErrInexact, c.h.BaseOffset, p, base, p)
 	}
 	if x.dstStart >= 0 && t < x.dstStart {
 		return fmt.Errorf("%w: the mirror of source offset %d is destination offset %d, and the destination's log starts at %d",
@@ -591,6 +608,16 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 	if err != nil {
 		return err
 	}
+	if pred != nil && pred.h.ProducerID == -1 {
+		// A plain copy of the first candidate (a retry) claims nothing
+		// it could tell from the candidate's mirror: the copies are
+		// placed by lastOfRun.
+		if same, err := x.copies(pred.raw, cands[0].raw); err != nil {
+			return err
+		} else if same {
+			pred = nil
+		}
+	}
 	first := cands[:1]
 	if pred != nil {
 		first = append([]srcBatch{*pred}, first...)
@@ -778,10 +805,14 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 		}
 	}
 	claimed = pred == nil // the predecessor claims at most one batch
+	var (
+		pending *found // a later candidate's mirror met first
+		looked  int    // destination batches looked at since
+	)
 	for pos := r; !hi.known || pos < hi.d; {
 		ds, err := x.dstBatches(ctx, pos)
 		if errors.Is(err, errBudget) {
-			return -1, 0, nil, 0, claimed, nil
+			break
 		}
 		if err != nil {
 			return -1, 0, nil, 0, claimed, err
@@ -789,10 +820,12 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 		if len(ds) == 0 {
 			break
 		}
+		end := false
 		for _, d := range ds {
 			dh, _ := transform.ParseHeader(d)
 			if hi.known && dh.BaseOffset >= hi.d {
-				return -1, 0, nil, 0, claimed, nil
+				end = true
+				break
 			}
 			pos = dh.NextOffset()
 			if !claimed {
@@ -808,18 +841,48 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 					continue // not past pred's mirror yet
 				}
 			}
-			for i, c := range cands {
+			limit := len(cands)
+			if pending != nil {
+				limit = pending.j
+				if looked++; looked > runLookahead {
+					return pending.j, pending.from, pending.d, pending.base, claimed, nil
+				}
+			}
+			for i, c := range cands[:limit] {
 				from, err := x.mirrorOf(c, whole, i, d, dh)
 				if err != nil {
 					return -1, 0, nil, 0, claimed, err
 				}
-				if from >= 0 {
+				if from < 0 {
+					continue
+				}
+				if i == 0 || c.h.ProducerID != -1 {
 					return i, from, d, dh.BaseOffset, claimed, nil
 				}
+				// A plain candidate met before an earlier one: maybe the
+				// mirror of an earlier copy of it (a retry) whose source
+				// copy is gone; the earlier candidate's mirror, if it
+				// comes within runLookahead batches, wins.
+				pending = &found{j: i, from: from, d: d, base: dh.BaseOffset}
+				break
 			}
 		}
+		if end {
+			break
+		}
+	}
+	if pending != nil {
+		return pending.j, pending.from, pending.d, pending.base, claimed, nil
 	}
 	return -1, 0, nil, 0, claimed, nil
+}
+
+// found is a candidate's mirror a scan met.
+type found struct {
+	j    int
+	from int64
+	d    []byte
+	base int64
 }
 
 // runLookahead is how many source batches after a plain batch lastOfRun
