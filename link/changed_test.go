@@ -520,7 +520,9 @@ func testTranslateRetriesAfterDeletion(t *testing.T, e *env) {
 // cannot be told apart); (r2) a retry that landed after another batch, the
 // source deleted up to that batch: its mirror, not the first copy's (met
 // first by the timestamp search), is the answer for a position in it.
-func TestTranslateRetriesAfterDeletions(t *testing.T) { scenario(t, testTranslateRetriesAfterDeletions) }
+func TestTranslateRetriesAfterDeletions(t *testing.T) {
+	scenario(t, testTranslateRetriesAfterDeletions)
+}
 
 func testTranslateRetriesAfterDeletions(t *testing.T, e *env) {
 	f := e.mirrored(t, "tretry2", srcTopic("r1", 1), srcTopic("r2", 1))
