@@ -129,3 +129,40 @@ func Rewrite(b []byte, pid int64) {
 	be.PutUint16(b[PosAttributes:], attrs&^AttrTransactional)
 	be.PutUint64(b[PosProducerID:], uint64(pid))
 }
+
+// Stamp turns a validated, non-control batch fetched from a source into one
+// the destination broker accepts from a transactional producer, in place
+// (transactional delivery, DESIGN §14): the producer ID, epoch and base
+// sequence become the session's, the transactional bit is set, the base
+// offset becomes 0 and the partition leader epoch -1 (brokers assign both),
+// and the CRC is updated incrementally over the 36 changed header bytes. Like
+// Rewrite it never allocates, never reads the records, and costs the same
+// for any batch size; the broker checks the sequence (the batch's records
+// take baseSeq to baseSeq+LastOffsetDelta) and the epoch. b must be exactly
+// one batch of at least BatchHeaderSize bytes (a shorter b is a caller bug
+// and panics).
+func Stamp(b []byte, pid int64, epoch int16, baseSeq int32) {
+	be := binary.BigEndian
+	_ = b[BatchHeaderSize-1]
+
+	var old, stamped [PosNumRecords - PosAttributes]byte
+	copy(old[:], b[PosAttributes:PosNumRecords])
+	stamped = old
+	attrs := be.Uint16(old[:]) | AttrTransactional
+	be.PutUint16(stamped[0:], attrs)
+	be.PutUint64(stamped[PosProducerID-PosAttributes:], uint64(pid))
+	be.PutUint16(stamped[PosProducerEpoch-PosAttributes:], uint16(epoch))
+	be.PutUint32(stamped[PosBaseSequence-PosAttributes:], uint32(baseSeq))
+
+	var diff uint32 // raw CRC of D ^ D' over the header bytes the CRC covers
+	for i := range old {
+		diff = crcUpdateByte(diff, old[i]^stamped[i])
+	}
+	if diff != 0 {
+		crc := be.Uint32(b[PosCRC:]) ^ crcShift(diff, uint64(len(b)-PosNumRecords))
+		be.PutUint32(b[PosCRC:], crc)
+	}
+	copy(b[PosAttributes:PosNumRecords], stamped[:])
+	be.PutUint64(b[PosBaseOffset:], 0)
+	be.PutUint32(b[PosLeaderEpoch:], 0xFFFF_FFFF)
+}
