@@ -78,4 +78,18 @@
 // ErrClosed.
 //
 // Submit and Results may be called from any goroutine.
+//
+// # Transactional delivery
+//
+// txn.go and txnappend.go are the writer of transactional delivery (DESIGN
+// §14): Txn is a session's transactional producer (InitProducerId, which
+// fences the previous session; AddPartitionsToTxn under transaction.version
+// 1; EndTxn, which under version 2 bumps the epoch; each partition's
+// sequences), and Txn.Append stamps a batch with the session's producer
+// (transform.Stamp) and appends it, sending the same bytes again after any
+// answer that leaves the outcome open, since the broker's sequence check
+// turns a repeat into the first append's answer. They start no goroutines:
+// Append runs on its caller's goroutine (calls for different partitions may
+// run at once), the transaction calls on the one goroutine that runs the
+// session's transactions. The link does not run them yet (issue 22).
 package appender

@@ -1,0 +1,386 @@
+package appender_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+)
+
+func TestMain(m *testing.M) { os.Exit(mirrortest.Main(m)) }
+
+// txnEnv is a destination cluster, a topic and the clients a transactional
+// session of the test uses (through a fault proxy when the test needs one).
+type txnEnv struct {
+	c     *mirrortest.Cluster
+	topic string
+	parts []tp.Partition
+	ver   appender.TxnVersion
+}
+
+func newTxnEnv(t *testing.T, b mirrortest.Backend, base string, partitions int32) *txnEnv {
+	t.Helper()
+	c := mirrortest.NewCluster(t, b, "dst", kafkatest.DestClusterID)
+	topic := mirrortest.NamesFor(t, b).Of(base)
+	c.CreateTopic(t, topic, partitions, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := appender.TxnVersionOf(ctx, c.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &txnEnv{c: c, topic: topic, ver: v}
+	for p := range partitions {
+		e.parts = append(e.parts, tp.Partition{Topic: topic, Partition: p})
+	}
+	return e
+}
+
+// session is one transactional producer of the test and what it appends with.
+type session struct {
+	txn *appender.Txn
+	ls  *leaders.Cache
+}
+
+func (e *txnEnv) open(t *testing.T, txid string, opts ...kgo.Opt) *session {
+	t.Helper()
+	cl := e.c.NewClient(t, append(append(opts, appender.TxnClientOpts(e.ver)...), kgo.RetryTimeout(20*time.Second))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	txn, err := appender.OpenTxn(ctx, cl, appender.TxnConfig{TransactionalID: txid, Version: e.ver, Timeout: 30 * time.Second}, logtest.Logger(t.Output()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &session{txn: txn, ls: leaders.New(cl, 0)}
+}
+
+// srcBatch is a source batch and the records it holds.
+type srcBatch struct {
+	raw  []byte
+	recs []got // partition unset
+}
+
+// baseTime is the first timestamp of the test batches: recent, so that a
+// real broker's time retention (7 days by default) keeps them.
+var baseTime = time.Now().Add(-time.Hour).UnixMilli()
+
+// sourceBatch is a source batch of n records as the given kind of
+// producer wrote it, with keys that say which test step wrote them.
+func sourceBatch(kind string, step, n int, codec int8) srcBatch {
+	s := batchtest.Spec{BaseOffset: int64(1000 * step), PID: -1, Epoch: -1, BaseSequence: -1, Codec: codec, FirstTimestamp: baseTime + int64(step)*1000}
+	switch kind {
+	case "idempotent":
+		s.PID, s.Epoch, s.BaseSequence = 4242, 3, int32(100*step)
+	case "transactional":
+		s.PID, s.Epoch, s.BaseSequence, s.Transactional = 777, 9, int32(10*step), true
+	}
+	for i := range n {
+		s.Records = append(s.Records, batchtest.Record{
+			Key:            fmt.Appendf(nil, "%s-%d-%d", kind, step, i),
+			Value:          fmt.Appendf(nil, "value %d of step %d, codec %d", i, step, codec),
+			Headers:        []kmsg.Header{{Key: "step", Value: fmt.Appendf(nil, "%d", step)}},
+			TimestampDelta: int64(i),
+			OffsetDelta:    -1,
+		})
+	}
+	out := srcBatch{raw: batchtest.Build(s)}
+	for _, r := range s.Records {
+		out.recs = append(out.recs, got{key: string(r.Key), val: string(r.Value), ts: s.FirstTimestamp + r.TimestampDelta})
+	}
+	return out
+}
+
+// got is one record read back, as the test compares it.
+type got struct {
+	partition int32
+	key, val  string
+	ts        int64
+}
+
+// readBack reads every record of topic from the start with the isolation
+// level given, until the partitions' end offsets (markers included) were
+// passed or nothing more came for 3 s.
+func readBack(t *testing.T, c *mirrortest.Cluster, topic string, committed bool) []got {
+	t.Helper()
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	cl := c.NewClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(iso), kgo.FetchMaxWait(200*time.Millisecond))
+	var out []got
+	idle := time.Now()
+	for time.Since(idle) < 3*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		if fs.NumRecords() > 0 {
+			idle = time.Now()
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, got{r.Partition, string(r.Key), string(r.Value), r.Timestamp.UnixMilli()})
+		})
+	}
+	return out
+}
+
+// wantOf lists a source batch's records as readBack returns them.
+func wantOf(partition int32, batches ...srcBatch) []got {
+	var out []got
+	for _, b := range batches {
+		for _, r := range b.recs {
+			r.partition = partition
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func byPartition(gs []got) map[int32][]got {
+	m := map[int32][]got{}
+	for _, g := range gs {
+		m[g.partition] = append(m[g.partition], g)
+	}
+	return m
+}
+
+func checkRecords(t *testing.T, what string, got, want []got) {
+	t.Helper()
+	gp, wp := byPartition(got), byPartition(want)
+	for p := range max(len(gp), len(wp)) {
+		g, w := gp[int32(p)], wp[int32(p)]
+		for i := range max(len(g), len(w)) {
+			switch {
+			case i >= len(g):
+				t.Fatalf("%s: partition %d: record %d missing: want %+v (got %d records)", what, p, i, w[i], len(g))
+			case i >= len(w):
+				t.Fatalf("%s: partition %d: record %d not expected: %+v (want %d records)", what, p, i, g[i], len(w))
+			case g[i] != w[i]:
+				t.Fatalf("%s: partition %d: record %d is %+v, want %+v", what, p, i, g[i], w[i])
+			}
+		}
+	}
+}
+
+func appendAll(t *testing.T, s *session, p tp.Partition, batches ...srcBatch) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.txn.Add(ctx, []tp.Key{p.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, p, clone(b.raw)); err != nil {
+			t.Fatalf("append to %s: %v", p, err)
+		}
+	}
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+func end(t *testing.T, s *session, commit bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.txn.End(ctx, commit); err != nil {
+		t.Fatalf("end transaction (commit %v): %v", commit, err)
+	}
+}
+
+// Guards transactional delivery's data path: batches of every producer kind
+// and codec, stamped with the session's producer, appear to read_committed
+// consumers exactly as the source wrote them once their transaction commits,
+// and never when it aborts; sequences and (under transaction.version 2) the
+// epoch move as the broker expects, across transactions.
+func TestTxnCommitAndAbort(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-commit", 2)
+		wantVersion := appender.TxnV2
+		if b.Kafka != "" && b.Kafka < "4" {
+			wantVersion = appender.TxnV1
+		}
+		if e.ver != wantVersion {
+			t.Fatalf("%s answers %s, want %s", b, e.ver, wantVersion)
+		}
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-commit"))
+		id0, epoch0 := s.txn.Producer()
+
+		var committed [2][]srcBatch
+		step := 0
+		kinds := []string{"idempotent", "transactional", "plain"}
+		for round, commit := range []bool{true, false, true, false, true} {
+			for p := range e.parts {
+				var bs []srcBatch
+				for i := range 3 {
+					step++
+					bs = append(bs, sourceBatch(kinds[(round+i)%3], step, 1+step%4, int8(step%5)))
+				}
+				appendAll(t, s, e.parts[p], bs...)
+				if commit {
+					committed[p] = append(committed[p], bs...)
+				}
+			}
+			end(t, s, commit)
+			id, epoch := s.txn.Producer()
+			if id != id0 {
+				t.Fatalf("producer ID changed from %d to %d", id0, id)
+			}
+			wantEpoch := epoch0
+			if e.ver == appender.TxnV2 {
+				wantEpoch = epoch0 + int16(round) + 1 // KIP-890: every EndTxn bumps it
+			}
+			if epoch != wantEpoch {
+				t.Fatalf("after transaction %d: epoch %d, want %d (%s)", round, epoch, wantEpoch, e.ver)
+			}
+		}
+		want := append(wantOf(0, committed[0]...), wantOf(1, committed[1]...)...)
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+	})
+}
+
+// holdProduce makes the next transactional Produce through px wait until
+// release is called; held is closed once it waits.
+func holdProduce(t *testing.T, px *faultproxy.Proxy) (held <-chan struct{}, release func()) {
+	var armed atomic.Bool
+	h, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(r) }) }
+	t.Cleanup(release)
+	px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+		if f.APIKey != int16(kmsg.Produce) || f.IsResponse() || !armed.Load() {
+			return faultproxy.Pass
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = f.Version
+		if req.ReadFrom(f.Request) != nil || req.TransactionID == nil || !armed.CompareAndSwap(true, false) {
+			return faultproxy.Pass
+		}
+		close(h)
+		<-r
+		return faultproxy.Pass
+	})
+	armed.Store(true)
+	return h, release
+}
+
+func proxied(t *testing.T, c *mirrortest.Cluster) *faultproxy.Proxy {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, err := faultproxy.Brokers(ctx, c.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return faultproxy.Start(t, brokers)
+}
+
+// Guards the broker's fencing of a zombie session (issue 22, item 3): a
+// session's Produce held in the network while a new session of the same
+// transactional.id begins (InitProducerId) is refused when it arrives, the
+// zombie's commit is refused, and nothing the zombie appended, before or
+// after the takeover, is visible to read_committed consumers; the new
+// session's data is.
+func TestTxnZombieFenced(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-zombie", 2)
+		txid := mirrortest.NamesFor(t, b).Of("txn-zombie")
+		px := proxied(t, e.c)
+		zombie := e.open(t, txid, kgo.SeedBrokers(px.Addrs()...))
+
+		// The zombie commits once (visible), then appends to partition 0
+		// in a second transaction (never visible).
+		first := sourceBatch("idempotent", 1, 3, 0)
+		appendAll(t, zombie, e.parts[0], first)
+		end(t, zombie, true)
+		lost := sourceBatch("plain", 2, 2, 3)
+		appendAll(t, zombie, e.parts[0], lost)
+
+		// Its next append, to partition 1, is held in the network.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if err := zombie.txn.Add(ctx, []tp.Key{e.parts[1].Key()}); err != nil {
+			t.Fatal(err)
+		}
+		held, release := holdProduce(t, px)
+		late := sourceBatch("transactional", 3, 4, 4)
+		type result struct {
+			off int64
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			off, err := zombie.txn.Append(ctx, appender.TxnAppendConfig{}, zombie.ls, e.parts[1], clone(late.raw))
+			done <- result{off, err}
+		}()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("the zombie's produce never reached the proxy")
+		}
+
+		// The takeover: a new session of the same transactional.id.
+		next := e.open(t, txid)
+		if id, epoch := next.txn.Producer(); id == 0 && epoch == 0 {
+			t.Fatal("no producer")
+		}
+		after := sourceBatch("idempotent", 4, 2, 1)
+		appendAll(t, next, e.parts[1], after)
+		end(t, next, true)
+
+		release()
+		r := <-done
+		if !errors.Is(r.err, appender.ErrTxnFenced) {
+			t.Fatalf("the zombie's held produce: offset %d, error %v; want ErrTxnFenced", r.off, r.err)
+		}
+		if err := zombie.txn.End(ctx, true); !errors.Is(err, appender.ErrTxnFenced) {
+			t.Fatalf("the zombie's commit: %v, want ErrTxnFenced", err)
+		}
+		t.Logf("zombie refused: %v", r.err)
+
+		want := append(wantOf(0, first), wantOf(1, after)...)
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+	})
+}
+
+// Guards idempotent retries under the session's producer (issue 22, item
+// 4): a Produce whose answer is lost (the connection drops after the broker
+// appended) is sent again with the same sequence, and the broker answers
+// the repeat with the first append's offset instead of appending twice.
+func TestTxnRetryAfterLostAnswer(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-retry", 1)
+		px := proxied(t, e.c)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-retry"), kgo.SeedBrokers(px.Addrs()...))
+		var drops atomic.Int32
+		drops.Store(2) // the first two transactional produce answers are lost
+		px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+			if f.APIKey == int16(kmsg.Produce) && f.IsResponse() && drops.Add(-1) >= 0 {
+				return faultproxy.DropConnection
+			}
+			return faultproxy.Pass
+		})
+		bs := []srcBatch{sourceBatch("idempotent", 1, 3, 0), sourceBatch("plain", 2, 5, 2), sourceBatch("transactional", 3, 1, 4)}
+		appendAll(t, s, e.parts[0], bs...)
+		end(t, s, true)
+		if n := drops.Load(); n >= 0 {
+			t.Fatalf("only %d of the 2 answers were dropped", 2-n)
+		}
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
+	})
+}

@@ -1,0 +1,174 @@
+package appender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	backoffpkg "github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Appending under a transactional producer.
+//
+// The batch carries the session's producer ID, epoch and sequence, so,
+// unlike a preserve-mode batch (classify.go), a batch sent again after an
+// answer that leaves its outcome open is safe: the leader appends it once
+// and answers the repeat with the first append's offset. So every answer
+// that may mean "appended" or "not appended" (a lost connection, a
+// timeout, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+// KAFKA_STORAGE_ERROR) is retried with the same bytes at the partition's
+// current leader, as Kafka's idempotent producer retries. The new leader
+// knows the producer's last sequences from the replicated log (the
+// producer state is rebuilt from the batches themselves), as long as the
+// batch reached a replica that became leader; if it did not, the repeat
+// is simply the first append.
+//
+// Answers that end the transaction: the producer was fenced
+// (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, and INVALID_TXN_STATE, which
+// the partition leader's KIP-890 check answers when the partition is not in
+// an open transaction of this epoch, i.e. the coordinator aborted it), or
+// the sequence chain broke (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID)
+// or the batch can never be appended (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE,
+// authorization, INVALID_RECORD): the reserved sequence stays unused, so
+// nothing more may be appended in this transaction; the caller aborts it and
+// resumes at the last committed checkpoint.
+
+// TxnAppendConfig bounds one transactional append.
+type TxnAppendConfig struct {
+	// RequestTimeout is the Produce request's TimeoutMillis. Default 30s.
+	RequestTimeout time.Duration
+	// RetryBackoff is the first wait before the batch is sent again.
+	// Default 100ms, doubling up to MaxRetryBackoff.
+	RetryBackoff time.Duration
+}
+
+// Append stamps batch (one v2 batch as the fetcher returned it: the source
+// producer's identity, any base offset) with the producer's identity and p's
+// next sequence, in place, and appends it to p's leader as part of the
+// current transaction (which Add must have given p), retrying until it is
+// appended, the transaction must end, or ctx ends. It returns the offset
+// the batch starts at in the destination log. Calls for different
+// partitions may run at once; a partition's batches are appended one after
+// another, in the order of their sequences.
+func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte) (int64, error) {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	h, err := transform.ParseHeader(batch)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %w", p, ErrInvalidBatch, err)
+	}
+	if h.Control() || len(batch) != int(h.Length)+transform.LengthOverhead {
+		return 0, fmt.Errorf("%s: %w: a control batch, or not exactly one batch", p, ErrInvalidBatch)
+	}
+	st, err := t.Next(p.Key(), h.LastOffsetDelta+1)
+	if err != nil {
+		return 0, err
+	}
+	transform.Stamp(batch, st.ProducerID, st.Epoch, st.Sequence)
+
+	policy := backoffpkg.Policy{First: cfg.RetryBackoff, Max: MaxRetryBackoff}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("%s: %w: %w (sequence %d of producer %d epoch %d is reserved and unused)", p, ErrTxnAborted, err, st.Sequence, st.ProducerID, st.Epoch)
+		}
+		if err := t.Err(); err != nil {
+			return 0, err
+		}
+		base, retry, err := t.produceOnce(ctx, cfg, ls, p, batch)
+		if err == nil {
+			return base, nil
+		}
+		if !retry {
+			return 0, err
+		}
+		if attempt > 0 && attempt%10 == 0 {
+			t.log.Warn("transactional append keeps failing; sending the batch again", "partition", p.String(),
+				"attempts", attempt, "sequence", st.Sequence, "error", err)
+		}
+		if err := backoffpkg.Sleep(ctx, policy.Wait(attempt)); err != nil {
+			return 0, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, err)
+		}
+	}
+}
+
+// produceOnce sends batch to p's leader once. retry reports whether the
+// answer leaves sending it again both safe and useful.
+func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte) (base int64, retry bool, err error) {
+	leader, err := ls.Lookup(ctx, p.Key())
+	if err != nil {
+		if errors.Is(err, leaders.ErrUnknownPartition) || errors.Is(err, leaders.ErrNoLeader) || ctx.Err() == nil {
+			return 0, true, fmt.Errorf("%s: leader lookup: %w", p, err)
+		}
+		return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, err)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = int32(max(cfg.RequestTimeout/time.Millisecond, 1))
+	txid := t.cfg.TransactionalID
+	req.TransactionID = &txid
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = p.Topic, leader.ID
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = p.Partition, batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+
+	kresp, err := t.cl.Broker(int(leader.Broker)).Request(ctx, req)
+	if err != nil {
+		ls.Invalidate(p.Key())
+		// Written or not, the same bytes again are safe.
+		return 0, ctx.Err() == nil, fmt.Errorf("%s: produce to broker %d: %w", p, leader.Broker, err)
+	}
+	resp, ok := kresp.(*kmsg.ProduceResponse)
+	if !ok || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, true, fmt.Errorf("%s: broker %d answered the produce request with no answer for the partition", p, leader.Broker)
+	}
+	ans := resp.Topics[0].Partitions[0]
+	if ans.ErrorCode == 0 {
+		return ans.BaseOffset, false, nil
+	}
+	cause := kerr.ErrorForCode(ans.ErrorCode)
+	if ans.ErrorMessage != nil && *ans.ErrorMessage != "" {
+		cause = fmt.Errorf("%w: %s", cause, *ans.ErrorMessage)
+	}
+	where := fmt.Sprintf("%s on broker %d", p, leader.Broker)
+	switch ans.ErrorCode {
+	case kerr.NotLeaderForPartition.Code, kerr.LeaderNotAvailable.Code, kerr.UnknownTopicOrPartition.Code,
+		kerr.UnknownTopicID.Code, kerr.KafkaStorageError.Code, kerr.FencedLeaderEpoch.Code:
+		ls.Invalidate(p.Key())
+		return 0, true, fmt.Errorf("%s: %w", where, cause)
+	case kerr.NotEnoughReplicas.Code, kerr.NotEnoughReplicasAfterAppend.Code, kerr.RequestTimedOut.Code:
+		return 0, true, fmt.Errorf("%s: %w", where, cause)
+	case kerr.CorruptMessage.Code:
+		// The batch's CRC failed at the broker: the stamp keeps a batch
+		// damaged before mirrord damaged, so the same bytes cannot pass.
+		// The caller aborts and fetches the batch again from the source.
+		return 0, false, fmt.Errorf("%s: %w: %w: the destination broker refused the batch's CRC: %w", where, ErrTxnAborted, ErrCorrupt, cause)
+	case kerr.InvalidProducerEpoch.Code, kerr.ProducerFenced.Code, kerr.InvalidProducerIDMapping.Code,
+		kerr.InvalidTxnState.Code:
+		return 0, false, fmt.Errorf("%s: %w", where, t.fence("Produce", cause))
+	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code:
+		return 0, false, fmt.Errorf("%s: %w: %w: the broker refused a batch of %d bytes (%w); raise max.message.bytes of destination topic %q to at least %d",
+			where, ErrTxnAborted, ErrTooLarge, len(batch), cause, p.Topic, len(batch))
+	case kerr.TopicAuthorizationFailed.Code, kerr.TransactionalIDAuthorizationFailed.Code, kerr.ClusterAuthorizationFailed.Code:
+		return 0, false, fmt.Errorf("%s: %w: %w: the destination does not allow the link's principal Write on Topic:%s and TransactionalId:%s (see docs/acls.md): %w",
+			where, ErrTxnAborted, ErrFatal, p.Topic, t.cfg.TransactionalID, cause)
+	default:
+		// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
+		// DUPLICATE_SEQUENCE_NUMBER (without the first offset),
+		// INVALID_RECORD, UNKNOWN_SERVER_ERROR and codes this table does
+		// not know: the transaction cannot go on.
+		return 0, false, fmt.Errorf("%s: %w: %w", where, ErrTxnAborted, cause)
+	}
+}
