@@ -145,6 +145,37 @@ type LinkValue struct {
 	TimestampMs          int64     `json:"TimestampMs"`
 	AppendTimeoutMs      int32     `json:"AppendTimeoutMs"`
 	UnresolvedAppends    int32     `json:"UnresolvedAppends"`
+	// Delivery is the delivery mode of the session that wrote the record
+	// (tagged field 0 of version 1, so that a build that does not know it
+	// reads the record as preserve delivery's, the safe side: it waits out
+	// the lease). A transactional session's appends are fenced by the
+	// broker, so a session that follows one need not wait for its lease.
+	Delivery Delivery `json:"Delivery,omitempty"`
+}
+
+// Delivery is a link's delivery mode (DESIGN §14).
+type Delivery int8
+
+// The delivery modes.
+const (
+	// DeliveryPreserve keeps the source producer's identity on every
+	// forwarded batch; the agent keeps the producer state and leases.
+	DeliveryPreserve Delivery = 0
+	// DeliveryTransactional appends as the session's transactional
+	// producer, data and checkpoints in one destination transaction.
+	DeliveryTransactional Delivery = 1
+)
+
+// String is the mode's name in the configuration ("preserve",
+// "transactional").
+func (d Delivery) String() string {
+	switch d {
+	case DeliveryPreserve:
+		return "preserve"
+	case DeliveryTransactional:
+		return "transactional"
+	}
+	return fmt.Sprintf("delivery(%d)", int8(d))
 }
 
 // Clean reports whether the record says the session stopped appending for
@@ -292,7 +323,14 @@ func (v LinkValue) appendValue(b []byte) []byte {
 	b = kbin.AppendInt64(b, v.TimestampMs)
 	b = kbin.AppendInt32(b, v.AppendTimeoutMs)
 	b = kbin.AppendInt32(b, v.UnresolvedAppends)
-	return appendNoTags(b)
+	if v.Delivery == DeliveryPreserve {
+		return appendNoTags(b)
+	}
+	// One tagged field: tag 0, size 1, the mode.
+	b = kbin.AppendUvarint(b, 1)
+	b = kbin.AppendUvarint(b, 0)
+	b = kbin.AppendUvarint(b, 1)
+	return kbin.AppendInt8(b, int8(v.Delivery))
 }
 
 func (v CheckpointValue) appendValue(b []byte) []byte {
@@ -419,7 +457,14 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 			lv.AppendTimeoutMs = r.Int32()
 			lv.UnresolvedAppends = r.Int32()
 		}
-		v = lv
+		lv.Delivery = linkTags(&r)
+		if !r.Ok() {
+			return nil, fmt.Errorf("%s value of %d bytes is truncated: %w", t, len(b), ErrCorrupt)
+		}
+		if len(r.Src) != 0 {
+			return nil, fmt.Errorf("%s value has %d trailing bytes: %w", t, len(r.Src), ErrCorrupt)
+		}
+		return lv, nil
 	case TypeCheckpoint:
 		cv := CheckpointValue{
 			SourceTopic:      r.CompactString(),
@@ -468,6 +513,31 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 		return nil, fmt.Errorf("%s value has %d trailing bytes: %w", t, len(r.Src), ErrCorrupt)
 	}
 	return v, nil
+}
+
+// linkTags reads the link value's tagged fields: tag 0 is the delivery
+// mode (one int8); other tags are skipped.
+func linkTags(r *kbin.Reader) Delivery {
+	n := r.Uvarint()
+	last := int64(-1)
+	d := DeliveryPreserve
+	for i := uint32(0); i < n && r.Ok(); i++ {
+		tag := int64(r.Uvarint())
+		if tag <= last {
+			r.Span(-1)
+			return d
+		}
+		last = tag
+		field := kbin.Reader{Src: r.Span(int(r.Uvarint()))}
+		if tag == 0 {
+			d = Delivery(field.Int8())
+			if !field.Ok() || len(field.Src) != 0 {
+				r.Span(-1)
+				return d
+			}
+		}
+	}
+	return d
 }
 
 // skipTags reads a tagged-field section and drops its fields. Tags must be

@@ -3,6 +3,7 @@ package statestore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -95,6 +96,29 @@ func TestGolden(t *testing.T) {
 				[]byte{0x00, 0x00, 0x75, 0x30},                         // AppendTimeoutMs int32 = 30000
 				[]byte{0x00, 0x00, 0x00, 0x02},                         // UnresolvedAppends int32 = 2
 				[]byte{0x00},                                           // tagged fields: none
+			),
+		},
+		{
+			name: "link v1, transactional delivery",
+			key:  LinkKey{LinkName: "l1"},
+			value: LinkValue{State: Mirroring, SessionEpoch: 5, SourceClusterID: "ab", DestinationClusterID: "xyz", LeaseExpiresMs: 0x0102030405060708, TimestampMs: 1700000000000,
+				Delivery: DeliveryTransactional},
+			kb: cat(
+				[]byte{0x00, 0x00},           // int16 record type 0
+				[]byte{0x00, 0x02, 'l', '1'}, // LinkName
+			),
+			vb: cat(
+				[]byte{0x00, 0x01},          // int16 version 1
+				[]byte{0x02},                // State int8 = MIRRORING (2)
+				[]byte{0x00, 0x05},          // SessionEpoch int16 = 5
+				[]byte{0x03, 'a', 'b'},      // SourceClusterId
+				[]byte{0x04, 'x', 'y', 'z'}, // DestinationClusterId
+				[]byte{0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08}, // LeaseExpiresMs
+				[]byte{0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00}, // TimestampMs
+				[]byte{0x00, 0x00, 0x00, 0x00},                         // AppendTimeoutMs int32 = 0
+				[]byte{0x00, 0x00, 0x00, 0x00},                         // UnresolvedAppends int32 = 0
+				[]byte{0x01},                                           // one tagged field
+				[]byte{0x00, 0x01, 0x01},                               // tag 0 (Delivery), size 1, TRANSACTIONAL
 			),
 		},
 		{
@@ -232,6 +256,32 @@ func TestDecodeErrors(t *testing.T) {
 
 // TestUnknownTagsSkipped guards forward compatibility: a v0 value that
 // carries tagged fields a newer writer added still decodes.
+// Guards the link value's tagged fields: the delivery mode is read from tag
+// 0 among unknown tags, and a malformed tag 0 is corrupt, not preserve.
+func TestLinkDeliveryTag(t *testing.T) {
+	head := EncodeValue(LinkValue{State: Mirroring, SessionEpoch: 1})
+	head = head[:len(head)-1] // without its empty tag section
+	v, err := DecodeValue(TypeLink, cat(head, []byte{0x02}, []byte{0x00, 0x01, 0x01}, []byte{0x07, 0x02, 0xbb, 0xcc}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := v.(LinkValue).Delivery; d != DeliveryTransactional {
+		t.Fatalf("delivery %v, want transactional", d)
+	}
+	for _, bad := range [][]byte{
+		cat([]byte{0x01}, []byte{0x00, 0x02, 0x01, 0x00}),               // tag 0 of two bytes
+		cat([]byte{0x02}, []byte{0x03, 0x00}, []byte{0x00, 0x01, 0x01}), // tags out of order
+		cat([]byte{0x01}, []byte{0x00, 0x05, 0x01}),                     // size past the end
+	} {
+		if _, err := DecodeValue(TypeLink, cat(head, bad)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("tags % x: %v, want ErrCorrupt", bad, err)
+		}
+	}
+	if got := fmt.Sprint(DeliveryPreserve, " ", DeliveryTransactional); got != "preserve transactional" {
+		t.Fatalf("names: %q", got)
+	}
+}
+
 func TestUnknownTagsSkipped(t *testing.T) {
 	value := cat(
 		[]byte{0x00, 0x00},             // version 0
