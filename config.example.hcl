@@ -305,6 +305,26 @@ link "dc1_to_cloud" {
   # default). Default: "30s".
   produce_timeout = "30s"
 
+  # How the link appends to the destination (see the README's "Delivery
+  # modes"). "preserve" (the default) forwards every batch with its source
+  # producer's identity (mapped producer ID, epoch, sequence); the agent
+  # keeps the producer state, a new session waits out the previous one's
+  # lease, and offset translation, group sync and failover are exact.
+  # "transactional" appends as the session's own transactional producer:
+  # the data appended since the last checkpoint and the checkpoint commit in
+  # one destination transaction, the broker fences a dead session's appends,
+  # and a new session resumes at once at its last checkpoint. read_committed
+  # consumers see the data at each commit. Not yet with a groups block:
+  # offset translation is preserve delivery's for now.
+  # Default: "preserve".
+  delivery = "preserve"
+
+  # With delivery = "transactional": the coordinator aborts a transaction
+  # open longer than this (and the session starts again at its last
+  # checkpoint). At least three checkpoint intervals; brokers cap it at
+  # transaction.max.timeout.ms (15m by default). Default: "1m".
+  transaction_timeout = "1m"
+
   # An append whose outcome is unknown is settled against the destination
   # before anything else is sent for its partition. One a broker answered
   # with an error (NOT_LEADER_OR_FOLLOWER after a leader move,

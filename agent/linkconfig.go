@@ -5,6 +5,7 @@ import (
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/dial"
 	"github.com/seed83556561/mirrord/link"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // LinkConfig is the configuration of link l of cfg as package link takes
@@ -40,6 +41,8 @@ func linkSettings(l *config.Link) link.Settings {
 		MaxBufferedBytes:             l.MaxBufferedBytes,
 		OnOffsetOutOfRange:           fetcher.OutOfRange(l.OnOffsetOutOfRange),
 		ProduceTimeout:               l.ProduceTimeout,
+		Delivery:                     delivery(l.Delivery),
+		TransactionTimeout:           l.TransactionTimeout,
 		SettleDelay:                  l.SettleDelay,
 		DiscoveryInterval:            l.DiscoveryInterval,
 		DestinationReplicationFactor: l.DestinationReplicationFactor,
@@ -62,4 +65,12 @@ func linkCluster(c *config.Cluster) link.Cluster {
 		ClusterID:        c.ClusterID,
 		Principal:        dial.Principal(c),
 	}
+}
+
+// delivery is the link's delivery mode as the state records carry it.
+func delivery(d config.Delivery) statestore.Delivery {
+	if d == config.DeliveryTransactional {
+		return statestore.DeliveryTransactional
+	}
+	return statestore.DeliveryPreserve
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // TestLinkSettingsCopiesEveryKey guards against a key added to config.Link
@@ -16,6 +17,11 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 	v := reflect.ValueOf(&l).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)
+		switch {
+		case f.Type() == reflect.TypeFor[config.Delivery]():
+			f.SetString(string(config.DeliveryTransactional)) // not the default
+			continue
+		}
 		switch f.Kind() {
 		case reflect.String:
 			f.SetString("v" + v.Type().Field(i).Name)
@@ -40,6 +46,12 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 		want := v.FieldByName(name)
 		if !want.IsValid() {
 			t.Errorf("link.Settings.%s has no config.Link field of that name", name)
+			continue
+		}
+		if name == "Delivery" {
+			if g := got.Field(i).Interface(); g != statestore.DeliveryTransactional {
+				t.Errorf("link.Settings.Delivery = %v, want transactional", g)
+			}
 			continue
 		}
 		if g := got.Field(i); !reflect.DeepEqual(g.Interface(), want.Convert(g.Type()).Interface()) {

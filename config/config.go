@@ -30,6 +30,8 @@ const (
 	DefaultProducerStateExpiry          = 24 * time.Hour
 	DefaultSettleDelay                  = 5 * time.Second
 	DefaultProduceTimeout               = 30 * time.Second
+	DefaultDelivery                     = DeliveryPreserve
+	DefaultTransactionTimeout           = 60 * time.Second
 	DefaultDiscoveryInterval            = 30 * time.Second
 	DefaultGroupSyncInterval            = 10 * time.Second
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
@@ -52,6 +54,10 @@ type StartFrom string
 // start offset (on_offset_out_of_range).
 type OutOfRange string
 
+// Delivery is how a link appends to the destination (delivery, DESIGN
+// §14).
+type Delivery string
+
 // Allowed values of the enumerated keys.
 const (
 	StartEarliest StartFrom = "earliest"
@@ -59,6 +65,12 @@ const (
 
 	OutOfRangeFail     OutOfRange = "fail"
 	OutOfRangeEarliest OutOfRange = "earliest"
+
+	// DeliveryPreserve keeps the source producer's identity on every
+	// forwarded batch; DeliveryTransactional appends as the session's
+	// transactional producer, data and checkpoints in one transaction.
+	DeliveryPreserve      Delivery = "preserve"
+	DeliveryTransactional Delivery = "transactional"
 
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
@@ -71,6 +83,7 @@ var (
 	logFormats   = []string{"text", "json"}
 	startFroms   = []string{string(StartEarliest), string(StartLatest)}
 	outOfRanges  = []string{string(OutOfRangeFail), string(OutOfRangeEarliest)}
+	deliveries   = []string{string(DeliveryPreserve), string(DeliveryTransactional)}
 	mechanisms   = []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer}
 	placeholders = []string{"{topic}", "{source}"}
 )
@@ -291,6 +304,11 @@ type Link struct {
 	// settles one, and a new session waits it past the previous
 	// session's lease.
 	ProduceTimeout time.Duration
+	// Delivery is how the link appends (preserve | transactional), and
+	// TransactionTimeout the transaction timeout of a transactional
+	// session (the coordinator aborts a transaction open longer).
+	Delivery           Delivery
+	TransactionTimeout time.Duration
 	// SettleDelay is the margin past ProduceTimeout before an append that
 	// got no answer (a lost connection) is settled against the
 	// destination: time for a request that sat in a broker's queue to be
@@ -391,6 +409,8 @@ func Default() *Config {
 			MaxBufferedBytes:             DefaultMaxBufferedBytes,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
 			ProduceTimeout:               DefaultProduceTimeout,
+			Delivery:                     DefaultDelivery,
+			TransactionTimeout:           DefaultTransactionTimeout,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			GroupSyncInterval:            DefaultGroupSyncInterval,

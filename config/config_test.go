@@ -168,6 +168,8 @@ link "orders" {
   on_offset_out_of_range         = "earliest"
   producer_state_expiry          = "1h30m"
   produce_timeout                = "20s"
+  delivery                       = "transactional"
+  transaction_timeout            = "2m"
   settle_delay                   = "45s"
   discovery_interval             = "1m"
   destination_replication_factor = 3
@@ -215,6 +217,8 @@ link "back" {
 			MaxBufferedBytes:             16 << 20,
 			OnOffsetOutOfRange:           "earliest",
 			ProduceTimeout:               20 * time.Second,
+			Delivery:                     DeliveryTransactional,
+			TransactionTimeout:           2 * time.Minute,
 			SettleDelay:                  45 * time.Second,
 			DiscoveryInterval:            time.Minute,
 			DestinationReplicationFactor: 3,
@@ -234,6 +238,8 @@ link "back" {
 			MaxBufferedBytes:             2 << 20,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
 			ProduceTimeout:               DefaultProduceTimeout,
+			Delivery:                     DefaultDelivery,
+			TransactionTimeout:           DefaultTransactionTimeout,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
@@ -395,6 +401,18 @@ func TestParseProblems(t *testing.T) {
 		want: []string{`t.hcl:11:21: link.l.produce_timeout: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`},
 	}, {
 		name: "produce timeout beyond what a request can say",
+		src:  withLink(`delivery = "exactly-once"`),
+		want: []string{`t.hcl:11:14: link.l.delivery: "exactly-once" is not allowed (use preserve or transactional)`},
+	}, {
+		name: "transaction timeout below three checkpoints",
+		src:  withLink(`delivery = "transactional"` + "\n" + `transaction_timeout = "10s"`),
+		want: []string{`t.hcl:12:23: link.l.transaction_timeout: 10s is less than three checkpoint intervals (15s): a transaction stays open one checkpoint_interval, and the coordinator aborts it at transaction_timeout (raise transaction_timeout to at least 15s (the default is 1m; brokers cap it at transaction.max.timeout.ms, 15m by default))`},
+	}, {
+		name: "groups in transactional delivery",
+		src:  withLink(`delivery = "transactional"` + "\n" + `groups { include = [".*"] }`),
+		want: []string{`t.hcl:12:1: link.l.groups: group offset sync needs exact offset translation, which transactional delivery does not offer yet (leave the groups block out, or use delivery = "preserve")`},
+	}, {
+		name: "produce timeout too long",
 		src:  withLink(`produce_timeout = "1000h"`),
 		want: []string{`t.hcl:11:21: link.l.produce_timeout: 1000h0m0s is longer than a Produce request can say (596h31m23.647s) (use a few seconds to a few minutes)`},
 	}, {

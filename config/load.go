@@ -207,6 +207,8 @@ type fileLink struct {
 	ProducerStateExpiry         *time.Duration `koanf:"producer_state_expiry"`
 
 	ProduceTimeout               *time.Duration `koanf:"produce_timeout"`
+	Delivery                     *string        `koanf:"delivery"`
+	TransactionTimeout           *time.Duration `koanf:"transaction_timeout"`
 	SettleDelay                  *time.Duration `koanf:"settle_delay"`
 	DiscoveryInterval            *time.Duration `koanf:"discovery_interval"`
 	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
@@ -435,6 +437,8 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		OnOffsetOutOfRange:          OutOfRange(or(fl.OnOffsetOutOfRange, string(DefaultOnOffsetOutOfRange))),
 
 		ProduceTimeout:               or(fl.ProduceTimeout, DefaultProduceTimeout),
+		Delivery:                     Delivery(or(fl.Delivery, string(DefaultDelivery))),
+		TransactionTimeout:           or(fl.TransactionTimeout, DefaultTransactionTimeout),
 		SettleDelay:                  or(fl.SettleDelay, DefaultSettleDelay),
 		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),
 		DestinationReplicationFactor: DefaultDestinationReplicationFactor,

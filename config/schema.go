@@ -111,6 +111,8 @@ var (
 		{name: "on_offset_out_of_range"},
 		{name: "producer_state_expiry", kind: kindDuration},
 		{name: "produce_timeout", kind: kindDuration},
+		{name: "delivery"},
+		{name: "transaction_timeout", kind: kindDuration},
 		{name: "settle_delay", kind: kindDuration},
 		{name: "discovery_interval", kind: kindDuration},
 		{name: "destination_replication_factor", kind: kindInt},

@@ -87,6 +87,12 @@ func settingsOf(l *config.Link) Settings {
 		if !f.IsValid() {
 			panic("config.Link has no field " + dst.Type().Field(i).Name)
 		}
+		if d, ok := f.Interface().(config.Delivery); ok {
+			if d == config.DeliveryTransactional {
+				s.Delivery = statestore.DeliveryTransactional
+			}
+			continue
+		}
 		dst.Field(i).Set(f.Convert(dst.Field(i).Type()))
 	}
 	return s

@@ -64,6 +64,11 @@ type Settings struct {
 	// link waits that long (plus SettleDelay) before it settles one, and
 	// a new session waits it past the previous session's lease.
 	ProduceTimeout time.Duration
+	// Delivery is how the link appends (DESIGN §14): preserve (the
+	// zero value) or transactional; TransactionTimeout is a
+	// transactional session's transaction timeout.
+	Delivery           statestore.Delivery
+	TransactionTimeout time.Duration
 	// SettleDelay is the margin past ProduceTimeout before an append
 	// that got no answer is settled against the destination.
 	SettleDelay time.Duration
@@ -298,7 +303,7 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	l.acl.src = access.Cluster{Role: "source", Name: cfg.Source.Name, Principal: cfg.Source.Principal}
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
 	l.mover = l.newMover(moverView{l})
-	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name}
+	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name, Delivery: cfg.Link.Delivery.String()}
 	return l, nil
 }
 
@@ -409,19 +414,33 @@ func (l *Link) lifecycle(ctx context.Context) error {
 		switch state {
 		case Preparing:
 			since := l.deps.Now()
-			s, err := l.begin(ctx, fenced, last)
 			var (
 				ev  Trigger
 				end sessionEnd
+				s   *session
+				err error
 			)
-			if err == nil {
+			if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+				var ts *txnSession
+				if ts, err = l.beginTxn(ctx, fenced); err == nil {
+					ev, err = ts.run(ctx, func() error {
+						l.prepared.Add(1)
+						return move(OnPrepared, nil)
+					})
+					ts.close()
+				}
+				last = nil
+			} else {
+				s, err = l.begin(ctx, fenced, last)
+			}
+			if err == nil && s != nil {
 				ev, end, err = s.run(ctx, func() error {
 					l.prepared.Add(1)
 					return move(OnPrepared, nil)
 				})
 				s.close()
 				last = &handover{epoch: s.state.Epoch(), unresolved: end.unresolved, at: l.deps.Now()}
-			} else {
+			} else if err != nil {
 				ev = OnFail
 				if errors.Is(err, errPaused) {
 					ev, err = OnPause, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
 )
 
@@ -61,6 +62,10 @@ func (o *online) ask(ctx context.Context, fn func(*Pipeline)) error {
 // positions and reads through the session's clients; otherwise it reads
 // the state topic and both clusters with clients of its own (NewOffline).
 func (l *Link) Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		return translate.Result{SourceTopic: topic, Partition: partition, SourceOffset: offset, SourceBatch: -1, DestinationBatch: -1},
+			fmt.Errorf("translate %s[%d] offset %d: link %s: %w", topic, partition, offset, l.Name(), errTxnNoTranslation)
+	}
 	if o := l.online.Load(); o != nil {
 		var (
 			a  translate.Anchor
@@ -92,6 +97,9 @@ func (l *Link) Translate(ctx context.Context, topic string, partition int32, off
 // deps gives the clients' options and, optionally, the clock.
 func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline, error) {
 	l := cfg.Link
+	if l.Delivery == statestore.DeliveryTransactional {
+		return nil, fmt.Errorf("link %s: %w", l.Name, errTxnNoTranslation)
+	}
 	return translate.NewOffline(ctx, translate.OfflineConfig{
 		Link: l.Name, StateTopic: l.StateTopic,
 		Selects:          l.Selects,

@@ -99,51 +99,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		}
 	}()
 
-	if s.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
-		return nil, fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
-	}
-	if s.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
-		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
-	}
-	s.srcAdm, s.dstAdm = kadm.NewClient(s.src), kadm.NewClient(s.dst)
-	s.srcLeaders, s.dstLeaders = leaders.New(s.src, 0), leaders.New(s.dst, 0)
-
-	if s.srcID, err = leaders.ClusterID(ctx, s.src, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
-		return nil, err
-	}
-	if s.dstID, err = leaders.ClusterID(ctx, s.dst, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
-		return nil, err
-	}
-	s.sameCluster = s.srcID == s.dstID
-	var hashed bool
-	s.region, hashed = transform.RegionOf(s.srcID)
-	if hashed {
-		s.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
-			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
-	}
-	s.log = l.log.With("source_cluster_id", s.srcID)
-	// Translations get clients of their own: on the session's, a fetch
-	// would queue behind the fetcher's long polls on the same connection.
-	if s.trSrc, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
-		return nil, fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
-	}
-	if s.trDst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
-		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
-	}
-	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
-		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now}
-	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
-
-	s.store, err = statestore.New(statestore.Config{
-		Topic:             l.cfg.Link.StateTopic,
-		Partitions:        l.cfg.Link.StateTopicPartitions,
-		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
-		Principal:         l.cfg.Destination.Principal,
-	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.store.Ensure(ctx); err != nil {
+	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
 	if standby {
@@ -219,6 +175,61 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	s.goRun(s.committer)
 	s.inputs.Put(InAdd{Parts: parts, Initial: true})
 	return s, nil
+}
+
+// connect is what both delivery modes' sessions begin with: the clients of
+// both clusters (and the translations' own), the cluster IDs and the
+// source's region, and the state topic, ensured.
+func (s *session) connect(ctx context.Context) (err error) {
+	l := s.l
+	if s.src, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
+		return fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
+	}
+	if s.dst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+		return fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	s.srcAdm, s.dstAdm = kadm.NewClient(s.src), kadm.NewClient(s.dst)
+	s.srcLeaders, s.dstLeaders = leaders.New(s.src, 0), leaders.New(s.dst, 0)
+
+	if s.srcID, err = leaders.ClusterID(ctx, s.src, l.cfg.Source.Name, l.cfg.Source.ClusterID); err != nil {
+		return err
+	}
+	if s.dstID, err = leaders.ClusterID(ctx, s.dst, l.cfg.Destination.Name, l.cfg.Destination.ClusterID); err != nil {
+		return err
+	}
+	s.sameCluster = s.srcID == s.dstID
+	var hashed bool
+	s.region, hashed = transform.RegionOf(s.srcID)
+	if hashed {
+		s.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
+			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
+	}
+	s.log = l.log.With("source_cluster_id", s.srcID)
+	// Translations get clients of their own: on the session's, a fetch
+	// would queue behind the fetcher's long polls on the same connection.
+	if s.trSrc, err = kgo.NewClient(l.deps.SourceOpts...); err != nil {
+		return fmt.Errorf("source cluster %s client: %w", l.cfg.Source.Name, err)
+	}
+	if s.trDst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
+		return fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
+		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now}
+	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
+
+	s.store, err = statestore.New(statestore.Config{
+		Topic:             l.cfg.Link.StateTopic,
+		Partitions:        l.cfg.Link.StateTopicPartitions,
+		ReplicationFactor: l.cfg.Link.StateTopicReplicationFactor,
+		Principal:         l.cfg.Destination.Principal,
+	}, statestore.Deps{ClientOpts: l.deps.DestinationOpts, Logger: l.deps.Logger, Now: l.deps.Now})
+	if err != nil {
+		return err
+	}
+	if err := s.store.Ensure(ctx); err != nil {
+		return err
+	}
+	return nil
 }
 
 // goRun starts a goroutine of the session; an error it returns ends the

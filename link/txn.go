@@ -1,0 +1,510 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/leaders"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/mailbox"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// txnSession is one session of a link in transactional delivery (DESIGN
+// §14): the session's transactional producer at the destination appends
+// every fetched batch stamped with its own producer ID, epoch and sequence,
+// and commits the data with the checkpoints in one transaction every
+// checkpoint interval. Its InitProducerId fences the previous session,
+// whose open transaction the coordinator aborts: a new session resumes at
+// the committed checkpoints at once, with no lease to wait out and no
+// destination to reconcile (unless the previous session was a preserve
+// one, whose appends no broker fences).
+//
+// Its goroutines, in the embedded session's errgroup: the fetcher, the
+// committer (one commit at a time), and one append worker per partition
+// with an append in flight (at most one per partition: txnPlan); they
+// report to the link goroutine through inputs, one entry per outstanding
+// append, commit, discovery or placement.
+type txnSession struct {
+	*session
+	txnCl   *kgo.Client // the transactional producer's (versions capped under transaction.version 1)
+	txn     *appender.Txn
+	txnLs   *leaders.Cache
+	version appender.TxnVersion
+
+	stateTopic tp.Partition // the state topic (partition unset)
+	stateParts int32
+
+	plan     *txnPlan
+	inputs   *mailbox.Box[any]
+	commits  chan txnDoCommit
+	appendTo appender.TxnAppendConfig
+}
+
+// beginTxn is PREPARING of a transactional session: connect, fence the
+// previous session (InitProducerId), wait out a preserve session's lease if
+// one ran last, discover and place the partitions, and start the fetcher
+// and the committer.
+func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err error) {
+	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1)}
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.g, s.ctx = errgroup.WithContext(base)
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	if standby {
+		if err := s.standBy(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
+		return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
+	}
+	opts := append(append([]kgo.Opt(nil), l.deps.DestinationOpts...), appender.TxnClientOpts(s.version)...)
+	if s.txnCl, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+	}
+	s.txnLs = leaders.New(s.txnCl, 0)
+	s.appendTo = appender.TxnAppendConfig{RequestTimeout: l.cfg.Link.ProduceTimeout}
+	if s.txn, err = appender.OpenTxn(ctx, s.txnCl, appender.TxnConfig{
+		TransactionalID: statestore.TransactionalID(l.cfg.Link.Name),
+		Timeout:         l.cfg.Link.TransactionTimeout,
+		Version:         s.version,
+	}, l.log); err != nil {
+		return nil, s.explain(err)
+	}
+	id, epoch := s.txn.Producer()
+	l.setStatus(func(st *Status) { st.SessionEpoch = epoch })
+	s.log.Info("began transactional session", "producer_id", id, "epoch", epoch, "protocol", s.version.String())
+
+	if err := s.stateTopicInfo(ctx); err != nil {
+		return nil, err
+	}
+	s.plan = newTxnPlan(l.cfg.Link.Name, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
+	// The first commit claims the link at once (PREPARING), so that a
+	// standby agent sees a live session, and renews it while this one
+	// waits for a preserve session's appends.
+	if err := s.keepaliveTxn(ctx); err != nil {
+		return nil, err
+	}
+	view, err := s.store.Replay(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitPreserve(ctx, view); err != nil {
+		return nil, err
+	}
+	pairs, err := s.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := s.place(ctx, view, pairs)
+	if err != nil {
+		return nil, err
+	}
+	if s.fetch, err = fetcher.New(fetcher.Config{
+		Link:             l.cfg.Link.Name,
+		MaxWait:          l.cfg.Tuning.FetchMaxWait,
+		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
+		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
+		CheckCRCs:        l.cfg.Link.CheckCRCs,
+	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
+		return nil, err
+	}
+	s.goRun(func() error { return s.fetch.Run(s.ctx) })
+	s.goRun(s.txnCommitter)
+	s.inputs.Put(txnInAdd{parts: parts})
+	return s, nil
+}
+
+// stateTopicInfo looks up the state topic's ID and partition count: the
+// session appends its checkpoint records to it itself.
+func (s *txnSession) stateTopicInfo(ctx context.Context) error {
+	topic := s.l.cfg.Link.StateTopic
+	md, err := leaders.Metadata(ctx, s.txnCl, topic)
+	if err != nil {
+		return fmt.Errorf("state topic %s: %w", topic, err)
+	}
+	if len(md.Topics) != 1 || md.Topics[0].ErrorCode != 0 || len(md.Topics[0].Partitions) == 0 {
+		return fmt.Errorf("state topic %s: the destination does not describe it", topic)
+	}
+	s.stateTopic = tp.Partition{Topic: topic, ID: md.Topics[0].TopicID}
+	s.stateParts = int32(len(md.Topics[0].Partitions))
+	return nil
+}
+
+// keepaliveTxn commits a transaction holding only the link record
+// (PREPARING), renewing the session's lease.
+func (s *txnSession) keepaliveTxn(ctx context.Context) error {
+	now := s.l.deps.Now()
+	recs := s.plan.records(now, statestore.Preparing)
+	if err := s.commitRecords(ctx, recs[len(recs)-1:]); err != nil {
+		return fmt.Errorf("commit PREPARING: %w", err)
+	}
+	s.plan.lastCommit = now
+	return nil
+}
+
+// waitPreserve waits out the lease and produce timeout of a preserve-mode
+// session that did not stop cleanly: its appends carry no epoch a broker
+// checks, so only time ends them (DESIGN §7). A transactional session's
+// appends are fenced by this session's InitProducerId.
+func (s *txnSession) waitPreserve(ctx context.Context, view *statestore.View) error {
+	cfg := s.l.cfg
+	lv, ok := view.Links[cfg.Link.Name]
+	if !ok || lv.Delivery == statestore.DeliveryTransactional {
+		return nil
+	}
+	wait := view.LeaseWait(cfg.Link.Name, s.l.deps.Now(), cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
+	if wait <= 0 {
+		return nil
+	}
+	s.log.Info("the previous session was a preserve-delivery session that did not stop cleanly; waiting out its lease and produce timeout", "wait", wait.Round(time.Millisecond))
+	for wait > 0 {
+		step := min(wait, cfg.Link.SessionTimeout/3)
+		if err := s.l.pausableSleep(ctx, step); err != nil {
+			return err
+		}
+		wait -= step
+		if err := s.keepaliveTxn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitRecords appends state records to the state topic in the session's
+// transaction and commits it.
+func (s *txnSession) commitRecords(ctx context.Context, recs []statestore.Record) error {
+	batches, err := statestore.Batches(s.stateTopic.Topic, s.stateParts, recs, s.l.deps.Now())
+	if err != nil {
+		return err
+	}
+	keys := make([]tp.Key, 0, len(batches))
+	for p := range batches {
+		keys = append(keys, tp.Key{Topic: s.stateTopic.Topic, Partition: p})
+	}
+	if err := s.txn.Add(ctx, keys); err != nil {
+		return s.explain(err)
+	}
+	for p, b := range batches {
+		sp := s.stateTopic
+		sp.Partition = p
+		if _, err := s.txn.Append(ctx, s.appendTo, s.txnLs, sp, b); err != nil {
+			return s.explain(err)
+		}
+	}
+	return s.explain(s.txn.End(ctx, true))
+}
+
+// explain makes a fenced producer's error statestore.ErrFenced, which the
+// lifecycle answers by standing by.
+func (s *txnSession) explain(err error) error {
+	if errors.Is(err, appender.ErrTxnFenced) && !errors.Is(err, statestore.ErrFenced) {
+		return fmt.Errorf("%w: %w", statestore.ErrFenced, err)
+	}
+	return err
+}
+
+// txnCommitter runs the session's commits one at a time; the final one gets
+// its own deadline, as it runs after the agent's context ended.
+func (s *txnSession) txnCommitter() error {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return nil
+		case c := <-s.commits:
+			ctx, cancel := s.ctx, context.CancelFunc(func() {})
+			if c.final {
+				ctx, cancel = context.WithTimeout(s.ctx, s.l.cfg.ShutdownTimeout)
+			}
+			err := s.commitRecords(ctx, c.records)
+			cancel()
+			s.inputs.Put(txnInCommitted{err: err})
+		}
+	}
+}
+
+// run steps the plan with what the fetcher, the appends, the committer and
+// the workers report, and carries out its actions, until the session ends:
+// ctx ends (a final commit with STOPPED), an operator pauses (PAUSED), or
+// it fails. mirroring is called once the initial partitions are assigned.
+func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, error) {
+	l := s.l
+	ck := time.NewTicker(l.cfg.Link.CheckpointInterval)
+	defer ck.Stop()
+	disc := time.NewTicker(l.cfg.Link.DiscoveryInterval)
+	defer disc.Stop()
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
+	drainTimer := time.NewTimer(time.Hour)
+	drainTimer.Stop()
+	defer drainTimer.Stop()
+	var (
+		drain       <-chan time.Time
+		stopping    = OnStop
+		stopped     bool
+		entered     bool
+		discovering bool
+	)
+	stop := func(ev Trigger, state statestore.LinkState) (bool, error) {
+		if stopped {
+			return false, nil
+		}
+		stopped, stopping = true, ev
+		drainTimer.Reset(l.cfg.ShutdownTimeout)
+		drain = drainTimer.C
+		return s.apply(txnInStop{state: state})
+	}
+	done := ctx.Done()
+	if l.pausing() {
+		if end, err := stop(OnPause, statestore.Paused); end || err != nil {
+			return s.result(stopping, err)
+		}
+	}
+	for {
+		var in any
+		select {
+		case <-done:
+			done = nil
+			if l.crash != nil && l.crash() {
+				return OnStop, nil
+			}
+			if end, err := stop(OnStop, statestore.Stopped); end || err != nil {
+				return s.result(stopping, err)
+			}
+			continue
+		case <-l.cmd.wake:
+			if l.pausing() {
+				if end, err := stop(OnPause, statestore.Paused); end || err != nil {
+					return s.result(stopping, err)
+				}
+			}
+			continue
+		case <-s.ctx.Done():
+			return OnFail, context.Cause(s.ctx)
+		case r := <-s.fetch.Results():
+			in = txnInFetched{r: r}
+		case <-s.inputs.Wake():
+			for _, e := range s.inputs.Take() {
+				switch e := e.(type) {
+				case InDiscovered:
+					discovering = false
+					if e.Err != nil {
+						l.met.error("discovery")
+						s.log.Warn("topic discovery failed; the link keeps mirroring what it has", "error", e.Err)
+						continue
+					}
+					if len(e.Gone) > 0 {
+						return OnFail, fmt.Errorf("source partitions %v are gone (topic deleted or recreated): the session starts again without them", e.Gone)
+					}
+					var fresh []Pair
+					for _, pr := range e.Pairs {
+						if _, ok := s.plan.parts[pr.Src.Key()]; !ok {
+							fresh = append(fresh, pr)
+						}
+					}
+					if len(fresh) > 0 {
+						discovering = true
+						s.txnWork(func(ctx context.Context) any { return s.placeNew(ctx, fresh) })
+					}
+					continue
+				case InPlaced:
+					discovering = false
+					if e.Err != nil {
+						l.met.error("discovery")
+						s.log.Warn("placing new partitions failed; retried at the next discovery", "error", e.Err)
+						continue
+					}
+					e2 := txnInAdd{parts: e.Parts}
+					if end, err := s.apply(e2); end || err != nil {
+						return s.result(stopping, err)
+					}
+					continue
+				}
+				if end, err := s.apply(e); end || err != nil {
+					return s.result(stopping, err)
+				}
+			}
+			if !entered {
+				entered = true
+				if err := mirroring(); err != nil {
+					return OnFail, err
+				}
+			}
+			continue
+		case <-ck.C:
+			in = txnInCommitDue{now: l.deps.Now()}
+		case <-disc.C:
+			if discovering || stopped {
+				continue
+			}
+			discovering = true
+			known := s.plan.known()
+			s.txnWork(func(ctx context.Context) any { return s.discoverAll(ctx, known) })
+			continue
+		case <-tick.C:
+			s.publishTxn()
+			continue
+		case <-drain:
+			s.log.Warn("the final commit did not complete within the shutdown timeout; the next session aborts the open transaction and resumes at the last checkpoint")
+			return stopping, nil
+		}
+		if end, err := s.apply(in); end || err != nil {
+			return s.result(stopping, err)
+		}
+	}
+}
+
+// result is how run ends after apply said the session is over.
+func (s *txnSession) result(stopping Trigger, err error) (Trigger, error) {
+	s.publishTxn()
+	if err != nil {
+		return OnFail, err
+	}
+	return stopping, nil
+}
+
+// apply steps the plan with one input and carries out its actions. It
+// reports whether the session is over, and the error that failed it.
+func (s *txnSession) apply(in any) (bool, error) {
+	var (
+		end bool
+		err error
+	)
+	for _, a := range s.plan.step(s.l.deps.Now(), in) {
+		switch a := a.(type) {
+		case txnDoAssign:
+			s.fetch.Assign(a.src, a.offset, a.gen)
+		case txnDoUnassign:
+			s.fetch.Unassign(a.src)
+		case txnDoRelease:
+			s.fetch.Release(a.pin)
+		case txnDoAppend:
+			s.txnWork(func(ctx context.Context) any { return s.appendOne(ctx, a) })
+		case txnDoCommit:
+			select {
+			case s.commits <- a:
+			default:
+				panic("link: a transactional commit while another is in flight")
+			}
+		case txnDoFinish:
+			end = true
+		case txnDoFail:
+			end, err = true, s.explain(a.err)
+		default:
+			panic(fmt.Sprintf("link: transactional plan action %T", a))
+		}
+	}
+	s.reportTxn()
+	if n := len(s.plan.order); n != s.published {
+		s.publishTxn()
+	}
+	return end, err
+}
+
+// txnWork runs fn on a worker goroutine of the session and hands what it
+// returns to the link goroutine.
+func (s *txnSession) txnWork(fn func(ctx context.Context) any) {
+	s.g.Go(func() error {
+		if ev := fn(s.ctx); ev != nil && s.ctx.Err() == nil {
+			s.inputs.Put(ev)
+		}
+		return nil
+	})
+}
+
+// appendOne appends one batch (re-encoded first when it has offset gaps or
+// begins before the partition's start) in the session's transaction.
+func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended {
+	res := txnInAppended{p: a.pair.Src.Key()}
+	raw := a.raw
+	if a.trim > 0 {
+		out, _, err := transform.NewReencoder().ReencodeFrom(nil, raw, -1, a.trim)
+		if err != nil {
+			res.err = fmt.Errorf("source %s: re-encode the batch at offset %d: %w", a.pair.Src, a.trim, err)
+			return res
+		}
+		raw, res.reencode = out, true
+	}
+	h, err := transform.ParseHeader(raw)
+	if err != nil {
+		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
+		return res
+	}
+	if err := s.txn.Add(ctx, []tp.Key{a.pair.Dst.Key()}); err != nil {
+		res.err = err
+		return res
+	}
+	res.base, res.err = s.txn.Append(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw)
+	res.n = int64(h.LastOffsetDelta) + 1
+	return res
+}
+
+// reportTxn adds the plan's new counts to the link's totals and metrics.
+func (s *txnSession) reportTxn() {
+	for i := range counterTable {
+		c := Counter(i)
+		if now := s.plan.counts.Get(c); now != s.reported.Get(c) {
+			s.l.met.add(c, now-s.reported.Get(c))
+			s.reported.Add(c, now-s.reported.Get(c))
+		}
+	}
+}
+
+// publishTxn refreshes the status snapshot and the lag gauges.
+func (s *txnSession) publishTxn() {
+	ps := s.plan.partitions(s.l.deps.Now())
+	var total int64
+	var lagSeconds *float64
+	for _, p := range ps {
+		total += p.Lag
+		if len(ps) <= MaxPartitionLagSeries {
+			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
+		}
+		if p.LagSeconds != nil && (lagSeconds == nil || *p.LagSeconds > *lagSeconds) {
+			lagSeconds = p.LagSeconds
+		}
+	}
+	s.l.met.lag.Set(float64(total))
+	if lagSeconds != nil {
+		s.l.met.lagSeconds.Set(*lagSeconds)
+	}
+	s.l.met.partitions.Set(float64(len(ps)))
+	s.l.setStatus(func(st *Status) {
+		st.Partitions, st.Lag, st.LagSeconds = ps, total, lagSeconds
+	})
+	s.published = len(ps)
+}
+
+// close ends the session's goroutines and releases its clients; the open
+// transaction, if any, is left to the next session's InitProducerId (or
+// the coordinator's timeout) to abort.
+func (s *txnSession) close() {
+	if s.closed {
+		return
+	}
+	s.session.close()
+	if s.txnCl != nil {
+		s.txnCl.Close()
+	}
+	if s.plan != nil {
+		for _, k := range s.plan.order {
+			s.l.met.dropPartitionLag(k.Topic, k.Partition)
+		}
+	}
+}

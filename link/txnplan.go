@@ -1,0 +1,445 @@
+package link
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seed83556561/mirrord/fetcher"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// txnPlan is the pure core of a transactional-delivery session (DESIGN
+// §14): every partition's queue of fetched batches and its positions, and
+// when the session's transaction commits. It does no I/O: txnSession feeds
+// it what the fetcher, the appends and the commits report, and carries out
+// the txnDo actions it returns.
+//
+// The rules:
+//   - A partition has at most one append in flight, and its batches are
+//     appended in source order: the session's sequences for the partition
+//     follow the same order, so the broker checks it.
+//   - A partition's source position moves past a batch only once the batch
+//     is appended (or, for a batch with nothing to append, once every batch
+//     before it is): the checkpoint's SourceNextOffset is a batch boundary
+//     (or the end of what a fetch consumed: aborted data and markers), and
+//     everything below it is in the destination transaction.
+//   - A commit starts only with no append in flight, and while it runs no
+//     append starts: the checkpoint records in the transaction describe
+//     exactly the data in it. A commit is due every checkpoint interval, or
+//     sooner once txnCommitBytes were appended since the last one.
+//   - A failed append or commit fails the session: the next session's
+//     InitProducerId aborts the open transaction, and it resumes at the
+//     last committed checkpoints. Nothing of an aborted transaction counts
+//     as mirrored.
+type txnPlan struct {
+	link string
+	// srcID, dstID are the clusters' IDs, for the link record.
+	srcID, dstID string
+	epoch        int16 // the session's producer epoch when it began
+	lease        time.Duration
+
+	parts map[tp.Key]*txnPart // by source partition
+	order []tp.Key
+	gen   uint64
+
+	commit    txnCommitState
+	final     bool // the commit pending or running is the final one
+	stopping  bool
+	stopState statestore.LinkState
+	finished  bool
+	// appendedBytes since the last commit started.
+	appendedBytes int64
+	// lastCommit is when the last commit started (the lease it renewed).
+	lastCommit time.Time
+
+	counts Counts
+}
+
+// txnCommitState is where the session's next commit is.
+type txnCommitState int8
+
+const (
+	commitNone    txnCommitState = iota
+	commitPending                // due: no append starts, the commit waits for those in flight
+	commitRunning                // sent to the committer
+)
+
+// txnCommitBytes starts a commit early once this much was appended since
+// the last one: it bounds what an abort throws away.
+const txnCommitBytes = 64 << 20
+
+// txnPart is one mirrored partition of a transactional session.
+type txnPart struct {
+	pair Pair
+	gen  uint64
+	// from is where the partition was assigned: a batch that begins before
+	// it is trimmed to it (re-encoded).
+	from int64
+	// queue holds fetched batches not yet appended, in source order.
+	queue     []txnQueued
+	appending bool
+	// src and dst are the positions after the last appended batch (this
+	// transaction's appends included); ckSrc and ckDst as last committed.
+	src, dst     int64
+	ckSrc, ckDst int64
+	hasCk        bool
+	dirty        bool // appended to since the last commit
+	hw           int64
+	// lastTS is the max timestamp of the last batch appended, for lag in
+	// seconds.
+	lastTS int64
+}
+
+// txnQueued is one fetched batch, or an empty step (raw nil) that only
+// moves the source position (aborted batches and markers a fetch
+// consumed, a batch without records).
+type txnQueued struct {
+	raw  []byte
+	hdr  transform.Header
+	end  int64       // the source position after it
+	pin  fetcher.Pin // released once it is done (set on a result's last entry)
+	trim int64       // > 0: re-encode from this offset (the batch began before it, or has gaps)
+}
+
+// Inputs of a txnPlan.
+type (
+	txnInFetched struct{ r fetcher.Result }
+	// txnInAppended: the append of p's head batch ended: at base in the
+	// destination, n offsets long, or err.
+	txnInAppended struct {
+		p        tp.Key
+		base     int64
+		n        int64
+		reencode bool
+		err      error
+	}
+	txnInCommitDue struct{ now time.Time }
+	txnInCommitted struct{ err error }
+	txnInAdd       struct{ parts []Placement }
+	txnInStop      struct{ state statestore.LinkState }
+)
+
+// Actions of a txnPlan.
+type (
+	txnDoAssign struct {
+		src    tp.Partition
+		offset int64
+		gen    uint64
+	}
+	txnDoUnassign struct{ src tp.Partition }
+	txnDoRelease  struct{ pin fetcher.Pin }
+	// txnDoAppend appends one batch of pair's source partition (the
+	// partition's head) to its destination partition.
+	txnDoAppend struct {
+		pair Pair
+		raw  []byte
+		trim int64 // > 0: re-encode from this source offset first
+	}
+	// txnDoCommit commits the transaction with these state records (the
+	// link record last); final: the session ends with it.
+	txnDoCommit struct {
+		records []statestore.Record
+		final   bool
+	}
+	txnDoFinish struct{}
+	txnDoFail   struct{ err error }
+)
+
+func newTxnPlan(link, srcID, dstID string, epoch int16, lease time.Duration, now time.Time) *txnPlan {
+	return &txnPlan{link: link, srcID: srcID, dstID: dstID, epoch: epoch, lease: lease,
+		parts: make(map[tp.Key]*txnPart), lastCommit: now}
+}
+
+// step applies one input and returns the actions to carry out, in order.
+func (p *txnPlan) step(now time.Time, in any) []any {
+	var out []any
+	switch e := in.(type) {
+	case txnInAdd:
+		for _, pc := range e.parts {
+			out = append(out, p.add(pc)...)
+		}
+	case txnInFetched:
+		out = append(out, p.fetched(e.r)...)
+	case txnInAppended:
+		acts, err := p.appended(e)
+		out = append(out, acts...)
+		if err != nil {
+			return append(out, txnDoFail{err: err})
+		}
+	case txnInCommitDue:
+		if p.commit == commitNone && !p.stopping && (p.dirty() || now.Sub(p.lastCommit) >= p.lease/3) {
+			p.commit = commitPending
+		}
+	case txnInCommitted:
+		if e.err != nil {
+			return append(out, txnDoFail{err: e.err})
+		}
+		p.commit = commitNone
+		p.counts.Add(Checkpoints, 1)
+		for _, k := range p.order {
+			pt := p.parts[k]
+			if pt.dirty {
+				pt.ckSrc, pt.ckDst, pt.hasCk, pt.dirty = pt.src, pt.dst, true, false
+			}
+		}
+		if p.final {
+			p.finished = true
+			return append(out, txnDoFinish{})
+		}
+	case txnInStop:
+		if p.stopping {
+			return nil
+		}
+		p.stopping, p.stopState = true, e.state
+		for _, k := range p.order {
+			pt := p.parts[k]
+			out = append(out, txnDoUnassign{src: pt.pair.Src})
+			for _, q := range pt.queue {
+				if q.pin != (fetcher.Pin{}) {
+					out = append(out, txnDoRelease{pin: q.pin})
+				}
+			}
+			pt.queue = nil
+		}
+	default:
+		panic(fmt.Sprintf("link: transactional plan input %T", in))
+	}
+	if p.appendedBytes >= txnCommitBytes && p.commit == commitNone && !p.stopping {
+		p.commit = commitPending
+	}
+	return append(out, p.next(now)...)
+}
+
+// dirty reports whether a position moved since the last commit.
+func (p *txnPlan) dirty() bool {
+	for _, k := range p.order {
+		if p.parts[k].dirty {
+			return true
+		}
+	}
+	return false
+}
+
+// inFlight reports whether any append is running.
+func (p *txnPlan) inFlight() bool {
+	for _, k := range p.order {
+		if p.parts[k].appending {
+			return true
+		}
+	}
+	return false
+}
+
+// next starts what may start now: a due commit once nothing is in flight
+// (the final one once the session stops), else every idle partition's next
+// append.
+func (p *txnPlan) next(now time.Time) []any {
+	if p.finished {
+		return nil
+	}
+	if p.stopping && p.commit != commitRunning {
+		p.commit, p.final = commitPending, true
+	}
+	switch p.commit {
+	case commitRunning:
+		return nil
+	case commitPending:
+		if p.inFlight() {
+			return nil
+		}
+		p.commit = commitRunning
+		p.appendedBytes, p.lastCommit = 0, now
+		state := statestore.Mirroring
+		if p.final {
+			state = p.stopState
+		}
+		return []any{txnDoCommit{records: p.records(now, state), final: p.final}}
+	}
+	var out []any
+	for _, k := range p.order {
+		pt := p.parts[k]
+		for !pt.appending && len(pt.queue) > 0 {
+			q := pt.queue[0]
+			if q.raw != nil {
+				pt.appending = true
+				out = append(out, txnDoAppend{pair: pt.pair, raw: q.raw, trim: q.trim})
+				break
+			}
+			// Nothing to append: only the position moves.
+			pt.queue = pt.queue[1:]
+			if q.end > pt.src {
+				pt.src, pt.dirty = q.end, true
+			}
+			if q.pin != (fetcher.Pin{}) {
+				out = append(out, txnDoRelease{pin: q.pin})
+			}
+		}
+	}
+	return out
+}
+
+// add places a partition: at its checkpoint when it has one for the same
+// source topic, else where start_from puts it.
+func (p *txnPlan) add(pc Placement) []any {
+	k := pc.Src.Key()
+	if _, ok := p.parts[k]; ok || p.stopping {
+		return nil
+	}
+	p.gen++
+	pt := &txnPart{pair: pc.Pair, gen: p.gen, src: pc.StartOffset, dst: pc.DstEnd, hw: -1}
+	if ck := pc.Checkpoint; ck != nil && ck.SourceTopic == pc.Src.Topic && ck.SourcePartition == pc.Src.Partition &&
+		(ck.SourceTopicID == (statestore.UUID{}) || ck.SourceTopicID == statestore.UUID(pc.Src.ID)) {
+		pt.src, pt.dst = ck.SourceNextOffset, ck.DestNextOffset
+		pt.ckSrc, pt.ckDst, pt.hasCk = ck.SourceNextOffset, ck.DestNextOffset, true
+	} else {
+		// No checkpoint: the first commit records where it started.
+		pt.dirty = true
+	}
+	pt.from = pt.src
+	p.parts[k] = pt
+	p.order = append(p.order, k)
+	return []any{txnDoAssign{src: pc.Src, offset: pt.src, gen: pt.gen}}
+}
+
+// fetched queues a result's batches behind the partition's earlier ones.
+func (p *txnPlan) fetched(r fetcher.Result) []any {
+	pt, ok := p.parts[r.Partition.Key()]
+	if !ok || r.Gen != pt.gen || p.stopping {
+		if r.Pin != (fetcher.Pin{}) {
+			return []any{txnDoRelease{pin: r.Pin}}
+		}
+		return nil
+	}
+	if r.Err != nil {
+		return []any{txnDoFail{err: fmt.Errorf("source %s: %w", r.Partition, r.Err)}}
+	}
+	if r.HighWatermark >= 0 {
+		pt.hw = r.HighWatermark
+	}
+	p.counts.Add(SourceRecordsSkipped, r.SkippedRecords)
+	for i, b := range r.Batches {
+		q := txnQueued{raw: b.Raw, hdr: b.Header, end: b.Header.NextOffset()}
+		switch {
+		case b.Header.NumRecords == 0 || b.Header.NextOffset() <= pt.from:
+			// A batch compaction emptied (kept for its producer
+			// state), or one wholly before where the partition
+			// started: nothing to append.
+			q.raw = nil
+		case b.Header.BaseOffset < pt.from:
+			q.trim = pt.from // began before the assigned offset
+		case !b.Header.Dense():
+			q.trim = b.Header.BaseOffset // offset gaps (compacted): re-encode densely
+		}
+		if i == len(r.Batches)-1 {
+			q.end = max(q.end, r.End)
+			q.pin = r.Pin
+		}
+		pt.queue = append(pt.queue, q)
+	}
+	if len(r.Batches) == 0 && r.End > r.Start {
+		pt.queue = append(pt.queue, txnQueued{end: r.End, pin: r.Pin})
+	} else if len(r.Batches) == 0 && r.Pin != (fetcher.Pin{}) {
+		return []any{txnDoRelease{pin: r.Pin}}
+	}
+	return nil
+}
+
+// appended takes the answer of a partition's head append.
+func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
+	pt, ok := p.parts[e.p]
+	if !ok || !pt.appending || len(pt.queue) == 0 {
+		return nil, fmt.Errorf("%w: an append result for %s[%d], which has no append in flight", errInvariant, e.p.Topic, e.p.Partition)
+	}
+	pt.appending = false
+	q := pt.queue[0]
+	pt.queue = pt.queue[1:]
+	var out []any
+	if q.pin != (fetcher.Pin{}) {
+		out = append(out, txnDoRelease{pin: q.pin})
+	}
+	if e.err != nil {
+		return out, e.err
+	}
+	if e.base < pt.dst && pt.hasCk {
+		// The destination answered an offset below where the last
+		// append ended: it is not the log the checkpoints describe.
+		return out, fmt.Errorf("destination %s: the batch of source offsets %d-%d was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
+			pt.pair.Dst, q.hdr.BaseOffset, q.end-1, e.base, pt.dst)
+	}
+	pt.src, pt.dst, pt.dirty = max(pt.src, q.end), e.base+e.n, true
+	pt.lastTS = q.hdr.MaxTimestamp
+	p.appendedBytes += int64(len(q.raw))
+	p.counts.Add(BatchesMirrored, 1)
+	p.counts.Add(RecordsMirrored, int64(q.hdr.NumRecords))
+	p.counts.Add(BytesMirrored, int64(len(q.raw)))
+	if e.reencode {
+		p.counts.Add(BatchesReencoded, 1)
+	}
+	return out, nil
+}
+
+// records are the state records of a commit: the checkpoint of every
+// partition whose position moved since the last commit, and the link
+// record last.
+func (p *txnPlan) records(now time.Time, state statestore.LinkState) []statestore.Record {
+	var recs []statestore.Record
+	for _, k := range p.order {
+		pt := p.parts[k]
+		if !pt.dirty {
+			continue
+		}
+		recs = append(recs, statestore.Record{
+			Key: statestore.CheckpointKey{LinkName: p.link, TopicID: statestore.UUID(pt.pair.Dst.ID), Partition: pt.pair.Dst.Partition},
+			Value: statestore.CheckpointValue{SourceTopic: pt.pair.Src.Topic, SourcePartition: pt.pair.Src.Partition,
+				SourceNextOffset: pt.src, DestNextOffset: pt.dst, TimestampMs: now.UnixMilli(), SourceTopicID: statestore.UUID(pt.pair.Src.ID)},
+		})
+	}
+	return append(recs, statestore.Record{Key: statestore.LinkKey{LinkName: p.link}, Value: statestore.LinkValue{
+		State: state, SessionEpoch: p.epoch, SourceClusterID: p.srcID, DestinationClusterID: p.dstID,
+		LeaseExpiresMs: now.Add(p.lease).UnixMilli(), TimestampMs: now.UnixMilli(),
+		Delivery: statestore.DeliveryTransactional,
+	}})
+}
+
+// partitions is the status of every partition, in the order they joined.
+func (p *txnPlan) partitions(now time.Time) []PartitionStatus {
+	out := make([]PartitionStatus, 0, len(p.order))
+	for _, k := range p.order {
+		pt := p.parts[k]
+		phase := "idle"
+		switch {
+		case p.commit != commitNone:
+			phase = "committing"
+		case pt.appending || len(pt.queue) > 0:
+			phase = "appending"
+		}
+		ps := PartitionStatus{SourceTopic: pt.pair.Src.Topic, DestinationTopic: pt.pair.Dst.Topic, Partition: pt.pair.Src.Partition,
+			Phase: phase, SourceNextOffset: pt.src, DestNextOffset: pt.dst, HighWatermark: pt.hw,
+			CheckpointSource: -1, CheckpointDest: -1}
+		if pt.hasCk {
+			ps.CheckpointSource, ps.CheckpointDest = pt.ckSrc, pt.ckDst
+		}
+		if pt.hw >= 0 {
+			ps.Lag = max(pt.hw-pt.src, 0)
+			lag := 0.0
+			if ps.Lag > 0 && pt.lastTS > 0 {
+				lag = max(now.Sub(time.UnixMilli(pt.lastTS)).Seconds(), 0)
+			}
+			ps.LagSeconds = &lag
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// known is every partition the session mirrors, for discovery.
+func (p *txnPlan) known() []tp.Partition {
+	out := make([]tp.Partition, 0, len(p.order))
+	for _, k := range p.order {
+		out = append(out, p.parts[k].pair.Src)
+	}
+	return slices.Clip(out)
+}
