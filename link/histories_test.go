@@ -478,7 +478,12 @@ func (h *history) check() {
 			rc, c := recs[id], seen[id]
 			early := !late
 			switch {
-			case rc.chain && surviving[rc.offs[0]]:
+			case rc.chain && surviving[rc.offs[0]] && rc.allowed == 1:
+				// The link skipped the copy. Not so when the copy may
+				// have been fetched after a barrier (allowed 2): then
+				// it was appended again, and a destination that lost
+				// the original's mirror (DeleteRecords) holds the
+				// copy's only (seed 556393).
 				early = true
 			case !rc.chain && len(rc.offs) > 1 && surviving[rc.offs[len(rc.offs)-1]]:
 				early = false
