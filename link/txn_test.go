@@ -11,8 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // committedRecord is one record as a read_committed consumer sees it, for
@@ -182,6 +184,18 @@ func TestTransactionalDelivery(t *testing.T) {
 		n = f.waitSameCommitted(90 * time.Second)
 		f.exactlyOnceCommitted()
 		t.Logf("after 3 crashes: %d records the same on both sides, in order", n)
+
+		// mirrord verify's way: the same, batch boundaries and codecs
+		// included; and a preserve-mode comparison tells the modes apart.
+		topics := f.same("t", "u")
+		rep, err := mirrortest.VerifyMode(t, f.src, f.dst, f.stateTopic(), topics, true)
+		if err != nil || rep.First != nil || rep.Behind != 0 {
+			t.Fatalf("verify (transactional): %v, first difference %v, %d behind", err, rep.First, rep.Behind)
+		}
+		rep, err = mirrortest.VerifyMode(t, f.src, f.dst, f.stateTopic(), topics, false)
+		if err != nil || rep.First == nil || rep.First.Field != verify.FieldProducerID {
+			t.Fatalf("verify (preserve) of a transactional mirror: %v, first difference %v; want a producer_id difference", err, rep.First)
+		}
 		if got := prev.Status().Counters.Get(RecordsMirrored); got == 0 {
 			t.Errorf("records_mirrored %d", got)
 		}

@@ -160,6 +160,9 @@ type comparator struct {
 	pids     *pidCheck
 	max      int64 // source records to take at most; 0: all
 	srcEnd   int64 // source end offset, for messages; -1: no source partition
+	// txn: the destination was written in transactional delivery; the
+	// producer fields are the session's (Config.Transactional).
+	txn bool
 }
 
 // outcome is what one partition's comparison found. diff carries no topic
@@ -232,6 +235,18 @@ func (c *comparator) compare(ctx context.Context, s, d *rec) (*Difference, error
 	}
 	diff := func(field, want, got string) *Difference {
 		return &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got}
+	}
+	if c.txn {
+		if s.first != d.first {
+			return diff(FieldBatch, batchPlace(s.first), batchPlace(d.first)), nil
+		}
+		if sc, dc := s.Attrs.CompressionType(), d.Attrs.CompressionType(); sc != dc {
+			return diff(FieldCompression, codecName(sc), codecName(dc)), nil
+		}
+		if !d.Attrs.IsTransactional() {
+			return diff(FieldTransactional, "transactional bit set (the session's transaction)", "transactional bit cleared"), nil
+		}
+		return nil, nil
 	}
 	if want, ok := c.pids.check(s.ProducerID, d.ProducerID); !ok {
 		return diff(FieldProducerID, pidString(want), pidString(d.ProducerID)), nil

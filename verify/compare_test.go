@@ -511,3 +511,46 @@ func TestCreateTimes(t *testing.T) {
 		}
 	}
 }
+
+// Guards the comparison of a transactional-delivery mirror: the session's
+// producer ID, epoch and sequences are not the source's and are not
+// compared; a batch without the transactional bit is a difference (it was
+// not appended by a transactional session), and so are records, batch
+// boundaries and codecs, as in preserve delivery.
+func TestComparatorTransactional(t *testing.T) {
+	src := []tbatch{
+		{base: 0, pid: 4242, epoch: 3, seq: 10, codec: 1, recs: trecs("a", 3, 0)},
+		{base: 3, pid: -1, epoch: -1, seq: -1, recs: trecs("b", 2, 0)},
+	}
+	session := func(bs []tbatch) []tbatch {
+		out := append([]tbatch(nil), bs...)
+		for i := range out {
+			out[i].pid, out[i].epoch, out[i].seq, out[i].txn = 99, 7, int32(100*i), true
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		dst  []tbatch
+		want *wantDiff
+	}{
+		{"the session's producer", session(src), nil},
+		{"transactional bit missing", func() []tbatch { d := session(src); d[1].txn = false; return d }(), &wantDiff{FieldTransactional, 3, 3}},
+		{"codec changed", func() []tbatch { d := session(src); d[0].codec = 2; return d }(), &wantDiff{FieldCompression, 0, 0}},
+		{"record changed", func() []tbatch { d := session(src); d[1].recs = trecs("c", 2, 0); return d }(), &wantDiff{FieldKey, 3, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := comparator{
+				src:  cursor{next: sliceFeed(flatten(src, false))},
+				dst:  cursor{next: sliceFeed(flatten(tc.dst, true))},
+				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
+				txn:  true,
+			}
+			out, err := c.run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDiff(t, out.diff, tc.want)
+		})
+	}
+}

@@ -70,7 +70,7 @@ func snapshot(ctx context.Context, cfg Config) ([]job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verify: destination: %w", err)
 	}
-	dstRanges, err := offsetRanges(ctx, cfg.Destination, slices.Sorted(maps.Keys(dmeta)), false)
+	dstRanges, err := offsetRanges(ctx, cfg.Destination, slices.Sorted(maps.Keys(dmeta)), cfg.Transactional)
 	if err != nil {
 		return nil, fmt.Errorf("verify: destination: %w", err)
 	}
@@ -98,7 +98,7 @@ func snapshot(ctx context.Context, cfg Config) ([]job, error) {
 			j.src = &side{cl: cfg.Source, role: "source", topic: st, id: sm.id, partition: p, leader: leader, committed: true, source: true, start: r.start, end: r.end}
 			if dl, ok := dm.leaders[p]; ok {
 				r := dstRanges[partKey{dt, p}]
-				j.dst = &side{cl: cfg.Destination, role: "destination", topic: dt, id: dm.id, partition: p, leader: dl, start: r.start, end: r.end}
+				j.dst = &side{cl: cfg.Destination, role: "destination", topic: dt, id: dm.id, partition: p, leader: dl, start: r.start, end: r.end, committed: cfg.Transactional}
 			}
 			jobs = append(jobs, j)
 		}
@@ -108,7 +108,7 @@ func snapshot(ctx context.Context, cfg Config) ([]job, error) {
 			}
 			r := dstRanges[partKey{dt, p}]
 			jobs = append(jobs, job{srcTopic: st, dstTopic: dt, partition: p,
-				dst: &side{cl: cfg.Destination, role: "destination", topic: dt, id: dm.id, partition: p, leader: dl, start: r.start, end: r.end}})
+				dst: &side{cl: cfg.Destination, role: "destination", topic: dt, id: dm.id, partition: p, leader: dl, start: r.start, end: r.end, committed: cfg.Transactional}})
 		}
 	}
 	sortJobs(jobs)

@@ -63,6 +63,14 @@ type Config struct {
 	// Concurrency is how many partitions are compared at once; 0 means
 	// DefaultConcurrency.
 	Concurrency int
+	// Transactional compares a mirror written in transactional delivery
+	// (DESIGN §14): the destination is read READ_COMMITTED up to its last
+	// stable offsets (a dead session's aborted appends and the commit
+	// markers are not the mirror), and its batches carry the session's
+	// producer ID, epoch and sequences and the transactional bit, so those
+	// are not compared; the records, their order, batch boundaries and
+	// codecs are.
+	Transactional bool
 }
 
 func (c *Config) validate() error {
@@ -270,6 +278,7 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Partition{Topic: j.dstTopic, ID: j.dst.id, Partition: j.partition}, cfg.Salt),
 		max:    cfg.MaxRecords,
 		srcEnd: rep.SourceEnd,
+		txn:    cfg.Transactional,
 	}
 	out, cerr := c.run(gctx)
 	cancel() // the comparator may stop before the readers reach the end

@@ -138,9 +138,10 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("read collision salts from state topic %q of cluster %s: %v", l.StateTopic, l.Destination, err)
 	}
-	fmt.Fprintf(stdout, "comparing %s of link %s: %s -> %s\n", plural(len(topics), "topic"), l.Name, l.Source, l.Destination)
+	txn := l.Delivery == config.DeliveryTransactional
+	fmt.Fprintf(stdout, "comparing %s of link %s: %s -> %s (%s delivery)\n", plural(len(topics), "topic"), l.Name, l.Source, l.Destination, l.Delivery)
 	rep, err := verify.Run(ctx, verify.Config{
-		Source: src, Destination: dst, Topics: pairs, SourceClusterID: srcID, Salt: salts,
+		Source: src, Destination: dst, Topics: pairs, SourceClusterID: srcID, Salt: salts, Transactional: txn,
 	})
 	if err != nil {
 		return fail("%v", err)

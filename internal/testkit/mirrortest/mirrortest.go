@@ -519,6 +519,13 @@ func ExactlyOnce(t testing.TB, dst *Cluster, p *Produced, rename func(string) st
 // destination topic.
 func Verify(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string) (verify.Report, error) {
 	t.Helper()
+	return VerifyMode(t, src, dst, stateTopic, topics, false)
+}
+
+// VerifyMode is Verify for a mirror written in either delivery mode
+// (verify.Config.Transactional).
+func VerifyMode(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string, transactional bool) (verify.Report, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	salts, err := verify.StateSalts(ctx, dst.Client, dst.Opts(), stateTopic)
@@ -527,6 +534,7 @@ func Verify(t testing.TB, src, dst *Cluster, stateTopic string, topics map[strin
 	}
 	return verify.Run(ctx, verify.Config{
 		Source: src.Client, Destination: dst.Client, Topics: topics, SourceClusterID: src.ID, Salt: salts,
+		Transactional: transactional,
 	})
 }
 
