@@ -180,7 +180,13 @@ func TestTransactionalDelivery(t *testing.T) {
 			n = f.waitSameCommitted(90 * time.Second)
 			prev = next
 		}
+		// A pause commits the final checkpoint (PAUSED); a resume begins
+		// a new session there.
+		prev.Pause()
+		prev.waitState(t, Paused, 30*time.Second)
 		f.load(plain, 0, "after", 40)
+		prev.Resume()
+		prev.waitState(t, Mirroring, 30*time.Second)
 		n = f.waitSameCommitted(90 * time.Second)
 		f.exactlyOnceCommitted()
 		t.Logf("after 3 crashes: %d records the same on both sides, in order", n)

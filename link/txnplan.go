@@ -197,12 +197,16 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		for _, k := range p.order {
 			pt := p.parts[k]
 			out = append(out, txnDoUnassign{src: pt.pair.Src})
-			for _, q := range pt.queue {
+			keep := 0
+			if pt.appending {
+				keep = 1 // the batch in flight: its answer moves the position
+			}
+			for _, q := range pt.queue[keep:] {
 				if q.pin != (fetcher.Pin{}) {
 					out = append(out, txnDoRelease{pin: q.pin})
 				}
 			}
-			pt.queue = nil
+			pt.queue = pt.queue[:keep]
 		}
 	default:
 		panic(fmt.Sprintf("link: transactional plan input %T", in))
