@@ -92,6 +92,12 @@ var DefaultExcluded = []Exclusion{
 	{`message\.downconversion\.enable`, "serves the source's old consumers; a no-op since Kafka 4.0"},
 }
 
+// Name is how documentation and messages spell the exclusion: the setting's
+// name, or a family's prefix with a *.
+func (e Exclusion) Name() string {
+	return strings.ReplaceAll(strings.ReplaceAll(e.Pattern, `\.`, "."), "..*", ".*")
+}
+
 var defaultExcluded = func() []*regexp.Regexp {
 	out := make([]*regexp.Regexp, len(DefaultExcluded))
 	for i, e := range DefaultExcluded {

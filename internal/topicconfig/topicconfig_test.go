@@ -273,8 +273,10 @@ func TestDefaultExclusion(t *testing.T) {
 		"min.compaction.lag.ms": false, "max.compaction.lag.ms": false, "delete.retention.ms": false,
 		"xmin.insync.replicas": false, "min.insync.replicasx": false,
 	} {
-		if _, got := DefaultExclusion(key); got != excluded {
+		if e, got := DefaultExclusion(key); got != excluded {
 			t.Errorf("DefaultExclusion(%s) = %v, want %v", key, got, excluded)
+		} else if got && e.Name() != key && e.Name() != "confluent.*" {
+			t.Errorf("DefaultExclusion(%s).Name() = %s", key, e.Name())
 		}
 		if got := (Rules{}).Synced(key); got == excluded {
 			t.Errorf("Synced(%s) = %v, want %v", key, got, !excluded)
