@@ -357,10 +357,11 @@ link "dc1_to_cloud" {
   # (batches are forwarded unchanged). Settings tied to the source cluster
   # are left out by default: min.insync.replicas,
   # unclean.leader.election.enable, the replication throttles, confluent.*
-  # (placement, Confluent tiered storage), tiered storage
-  # (remote.storage.enable, remote.log.*, local.retention.*), the
-  # arrival-time bounds message.timestamp.before/after.max.ms, and the
-  # settings Kafka 4.0 removed. Runs only in the agent whose session holds
+  # (placement, Confluent tiered storage), tiered storage (remote.*,
+  # local.retention.*), errors.deadletterqueue.group.enable (the source's
+  # share groups), the arrival-time bounds
+  # message.timestamp.before/after.max.ms, and the settings Kafka 4.0
+  # removed. Runs only in the agent whose session holds
   # the link; a refused or invalid change is that topic's error, reported
   # in the link status's config_sync section; mirroring goes on.
   config_sync {

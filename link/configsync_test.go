@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/internal/topicconfig"
 )
 
 // topicSettings are a topic's settings as DescribeConfigs answers them,
@@ -362,4 +367,43 @@ func TestConfigSyncOnlyWhileLive(t *testing.T) {
 	l.Resume()
 	l.waitState(t, Mirroring, 30*time.Second)
 	waitSettings(t, f.dst, topic, 20*time.Second, wants(map[string]string{"segment.ms": "3600000"}))
+}
+
+// followed are the topic settings of Apache Kafka 3.9 and 4.x
+// (https://kafka.apache.org/40/configuration/topic-level-configs) that
+// follow as overrides: every other one is pinned, followed by value, or
+// excluded by default (package topicconfig).
+var followed = []string{
+	"compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+	"delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms", "index.interval.bytes",
+	"max.compaction.lag.ms", "max.decompressed.message.bytes", "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "preallocate",
+	"segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
+}
+
+// Guards the classification against a Kafka release that adds a topic
+// setting: every setting the broker describes for a topic is one that
+// config sync was decided for (pinned, by value, excluded by default, or
+// followed as an override). A new one fails here until it is placed.
+func TestConfigSyncKnowsKafkaSettings(t *testing.T) {
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+		c := e.cluster(t, "src", kafkatest.SourceClusterID)
+		topic := e.topic("described")
+		c.CreateTopic(t, topic, 1, nil)
+		var unknown, keys []string
+		for k := range describeSettings(t, c, topic) {
+			keys = append(keys, k)
+			_, pinned := topicconfig.Pinned[k]
+			_, excluded := topicconfig.DefaultExclusion(k)
+			if !pinned && !excluded && !slices.Contains(topicconfig.ByValue, k) && !slices.Contains(followed, k) {
+				unknown = append(unknown, k)
+			}
+		}
+		slices.Sort(keys)
+		t.Logf("Kafka %s describes %d topic settings: %s", b.Kafka, len(keys), strings.Join(keys, " "))
+		if len(unknown) > 0 {
+			slices.Sort(unknown)
+			t.Errorf("Kafka %s has topic settings config sync was not decided for: %s (place each in topicconfig: follow, exclude by default, or pin)", b.Kafka, strings.Join(unknown, ", "))
+		}
+	})
 }

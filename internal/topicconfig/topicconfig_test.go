@@ -267,7 +267,8 @@ func TestDefaultExclusion(t *testing.T) {
 		"leader.replication.throttled.replicas": true, "follower.replication.throttled.replicas": true,
 		"confluent.placement.constraints": true, "confluent.tier.enable": true,
 		"remote.storage.enable": true, "local.retention.ms": true, "local.retention.bytes": true,
-		"remote.log.copy.disable": true, "remote.log.delete.on.disable": true,
+		"remote.log.copy.disable": true, "remote.log.delete.on.disable": true, "remote.copy.lag.ms": true, "remote.copy.lag.bytes": true,
+		"errors.deadletterqueue.group.enable": true, "max.decompressed.message.bytes": false,
 		"message.timestamp.before.max.ms": true, "message.timestamp.after.max.ms": true,
 		"retention.ms": false, "retention.bytes": false, "segment.ms": false, "cleanup.policy": false,
 		"min.compaction.lag.ms": false, "max.compaction.lag.ms": false, "delete.retention.ms": false,
@@ -275,7 +276,7 @@ func TestDefaultExclusion(t *testing.T) {
 	} {
 		if e, got := DefaultExclusion(key); got != excluded {
 			t.Errorf("DefaultExclusion(%s) = %v, want %v", key, got, excluded)
-		} else if got && e.Name() != key && e.Name() != "confluent.*" {
+		} else if got && e.Name() != key && e.Name() != "confluent.*" && e.Name() != "remote.*" {
 			t.Errorf("DefaultExclusion(%s).Name() = %s", key, e.Name())
 		}
 		if got := (Rules{}).Synced(key); got == excluded {
