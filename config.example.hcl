@@ -365,4 +365,43 @@ link "dc1_to_cloud" {
 
   # How often the selected groups are synced. Default: "10s".
   group_sync_interval = "10s"
+
+  # Topic config sync (README "Topic settings"): the settings of each source
+  # topic follow to its mirror, also when they change later, and an
+  # override deleted at the source is deleted at the destination (whose
+  # broker default then applies, as the source's does). cleanup.policy,
+  # retention.ms, retention.bytes and max.message.bytes follow the source's
+  # value wherever it comes from; other settings follow only when the
+  # source sets them on the topic. Mirrors always keep
+  # compression.type=producer and message.timestamp.type=CreateTime
+  # (batches are forwarded unchanged). Settings tied to the source cluster
+  # are left out by default: min.insync.replicas,
+  # unclean.leader.election.enable, the replication throttles, confluent.*
+  # (placement, Confluent tiered storage), tiered storage (remote.*,
+  # local.retention.*), errors.deadletterqueue.group.enable (the source's
+  # share groups), the arrival-time bounds
+  # message.timestamp.before/after.max.ms, and the settings Kafka 4.0
+  # removed. Runs only in the agent whose session holds
+  # the link; a refused or invalid change is that topic's error, reported
+  # in the link status's config_sync section; mirroring goes on.
+  config_sync {
+    # Off: settings are copied only when the link creates a topic.
+    # Default: true.
+    enabled = true
+    # Also manage destination topics the link did not create (the link
+    # records those it creates in its state topic). Their overrides are
+    # then replaced by the source's. Default: false: left alone.
+    all_topics = false
+    # Settings excluded by default that should follow after all, by exact
+    # name (for clusters built alike). Default: none.
+    include = ["min.insync.replicas"]
+    # More settings that never follow: Go RE2 patterns matched against
+    # whole setting names; an exclude match wins over include. Default:
+    # none.
+    exclude = ["segment\\..*"]
+  }
+
+  # How often topic settings are synced; a sync also runs right after the
+  # link creates or starts mirroring topics. Default: "1m".
+  config_sync_interval = "1m"
 }

@@ -48,6 +48,8 @@ func linkSettings(l *config.Link) link.Settings {
 		DestinationReplicationFactor: l.DestinationReplicationFactor,
 		CheckCRCs:                    l.CheckCRCs,
 		GroupSyncInterval:            l.GroupSyncInterval,
+		ConfigSync:                   link.ConfigSync(l.ConfigSync),
+		ConfigSyncInterval:           l.ConfigSyncInterval,
 	}
 	if l.Groups != nil { // a nil *config.Groups would make a non-nil selector
 		s.Groups = l.Groups

@@ -31,6 +31,12 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 			f.SetBool(true)
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]*regexp.Regexp{regexp.MustCompile(v.Type().Field(i).Name)}))
+		case reflect.Struct:
+			if f.Type() != reflect.TypeFor[config.ConfigSync]() {
+				t.Fatalf("config.Link.%s: a struct of type %s the test does not fill", v.Type().Field(i).Name, f.Type())
+			}
+			f.Set(reflect.ValueOf(config.ConfigSync{Enabled: true, AllTopics: true, Include: []string{"min.insync.replicas"},
+				Exclude: []*regexp.Regexp{regexp.MustCompile("segment")}}))
 		case reflect.Pointer:
 			if f.Type() != reflect.TypeFor[*config.Groups]() {
 				t.Fatalf("config.Link.%s: a pointer of type %s the test does not fill", v.Type().Field(i).Name, f.Type())

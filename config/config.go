@@ -34,6 +34,7 @@ const (
 	DefaultTransactionTimeout           = 60 * time.Second
 	DefaultDiscoveryInterval            = 30 * time.Second
 	DefaultGroupSyncInterval            = 10 * time.Second
+	DefaultConfigSyncInterval           = time.Minute
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
 	DefaultCheckCRCs                    = false
 	DefaultShutdownTimeout              = 15 * time.Second
@@ -330,6 +331,27 @@ type Link struct {
 	Groups *Groups
 	// GroupSyncInterval is how often the selected groups are synced.
 	GroupSyncInterval time.Duration
+	// ConfigSync says which settings of the source topics their mirrors
+	// follow (the config_sync block); ConfigSyncInterval is how often
+	// they are synced.
+	ConfigSync         ConfigSync
+	ConfigSyncInterval time.Duration
+}
+
+// ConfigSync is a config_sync block. Its fields are those of
+// link.ConfigSync, in the same order, so that one converts to the other.
+type ConfigSync struct {
+	// Enabled: the link syncs its topics' settings (default true).
+	Enabled bool
+	// AllTopics: also the destination topics the link did not create
+	// (default false: those are left alone).
+	AllTopics bool
+	// Include names settings that topicconfig.DefaultExcluded leaves out
+	// and that follow after all.
+	Include []string
+	// Exclude are anchored patterns of settings that never follow; they
+	// win over Include.
+	Exclude []*regexp.Regexp
 }
 
 // Groups is a groups block: anchored patterns over group IDs.
@@ -414,6 +436,8 @@ func Default() *Config {
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			GroupSyncInterval:            DefaultGroupSyncInterval,
+			ConfigSync:                   ConfigSync{Enabled: true},
+			ConfigSyncInterval:           DefaultConfigSyncInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 			CheckCRCs:                    DefaultCheckCRCs,
 		}},

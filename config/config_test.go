@@ -224,6 +224,8 @@ link "back" {
 			DestinationReplicationFactor: 3,
 			CheckCRCs:                    true,
 			GroupSyncInterval:            DefaultGroupSyncInterval,
+			ConfigSync:                   ConfigSync{Enabled: true},
+			ConfigSyncInterval:           DefaultConfigSyncInterval,
 		}, {
 			Name: "back", Source: "dst", Destination: "src",
 			Include:                      patterns(t, ".*"),
@@ -244,6 +246,8 @@ link "back" {
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 			GroupSyncInterval:            DefaultGroupSyncInterval,
+			ConfigSync:                   ConfigSync{Enabled: true},
+			ConfigSyncInterval:           DefaultConfigSyncInterval,
 		}},
 		File: "t.hcl",
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"github.com/seed83556561/mirrord/internal/secret"
+	"github.com/seed83556561/mirrord/internal/topicconfig"
 )
 
 // Load reads the HCL file at path and parses it with the process's
@@ -215,6 +216,15 @@ type fileLink struct {
 	CheckCRCs                    *bool          `koanf:"check_crcs"`
 	Groups                       fileTopics     `koanf:"groups"`
 	GroupSyncInterval            *time.Duration `koanf:"group_sync_interval"`
+	ConfigSync                   fileConfigSync `koanf:"config_sync"`
+	ConfigSyncInterval           *time.Duration `koanf:"config_sync_interval"`
+}
+
+type fileConfigSync struct {
+	Enabled   *bool    `koanf:"enabled"`
+	AllTopics *bool    `koanf:"all_topics"`
+	Include   []string `koanf:"include"`
+	Exclude   []string `koanf:"exclude"`
 }
 
 type fileTopics struct {
@@ -444,6 +454,13 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 		CheckCRCs:                    or(fl.CheckCRCs, DefaultCheckCRCs),
 		GroupSyncInterval:            or(fl.GroupSyncInterval, DefaultGroupSyncInterval),
+		ConfigSync: ConfigSync{
+			Enabled:   or(fl.ConfigSync.Enabled, true),
+			AllTopics: or(fl.ConfigSync.AllTopics, false),
+			Include:   fl.ConfigSync.Include,
+			Exclude:   d.configPatterns(key+".config_sync.exclude", fl.ConfigSync.Exclude),
+		},
+		ConfigSyncInterval: or(fl.ConfigSyncInterval, DefaultConfigSyncInterval),
 	}
 	if _, ok := d.origins[key+".groups"]; ok {
 		l.Groups = &Groups{
@@ -505,6 +522,23 @@ func (d *decoder) groupPatterns(key string, exprs []string) []*regexp.Regexp {
 			ekey := fmt.Sprintf("%s[%d]", key, i)
 			d.ps.add(d.whereAny(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
 				"use Go RE2 syntax; the pattern is matched against the whole group ID")
+			d.ps.fail(key)
+			continue
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// configPatterns compiles config_sync exclude patterns.
+func (d *decoder) configPatterns(key string, exprs []string) []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for i, expr := range exprs {
+		re, err := topicconfig.Pattern(expr)
+		if err != nil {
+			ekey := fmt.Sprintf("%s[%d]", key, i)
+			d.ps.add(d.whereAny(ekey), ekey, fmt.Sprintf("invalid regular expression %q: %s", expr, reasonOf(err)),
+				"use Go RE2 syntax; the pattern is matched against the whole setting name, e.g. \"segment\\\\..*\"")
 			d.ps.fail(key)
 			continue
 		}

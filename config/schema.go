@@ -84,6 +84,12 @@ var (
 		{name: "include", kind: kindList},
 		{name: "exclude", kind: kindList},
 	}}
+	configSyncSpec = &blockSpec{typ: "config_sync", keys: []keySpec{
+		{name: "enabled", kind: kindBool},
+		{name: "all_topics", kind: kindBool},
+		{name: "include", kind: kindList},
+		{name: "exclude", kind: kindList},
+	}}
 	agentSpec = &blockSpec{typ: "agent", keys: []keySpec{
 		{name: "name"},
 		{name: "listen"},
@@ -118,7 +124,8 @@ var (
 		{name: "destination_replication_factor", kind: kindInt},
 		{name: "check_crcs", kind: kindBool},
 		{name: "group_sync_interval", kind: kindDuration},
-	}, blocks: []*blockSpec{topicsSpec, groupsSpec}}
+		{name: "config_sync_interval", kind: kindDuration},
+	}, blocks: []*blockSpec{topicsSpec, groupsSpec, configSyncSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )
 

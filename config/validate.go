@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed83556561/mirrord/internal/topicconfig"
 )
 
 // checker reports problems of a runtime config at the origin of their key,
@@ -373,6 +375,8 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	if l.Groups != nil && len(l.Groups.Include) == 0 {
 		c.report(key+".groups.include", "at least one pattern is required", `to sync every group write include = [".*"]; to sync none, leave the groups block out`)
 	}
+	c.positive(key+".config_sync_interval", l.ConfigSyncInterval)
+	validateConfigSync(c, key+".config_sync", l.ConfigSync)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
 		// Reported at whichever of the two was set, checkpoint_interval first.
 		at := ci
@@ -399,6 +403,27 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		if l.Groups != nil {
 			c.report(key+".groups", "group offset sync needs exact offset translation, which transactional delivery does not offer yet",
 				`leave the groups block out, or use delivery = "preserve"`)
+		}
+	}
+}
+
+// validateConfigSync checks a config_sync block: include names only
+// settings excluded by default, and never a pinned one.
+func validateConfigSync(c checker, key string, cs ConfigSync) {
+	var excluded []string
+	for _, e := range topicconfig.DefaultExcluded {
+		excluded = append(excluded, e.Name())
+	}
+	for i, name := range cs.Include {
+		ik := fmt.Sprintf("%s.include[%d]", key, i)
+		if v, ok := topicconfig.Pinned[name]; ok {
+			c.report(ik, fmt.Sprintf("%s is pinned to %s on every mirror", name, v),
+				"remove it: mirrord forwards batches unchanged, which needs compression.type=producer and message.timestamp.type=CreateTime at the destination")
+			continue
+		}
+		if _, ok := topicconfig.DefaultExclusion(name); !ok {
+			c.report(ik, fmt.Sprintf("%q is not excluded by default, so it follows already", name),
+				"include only re-enables settings excluded by default, by name: "+strings.Join(excluded, ", "))
 		}
 	}
 }

@@ -57,6 +57,10 @@ var (
 	PartitionsRemoved      = counter(CounterInfo{Name: "partitions_removed", Label: "partitions removed", Help: "Partitions the link stopped mirroring because the source confirmed them gone (topic deleted or recreated)."})
 	ProducersExpired       = counter(CounterInfo{Name: "producers_expired", Label: "producers expired", Help: "Producer entries dropped after producer_state_expiry without an append."})
 	SaltsExpired           = counter(CounterInfo{Name: "salts_expired", Label: "salts expired", Help: "Collision salts tombstoned after producer_state_expiry without use."})
+	ConfigSyncRounds       = counter(CounterInfo{Name: "config_sync_rounds", Label: "config sync rounds", Help: "Rounds of topic config sync that ran (only in the agent whose session holds the link)."})
+	ConfigsSet             = counter(CounterInfo{Name: "config_sync_configs_set", Label: "topic settings set", Help: "Destination topic settings config sync set: a source setting that is new or changed, or a pinned setting (compression.type, message.timestamp.type) put back."})
+	ConfigsDeleted         = counter(CounterInfo{Name: "config_sync_configs_deleted", Label: "topic overrides deleted", Help: "Destination topic overrides config sync deleted because the source topic no longer sets them."})
+	ConfigSyncErrors       = counter(CounterInfo{Name: "config_sync_errors", Label: "config sync errors", Alarm: true, Help: "Topics whose settings config sync could not read or change in a round (a missing permission, a value the destination refuses), and rounds that could not read the topics at all; each is in the status's config_sync section and logged."})
 )
 
 // counterTable holds every counter's CounterInfo, indexed by Counter.

@@ -100,7 +100,10 @@
 //
 // Beside the lifecycle, Run starts and waits for the link's
 // failover.Mover, which runs the group offset sync (with a groups block)
-// and carries out failovers (package failover owns those goroutines).
+// and carries out failovers (package failover owns those goroutines), and,
+// unless config_sync is off, the topic config sync's goroutine
+// (configsync.go: one round at a time, only while the session here is the
+// live one; its clients are its own and closed before it returns).
 // Offset translation starts no goroutine: Link.Translate runs on the
 // caller's, asks the link goroutine for a copy of the partition's Anchor
 // (online.ask: a query its event loop answers between inputs) and reads

@@ -86,6 +86,11 @@ type Settings struct {
 	// offset sync. GroupSyncInterval is how often they are synced.
 	Groups            GroupSelector
 	GroupSyncInterval time.Duration
+	// ConfigSync says which settings of the source topics their mirrors
+	// follow (configsync.go); ConfigSyncInterval is how often they are
+	// synced.
+	ConfigSync         ConfigSync
+	ConfigSyncInterval time.Duration
 }
 
 // GroupSelector says which consumer groups a link syncs (the config's
@@ -190,6 +195,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("link %s: settle_delay (%s), discovery_interval (%s) and produce_timeout (%s) must be positive",
 			l.Name, l.SettleDelay, l.DiscoveryInterval, l.ProduceTimeout))
 	}
+	if l.ConfigSync.Enabled && l.ConfigSyncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("link %s: config_sync_interval (%s) must be positive", l.Name, l.ConfigSyncInterval))
+	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))
 	}
@@ -248,6 +256,10 @@ type Link struct {
 	// and failover (package failover), through a view of the link that
 	// offers only what it needs (moverView).
 	mover *failover.Mover
+	// owned are the destination topics the link created (configsync.go);
+	// syncNow asks the config sync for a round now (a buffer of one).
+	owned   ownedTopics
+	syncNow chan struct{}
 }
 
 // commands is how an operator's pause and resume reach the link
@@ -299,11 +311,23 @@ func New(cfg Config, deps Deps) (*Link, error) {
 		log:  deps.Logger.Named("link").With("link", cfg.Link.Name),
 		met:  deps.Metrics.forLink(cfg.Link.Name),
 		cmd:  commands{wake: make(chan struct{}, 1)},
+
+		owned:   ownedTopics{ids: map[[16]byte]statestore.TopicValue{}},
+		syncNow: make(chan struct{}, 1),
 	}
 	l.acl.src = access.Cluster{Role: "source", Name: cfg.Source.Name, Principal: cfg.Source.Principal}
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
 	l.mover = l.newMover(moverView{l})
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name, Delivery: cfg.Link.Delivery.String()}
+	if cfg.Link.ConfigSync.Enabled && cfg.Link.Delivery == statestore.DeliveryTransactional {
+		// Config sync asks the running pipeline for its topics; a
+		// transactional session has none yet (issue 22 leaves it out).
+		l.log.Warn("topic config sync does not run in transactional delivery yet: destination topics keep the configuration they were created with")
+		l.cfg.Link.ConfigSync.Enabled = false
+	}
+	if l.cfg.Link.ConfigSync.Enabled {
+		l.status.ConfigSync = &ConfigSyncStatus{Interval: cfg.Link.ConfigSyncInterval, AllTopics: cfg.Link.ConfigSync.AllTopics, Topics: []TopicConfigStatus{}}
+	}
 	return l, nil
 }
 
@@ -354,7 +378,8 @@ type handover struct {
 // Run drives the lifecycle until ctx ends, then stops the link (drain, final
 // checkpoint) and returns nil. It returns an error only for a broken
 // internal invariant. Beside the lifecycle it runs, and waits for, the
-// link's Mover (group offset sync with a groups block, and failovers).
+// link's Mover (group offset sync with a groups block, and failovers) and
+// its topic config sync (unless config_sync is off).
 func (l *Link) Run(ctx context.Context) error {
 	aux, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -368,6 +393,9 @@ func (l *Link) Run(ctx context.Context) error {
 			l.setStatus(func(s *Status) { s.LastError, s.LastErrorAt = err.Error(), l.deps.Now() })
 		}
 	})
+	if l.cfg.Link.ConfigSync.Enabled {
+		wg.Go(func() { l.runConfigSync(aux) })
+	}
 	return l.lifecycle(ctx)
 }
 

@@ -99,6 +99,9 @@ type Pipeline struct {
 	committing    *commit
 	checkpointDue bool
 	salts         []saltReq
+	// records are state records to commit with the next transaction
+	// (the destination topics a discovery created).
+	records []statestore.Record
 
 	initialLeft int  // initial partitions still reconciling
 	initialOpen bool // the initial set has not been admitted yet
@@ -924,6 +927,7 @@ func (pl *Pipeline) discoveryDone() {
 }
 
 func (pl *Pipeline) discovered(e InDiscovered) {
+	pl.records = append(pl.records, e.Created...)
 	if e.Err != nil {
 		pl.discoveryFailures++
 		pl.log(hclog.Warn, "topic discovery failed; retrying at the next interval", "error", e.Err)
@@ -1095,7 +1099,7 @@ func (pl *Pipeline) flushCommits() {
 		}
 	}
 	emptyInitial := pl.initialOpen && pl.initialLeft == 0 && len(admit) == 0
-	if len(pl.salts) == 0 && !pl.checkpointDue && len(admit) == 0 && !emptyInitial {
+	if len(pl.salts) == 0 && !pl.checkpointDue && len(admit) == 0 && !emptyInitial && len(pl.records) == 0 {
 		return
 	}
 	pl.commitID++
@@ -1105,7 +1109,8 @@ func (pl *Pipeline) flushCommits() {
 		pl.initialOpen = false
 	}
 	pl.salts = nil
-	var recs []statestore.Record
+	recs := pl.records
+	pl.records = nil
 	for _, p := range admit {
 		// The checkpoint that goes with a barrier carries the producer
 		// state as the barrier leaves it: no mirrored producer.
@@ -1182,7 +1187,8 @@ func (pl *Pipeline) flushFinal() {
 	}
 	pl.commitID++
 	c := &commit{id: pl.commitID, final: true, clean: unresolved == 0, at: make(map[*partition]ckPos)}
-	var recs []statestore.Record
+	recs := pl.records
+	pl.records = nil
 	for _, p := range pl.parts {
 		if p.phase.mirroring() {
 			recs = append(recs, pl.checkpoint(c, p, p.psm.Snapshot()))

@@ -101,7 +101,11 @@ type InCommitted struct {
 type InDiscovered struct {
 	Pairs []Pair
 	Gone  []tp.Key // source partitions
-	Err   error
+	// Created are the state records of the destination topics the
+	// discovery created (also when it failed afterwards): they go with
+	// the next state transaction.
+	Created []statestore.Record
+	Err     error
 }
 
 // InPlaced answers DoPlace.

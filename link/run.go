@@ -100,6 +100,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 					if err := mirroring(); err != nil {
 						return OnFail, end(), err
 					}
+					l.kickConfigSync() // the topics' settings, now that the session is live
 				}
 			}
 			continue
@@ -127,6 +128,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 			if err := mirroring(); err != nil {
 				return OnFail, end(), err
 			}
+			l.kickConfigSync()
 		}
 	}
 }
@@ -149,6 +151,9 @@ func (o stepped) result(stopping Trigger, end sessionEnd) (Trigger, sessionEnd, 
 func (s *session) step(ev Input) stepped {
 	var out stepped
 	s.noteRefusal(ev)
+	if e, ok := ev.(InPlaced); ok && e.Err == nil && len(e.Parts) > 0 {
+		s.l.kickConfigSync() // new topics' settings at once, not in a minute
+	}
 	for _, a := range s.pipe.Step(s.l.deps.Now(), ev) {
 		switch a := a.(type) {
 		case DoAssign:

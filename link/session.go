@@ -123,15 +123,24 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	// timeout while it prepares: a state transaction is the session's
 	// lease, and kfake (unlike Kafka) opens a transaction under the new
 	// epoch when a fenced zombie produces, then fences the new session if
-	// nothing commits within the transaction timeout.
-	if err := s.keepalive(ctx); err != nil {
+	// nothing commits within the transaction timeout. The first commit
+	// also records the destination topics an earlier session of this
+	// process created and could not record (it ended first).
+	if err := s.keepalive(ctx, l.owned.merge(l.cfg.Link.Name, view)...); err != nil {
 		return nil, err
 	}
 	if err := s.waitLease(ctx, view, last); err != nil {
 		return nil, err
 	}
 
-	pairs, err := s.discover(ctx)
+	pairs, created, err := s.discover(ctx)
+	if len(created) > 0 {
+		// The record that the link created them commits before
+		// anything else of the session.
+		if cerr := s.keepalive(ctx, created...); cerr != nil {
+			return nil, errors.Join(err, cerr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -244,9 +253,10 @@ func (s *session) goRun(fn func() error) {
 	})
 }
 
-// keepalive commits the link record (state PREPARING), renewing the lease.
-func (s *session) keepalive(ctx context.Context) error {
-	if err := s.state.Commit(ctx, Preparing); err != nil {
+// keepalive commits the link record (state PREPARING), renewing the
+// lease, and recs with it.
+func (s *session) keepalive(ctx context.Context, recs ...statestore.Record) error {
+	if err := s.state.Commit(ctx, Preparing, recs...); err != nil {
 		return fmt.Errorf("commit PREPARING: %w", err)
 	}
 	return nil

@@ -42,6 +42,9 @@ type Status struct {
 	// no groups block); Failover the last failover (nil: none).
 	GroupSync *failover.GroupSyncStatus `json:"group_sync,omitempty"`
 	Failover  *failover.Status          `json:"failover,omitempty"`
+	// ConfigSync is the topic config sync's last round (nil: config_sync
+	// is off).
+	ConfigSync *ConfigSyncStatus `json:"config_sync,omitempty"`
 }
 
 // PartitionStatus is one destination partition of a link.

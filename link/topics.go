@@ -16,31 +16,9 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/topicconfig"
+	"github.com/seed83556561/mirrord/statestore"
 )
-
-// copiedTopicConfigs are the source topic settings a created destination
-// topic takes over (issue 4): how long data lives and how big a batch may
-// be. Everything else is the destination broker's default, except the two
-// settings mirroring needs (see createConfigs).
-var copiedTopicConfigs = []string{"cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes"}
-
-// createConfigs are the settings of a destination topic the link creates:
-// compression.type=producer keeps every batch as the source producer
-// compressed it (the broker would otherwise recompress, and re-encode every
-// batch), and CreateTime keeps the source timestamps (LogAppendTime would
-// overwrite them and the CRC).
-func createConfigs(source map[string]*string) map[string]*string {
-	out := map[string]*string{
-		"compression.type":       new("producer"),
-		"message.timestamp.type": new("CreateTime"),
-	}
-	for _, k := range copiedTopicConfigs {
-		if v, ok := source[k]; ok && v != nil {
-			out[k] = v
-		}
-	}
-	return out
-}
 
 // describeTopics asks the cluster of cl for the metadata of topics (of
 // every topic the principal may describe when none are named), with the
@@ -89,12 +67,20 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics ...string) (kadm
 // discover lists the source topics the link selects, checks that the
 // link's principal may do on them and on their destination topics what
 // mirroring needs, creates or grows their destination topics, and returns
-// every partition pair in topic and partition order. A missing permission
+// every partition pair in topic and partition order, and the state records
+// of the destination topics it created (also when it fails after creating
+// some), which the caller commits. A missing permission
 // is an error that names it (every one found, at most access.MaxRefusals),
 // not a topic left out. What to do is decided by the pure functions of
 // topicplan.go; discover reads the clusters for them and carries out what
 // they decide.
-func (s *session) discover(ctx context.Context) ([]Pair, error) {
+func (s *session) discover(ctx context.Context) ([]Pair, []statestore.Record, error) {
+	var created []createdTopic
+	pairs, err := s.discoverTopics(ctx, &created)
+	return pairs, s.l.recordCreated(created), err
+}
+
+func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) ([]Pair, error) {
 	rules := s.topicRules()
 	src, err := describeTopics(ctx, s.src)
 	if err != nil {
@@ -146,21 +132,26 @@ func (s *session) discover(ctx context.Context) ([]Pair, error) {
 		}
 		s.log.Info("grew destination topic", "topic", name, "partitions", len(td.Partitions), "added", add)
 	}
-	if err := s.createTopics(ctx, plan.create); err != nil {
+	if err := s.createTopics(ctx, plan.create, created); err != nil {
 		return nil, err
 	}
 	if len(plan.create) > 0 {
 		// What the link created must also let it append and read.
-		var created []string
+		var names []string
 		for _, td := range plan.create {
-			created = append(created, s.destName(td.Topic))
+			names = append(names, s.destName(td.Topic))
 		}
 		if err := metadataRetry.Retry(ctx, 20, func() error {
-			got, err := describeTopics(ctx, s.dst, created...)
+			got, err := describeTopics(ctx, s.dst, names...)
 			if err != nil {
 				return err
 			}
-			return rules.created(created, got)
+			for i, c := range *created {
+				if d, ok := got[c.name]; ok && c.id == ([16]byte{}) && d.Err == nil {
+					(*created)[i].id = d.ID
+				}
+			}
+			return rules.created(names, got)
 		}, access.IsRefusal); err != nil {
 			return nil, err
 		}
@@ -216,12 +207,39 @@ func (s *session) destName(source string) string {
 	return s.l.cfg.Link.DestinationTopic(source, s.l.cfg.Source.Name)
 }
 
+// createdTopic is a destination topic the link created: its name, its
+// source topic and its topic ID (zero until known).
+type createdTopic struct {
+	name, source string
+	id           [16]byte
+}
+
+// recordCreated notes the topics the link created as its own (config sync
+// manages their settings) and returns their state records. A topic whose
+// ID is still unknown is noted by nothing: config sync leaves it alone
+// (logged).
+func (l *Link) recordCreated(created []createdTopic) []statestore.Record {
+	var recs []statestore.Record
+	for _, c := range created {
+		if c.id == ([16]byte{}) {
+			l.log.Warn("created a destination topic whose topic ID is not known yet; config sync will leave its settings alone, as for a topic the link did not create (config_sync { all_topics = true } manages it)",
+				"topic", c.name)
+			continue
+		}
+		v := statestore.TopicValue{Topic: c.name, SourceTopic: c.source, TimestampMs: l.deps.Now().UnixMilli()}
+		l.owned.add(c.id, v)
+		recs = append(recs, statestore.Record{Key: statestore.TopicKey{LinkName: l.cfg.Link.Name, TopicID: statestore.UUID(c.id)}, Value: v})
+	}
+	return recs
+}
+
 // createTopics creates the destination topics of the given source topics
-// with the source's partition count and retention settings. A source topic
-// whose settings cannot be read is an error: a topic created without them
-// could delete at the destination what the source keeps (a compacted
-// source mirrored into a topic that retention deletes, say).
-func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) error {
+// with the source's partition count and the settings topicconfig's
+// CreateConfigs takes from it, and adds each it created to created. A
+// source topic whose settings cannot be read is an error: a topic created
+// without them could delete at the destination what the source keeps (a
+// compacted source mirrored into a topic that retention deletes, say).
+func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail, created *[]createdTopic) error {
 	if len(sources) == 0 {
 		return nil
 	}
@@ -243,13 +261,9 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 		case onErr != nil:
 			return fmt.Errorf("describe the configs of source topic %s: the answer does not hold the topic: %w", td.Topic, onErr)
 		}
-		srcCfg := map[string]*string{}
-		for _, c := range rc.Configs {
-			srcCfg[c.Key] = c.Value
-		}
 		name := s.destName(td.Topic)
 		rf := s.l.cfg.Link.DestinationReplicationFactor
-		_, err := s.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), rf, createConfigs(srcCfg), name)
+		resp, err := s.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), rf, topicconfig.CreateConfigs(rc.Configs, s.l.cfg.Link.ConfigSync.rules()), name)
 		switch {
 		case access.IsRefusal(err):
 			return dstAcc.RefusedTopic(kmsg.ACLOperationCreate, name,
@@ -258,7 +272,12 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail) 
 			return fmt.Errorf("create destination topic %s (%d partitions, replication factor %d): %w",
 				name, len(td.Partitions), rf, err)
 		}
-		if v := srcCfg["message.timestamp.type"]; v != nil && *v == "LogAppendTime" {
+		if err == nil {
+			*created = append(*created, createdTopic{name: name, source: td.Topic, id: [16]byte(resp.ID)})
+		}
+		if slices.ContainsFunc(rc.Configs, func(c kadm.Config) bool {
+			return c.Key == "message.timestamp.type" && c.Value != nil && *c.Value == "LogAppendTime"
+		}) {
 			s.log.Info("source topic stamps LogAppendTime; its mirror is a CreateTime topic, so destination consumers see each record's timestamp as its producer set it, not the source broker's append time",
 				"source_topic", td.Topic, "destination_topic", name)
 		}
@@ -275,9 +294,9 @@ var metadataRetry = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.
 // partition the listing leaves out: only an answer that the topic does not
 // exist, or exists under another topic ID, makes it gone (I6).
 func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
-	pairs, err := s.discover(ctx)
+	pairs, created, err := s.discover(ctx)
 	if err != nil {
-		return InDiscovered{Err: err}
+		return InDiscovered{Err: err, Created: created}
 	}
 	listed := make(map[tp.Key]bool, len(pairs))
 	for _, pr := range pairs {
@@ -292,7 +311,7 @@ func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
 		}
 	}
 	if len(missing) == 0 {
-		return InDiscovered{Pairs: pairs}
+		return InDiscovered{Pairs: pairs, Created: created}
 	}
 	names := make([]string, 0, len(topics))
 	for t := range topics {
@@ -302,7 +321,7 @@ func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
 	if err != nil {
 		// Not an answer about the topics: nothing is gone.
 		s.log.Warn("topic discovery: the listing leaves out partitions the link mirrors and the source could not be asked about them; keeping them", "topics", names, "error", err)
-		return InDiscovered{Pairs: pairs}
+		return InDiscovered{Pairs: pairs, Created: created}
 	}
 	type topicState struct {
 		unknown bool
@@ -315,7 +334,7 @@ func (s *session) discoverAll(ctx context.Context, known []tp.Partition) Input {
 		}
 		states[*t.Topic] = topicState{unknown: t.ErrorCode == kerr.UnknownTopicOrPartition.Code, id: t.TopicID}
 	}
-	ev := InDiscovered{Pairs: pairs}
+	ev := InDiscovered{Pairs: pairs, Created: created}
 	for _, p := range missing {
 		st, ok := states[p.Topic]
 		switch {

@@ -108,7 +108,14 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	if err := s.waitPreserve(ctx, view); err != nil {
 		return nil, err
 	}
-	pairs, err := s.discover(ctx)
+	pairs, created, err := s.discover(ctx)
+	if len(created) > 0 {
+		// The record that the link created them commits before
+		// anything else of the session.
+		if cerr := s.commitRecords(ctx, append(created, s.plan.linkRecord(l.deps.Now(), statestore.Preparing))); cerr != nil {
+			return nil, errors.Join(err, cerr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -151,8 +158,7 @@ func (s *txnSession) stateTopicInfo(ctx context.Context) error {
 // (PREPARING), renewing the session's lease.
 func (s *txnSession) keepaliveTxn(ctx context.Context) error {
 	now := s.l.deps.Now()
-	recs := s.plan.records(now, statestore.Preparing)
-	if err := s.commitRecords(ctx, recs[len(recs)-1:]); err != nil {
+	if err := s.commitRecords(ctx, []statestore.Record{s.plan.linkRecord(now, statestore.Preparing)}); err != nil {
 		return fmt.Errorf("commit PREPARING: %w", err)
 	}
 	s.plan.lastCommit = now
@@ -304,6 +310,11 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 				switch e := e.(type) {
 				case InDiscovered:
 					discovering = false
+					if len(e.Created) > 0 {
+						if end, err := s.apply(txnInRecords{recs: e.Created}); end || err != nil {
+							return s.result(stopping, err)
+						}
+					}
 					if e.Err != nil {
 						l.met.error("discovery")
 						s.log.Warn("topic discovery failed; the link keeps mirroring what it has", "error", e.Err)

@@ -54,6 +54,9 @@ type txnPlan struct {
 	appendedBytes int64
 	// lastCommit is when the last commit started (the lease it renewed).
 	lastCommit time.Time
+	// extra are state records the next commit carries besides the
+	// checkpoints.
+	extra []statestore.Record
 
 	counts Counts
 }
@@ -119,6 +122,9 @@ type (
 	txnInCommitDue struct{ now time.Time }
 	txnInCommitted struct{ err error }
 	txnInAdd       struct{ parts []Placement }
+	// txnInRecords are state records to commit with the next transaction
+	// (the destination topics discovery created).
+	txnInRecords struct{ recs []statestore.Record }
 	txnInStop      struct{ state statestore.LinkState }
 )
 
@@ -163,6 +169,11 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		}
 	case txnInFetched:
 		out = append(out, p.fetched(e.r)...)
+	case txnInRecords:
+		p.extra = append(p.extra, e.recs...)
+		if p.commit == commitNone && !p.stopping {
+			p.commit = commitPending
+		}
 	case txnInAppended:
 		acts, err := p.appended(e)
 		out = append(out, acts...)
@@ -389,7 +400,8 @@ func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 // partition whose position moved since the last commit, and the link
 // record last.
 func (p *txnPlan) records(now time.Time, state statestore.LinkState) []statestore.Record {
-	var recs []statestore.Record
+	recs := p.extra
+	p.extra = nil
 	for _, k := range p.order {
 		pt := p.parts[k]
 		if !pt.dirty {
@@ -401,11 +413,17 @@ func (p *txnPlan) records(now time.Time, state statestore.LinkState) []statestor
 				SourceNextOffset: pt.src, DestNextOffset: pt.dst, TimestampMs: now.UnixMilli(), SourceTopicID: statestore.UUID(pt.pair.Src.ID)},
 		})
 	}
-	return append(recs, statestore.Record{Key: statestore.LinkKey{LinkName: p.link}, Value: statestore.LinkValue{
+	return append(recs, p.linkRecord(now, state))
+}
+
+// linkRecord is the link record a commit at now carries: the state and the
+// lease it renews.
+func (p *txnPlan) linkRecord(now time.Time, state statestore.LinkState) statestore.Record {
+	return statestore.Record{Key: statestore.LinkKey{LinkName: p.link}, Value: statestore.LinkValue{
 		State: state, SessionEpoch: p.epoch, SourceClusterID: p.srcID, DestinationClusterID: p.dstID,
 		LeaseExpiresMs: now.Add(p.lease).UnixMilli(), TimestampMs: now.UnixMilli(),
 		Delivery: statestore.DeliveryTransactional,
-	}})
+	}}
 }
 
 // partitions is the status of every partition, in the order they joined.

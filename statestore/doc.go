@@ -1,7 +1,9 @@
 // Package statestore keeps mirrord's durable state in a compacted topic on
 // the destination cluster (DESIGN §7–9): per link a link record (state,
 // session epoch, lease), per destination partition a checkpoint, the latest
-// MIRROR_PID_RESET barrier and the collision salts of spec 000.
+// MIRROR_PID_RESET barrier and the collision salts of spec 000, and per
+// destination topic a link created a record that says so (config sync
+// manages those topics' settings).
 //
 // Records use Kafka's coordinator-record encoding (record.go): the key is an
 // int16 record type and non-flexible fields, the value an int16 version and

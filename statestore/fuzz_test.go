@@ -22,6 +22,7 @@ func FuzzDecodeKey(f *testing.F) {
 		CheckpointKey{LinkName: "ab", TopicID: testTopicID, Partition: 7},
 		PIDResetKey{TopicID: testTopicID, Partition: 1},
 		PIDCollisionKey{TopicID: testTopicID, Partition: 7, SourceClusterID: "src", OriginalPID: 5},
+		TopicKey{LinkName: "l1", TopicID: testTopicID},
 	} {
 		b, _ := EncodeKey(k)
 		f.Add(b)
@@ -56,6 +57,7 @@ func FuzzDecodeValue(f *testing.F) {
 		CheckpointValue{SourceTopic: "t", SourcePartition: 3, SourceNextOffset: 100, DestNextOffset: 90, TimestampMs: 9},
 		PIDResetValue{SourceClusterID: "MkU3OEVBNTcwNTJENDM2Qg", TimestampMs: 9},
 		PIDCollisionValue{Salt: -2, CollidingClusterID: "c", TimestampMs: 9},
+		TopicValue{Topic: "d", SourceTopic: "s", TimestampMs: 9},
 	} {
 		f.Add(int16(v.Type()), EncodeValue(v))
 	}
@@ -118,6 +120,7 @@ func FuzzRoundTrip(f *testing.F) {
 				SourceTopicID: u, Producers: ps}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}, Value: PIDResetValue{SourceClusterID: s2, TimestampMs: i64b}},
 			{Key: PIDCollisionKey{TopicID: u, Partition: i32, SourceClusterID: s3, OriginalPID: i64a}, Value: PIDCollisionValue{Salt: i64b, CollidingClusterID: s2, TimestampMs: i64a}},
+			{Key: TopicKey{LinkName: s1, TopicID: u}, Value: TopicValue{Topic: s2, SourceTopic: s3, TimestampMs: i64b}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}}, // tombstone
 		}
 		for _, r := range recs {

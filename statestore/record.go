@@ -19,6 +19,7 @@ const (
 	TypeCheckpoint   RecordType = 1 // MirrorCheckpointKey → MirrorCheckpointValue
 	TypePIDReset     RecordType = 2 // MirrorPidResetKey → MirrorPidResetValue
 	TypePIDCollision RecordType = 3 // MirrorPidCollisionKey → MirrorPidCollisionValue
+	TypeTopic        RecordType = 4 // MirrorTopicKey → MirrorTopicValue
 )
 
 // String is the schema name of the type without its Key/Value suffix.
@@ -32,6 +33,8 @@ func (t RecordType) String() string {
 		return "MirrorPidReset"
 	case TypePIDCollision:
 		return "MirrorPidCollision"
+	case TypeTopic:
+		return "MirrorTopic"
 	}
 	return fmt.Sprintf("unknown(%d)", int16(t))
 }
@@ -108,8 +111,8 @@ func (u UUID) String() string { return base64.RawURLEncoding.EncodeToString(u[:]
 // MarshalJSON writes the Kafka text form.
 func (u UUID) MarshalJSON() ([]byte, error) { return []byte(`"` + u.String() + `"`), nil }
 
-// Key is the key of a state record: LinkKey, CheckpointKey, PIDResetKey or
-// PIDCollisionKey. The set is closed.
+// Key is the key of a state record: LinkKey, CheckpointKey, PIDResetKey,
+// PIDCollisionKey or TopicKey. The set is closed.
 type Key interface {
 	Type() RecordType
 	appendKey(dst []byte) []byte
@@ -254,6 +257,24 @@ type PIDCollisionValue struct {
 	TimestampMs        int64  `json:"TimestampMs"`
 }
 
+// TopicKey is MirrorTopicKey: a destination topic that the link created,
+// by its topic ID (a topic deleted and created again by someone else is
+// another topic).
+type TopicKey struct {
+	LinkName string `json:"LinkName"`
+	TopicID  UUID   `json:"TopicId"`
+}
+
+// TopicValue is MirrorTopicValue: the created topic's name, its source
+// topic, and when the link created it. Config sync manages the settings of
+// the topics a link created, and leaves others alone unless the link says
+// otherwise (package link).
+type TopicValue struct {
+	Topic       string `json:"Topic"`
+	SourceTopic string `json:"SourceTopic"`
+	TimestampMs int64  `json:"TimestampMs"`
+}
+
 func (LinkKey) Type() RecordType           { return TypeLink }
 func (LinkValue) Type() RecordType         { return TypeLink }
 func (CheckpointKey) Type() RecordType     { return TypeCheckpoint }
@@ -262,6 +283,8 @@ func (PIDResetKey) Type() RecordType       { return TypePIDReset }
 func (PIDResetValue) Type() RecordType     { return TypePIDReset }
 func (PIDCollisionKey) Type() RecordType   { return TypePIDCollision }
 func (PIDCollisionValue) Type() RecordType { return TypePIDCollision }
+func (TopicKey) Type() RecordType          { return TypeTopic }
+func (TopicValue) Type() RecordType        { return TypeTopic }
 
 // Keys are non-flexible: strings carry an int16 length.
 
@@ -291,6 +314,12 @@ func (k PIDCollisionKey) appendKey(b []byte) []byte {
 	return kbin.AppendInt64(b, k.OriginalPID)
 }
 
+func (k TopicKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeTopic))
+	b = kbin.AppendString(b, k.LinkName)
+	return kbin.AppendUuid(b, k.TopicID)
+}
+
 // checkString rejects a string that an int16 length cannot carry.
 func checkString(field, s string) error {
 	if len(s) > math.MaxInt16 {
@@ -302,6 +331,7 @@ func checkString(field, s string) error {
 func (k LinkKey) check() error       { return checkString("LinkName", k.LinkName) }
 func (k CheckpointKey) check() error { return checkString("LinkName", k.LinkName) }
 func (k PIDResetKey) check() error   { return nil }
+func (k TopicKey) check() error      { return checkString("LinkName", k.LinkName) }
 func (k PIDCollisionKey) check() error {
 	return checkString("SourceClusterId", k.SourceClusterID)
 }
@@ -370,6 +400,14 @@ func (v PIDCollisionValue) appendValue(b []byte) []byte {
 	return appendNoTags(b)
 }
 
+func (v TopicValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendCompactString(b, v.Topic)
+	b = kbin.AppendCompactString(b, v.SourceTopic)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
 // EncodeKey returns the wire bytes of a key. It fails only for a string
 // longer than an int16 length can say.
 func EncodeKey(k Key) ([]byte, error) {
@@ -409,6 +447,8 @@ func DecodeKey(b []byte) (Key, error) {
 		k = PIDResetKey{TopicID: r.Uuid(), Partition: r.Int32()}
 	case TypePIDCollision:
 		k = PIDCollisionKey{TopicID: r.Uuid(), Partition: r.Int32(), SourceClusterID: r.String(), OriginalPID: r.Int64()}
+	case TypeTopic:
+		k = TopicKey{LinkName: r.String(), TopicID: r.Uuid()}
 	default:
 		return nil, fmt.Errorf("key record type %d: %w", int16(t), ErrUnknownRecord)
 	}
@@ -502,6 +542,8 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 		v = PIDResetValue{SourceClusterID: r.CompactString(), TimestampMs: r.Int64()}
 	case TypePIDCollision:
 		v = PIDCollisionValue{Salt: r.Int64(), CollidingClusterID: r.CompactString(), TimestampMs: r.Int64()}
+	case TypeTopic:
+		v = TopicValue{Topic: r.CompactString(), SourceTopic: r.CompactString(), TimestampMs: r.Int64()}
 	default:
 		return nil, fmt.Errorf("value record type %d: %w", int16(t), ErrUnknownRecord)
 	}

@@ -189,6 +189,23 @@ func TestGolden(t *testing.T) {
 				[]byte{0x00}, // tagged fields: none
 			),
 		},
+		{
+			name:  "topic",
+			key:   TopicKey{LinkName: "ab", TopicID: testTopicID},
+			value: TopicValue{Topic: "dst", SourceTopic: "src", TimestampMs: 1700000000000},
+			kb: cat(
+				[]byte{0x00, 0x04},           // int16 record type 4
+				[]byte{0x00, 0x02, 'a', 'b'}, // LinkName: string (int16 length)
+				uuidBytes,                    // TopicId uuid
+			),
+			vb: cat(
+				[]byte{0x00, 0x00},                                     // int16 version 0
+				[]byte{0x04, 'd', 's', 't'},                            // Topic: compact, uvarint(3+1)
+				[]byte{0x04, 's', 'r', 'c'},                            // SourceTopic: compact
+				[]byte{0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00}, // TimestampMs
+				[]byte{0x00},                                           // tagged fields: none
+			),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

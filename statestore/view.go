@@ -14,6 +14,7 @@ type View struct {
 	Checkpoints map[CheckpointKey]CheckpointValue
 	Salts       map[PIDCollisionKey]PIDCollisionValue
 	Barriers    map[PIDResetKey]PIDResetValue // latest barrier per destination partition
+	Topics      map[TopicKey]TopicValue       // destination topics the links created
 
 	// Records holds every record the replay decoded, tombstones included,
 	// in log order: partition by partition in ascending partition order,
@@ -35,6 +36,7 @@ func NewView() *View {
 		Checkpoints: make(map[CheckpointKey]CheckpointValue),
 		Salts:       make(map[PIDCollisionKey]PIDCollisionValue),
 		Barriers:    make(map[PIDResetKey]PIDResetValue),
+		Topics:      make(map[TopicKey]TopicValue),
 	}
 }
 
@@ -67,6 +69,12 @@ func (v *View) Apply(r Record) {
 			v.Salts[k] = val
 		} else {
 			delete(v.Salts, k)
+		}
+	case TopicKey:
+		if val, ok := r.Value.(TopicValue); ok {
+			v.Topics[k] = val
+		} else {
+			delete(v.Topics, k)
 		}
 	}
 }

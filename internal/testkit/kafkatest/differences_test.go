@@ -223,3 +223,46 @@ func TestKfakeRetention(t *testing.T) {
 		t.Errorf("kfake's log start after retention is %d; it moved it past the old batch at 1, and the new one before it, to 2 (Kafka deletes from the oldest segment and stops at the first new one: 0)", s.Offset)
 	}
 }
+
+// Topic settings: Kafka validates every key and value of an
+// IncrementalAlterConfigs (an unknown key or a value out of range is
+// INVALID_CONFIG for that topic; segment.bytes is at least 1 MiB since
+// Kafka 4.0) and describes every topic setting it has (37 on 4.4.0). kfake
+// accepts any key with any value and describes only the defaults of the
+// eleven settings it knows, plus whatever was set. mirrord's config sync
+// tests therefore answer INVALID_CONFIG through kfake's request controls
+// (link TestConfigSyncRefused), and check the full list of settings on
+// real Kafka only (link TestConfigSyncKnowsKafkaSettings).
+func TestKfakeTopicConfigs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	adm := kadm.NewClient(kafkatest.Client(t, c))
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "cfg"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		{Op: kadm.SetConfig, Name: "segment.bytes", Value: new("1")},
+		{Op: kadm.SetConfig, Name: "no.such.setting", Value: new("x")},
+	}, "cfg")
+	if err == nil {
+		err = resp[0].Err
+	}
+	if err != nil {
+		t.Fatalf("kfake refused what it used to accept (Kafka refuses it with INVALID_CONFIG): %v", err)
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, "cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]kadm.Config{}
+	for _, cfg := range rcs[0].Configs {
+		got[cfg.Key] = cfg
+	}
+	if v := got["no.such.setting"]; v.Value == nil || *v.Value != "x" || v.Source != kmsg.ConfigSourceDynamicTopicConfig {
+		t.Errorf("no.such.setting: %+v, want the value kfake accepted, as an override", v)
+	}
+	if _, ok := got["segment.index.bytes"]; ok || len(got) > 14 {
+		t.Errorf("kfake describes %d settings (segment.index.bytes among them: %v); it used to describe only the eleven it knows plus those set", len(got), ok)
+	}
+}
