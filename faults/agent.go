@@ -48,6 +48,8 @@ type AgentConfig struct {
 	// ProduceTimeout and SettleDelay are the link's keys (defaults: the
 	// product's).
 	ProduceTimeout, SettleDelay time.Duration
+	// Delivery is the link's delivery mode ("" is the default, preserve).
+	Delivery string
 }
 
 // LinkName is the one link the agent runs.
@@ -61,6 +63,9 @@ func (c AgentConfig) hcl(listen string) string {
 	}
 	if c.SettleDelay > 0 {
 		extra += fmt.Sprintf("  settle_delay = %q\n", c.SettleDelay)
+	}
+	if c.Delivery != "" {
+		extra += fmt.Sprintf("  delivery = %q\n", c.Delivery)
 	}
 	return fmt.Sprintf(`agent {
   listen           = %q

@@ -48,10 +48,12 @@ func (r CheckResult) String() string {
 // WaitCaughtUp waits until verify finds the destination a complete mirror
 // of the topics (nothing behind, no difference) or within passes, and
 // returns the last report.
-func WaitCaughtUp(ctx context.Context, env *Env, stateTopic string, topics []string, within time.Duration) (verify.Report, error) {
+// transactional: the link runs in transactional delivery
+// (verify.Config.Transactional).
+func WaitCaughtUp(ctx context.Context, env *Env, stateTopic string, topics []string, within time.Duration, transactional bool) (verify.Report, error) {
 	deadline := time.Now().Add(within)
 	for {
-		rep, err := verifyRun(ctx, env, stateTopic, topics)
+		rep, err := verifyRun(ctx, env, stateTopic, topics, transactional)
 		if err == nil && (rep.First != nil || rep.Behind == 0) {
 			return rep, nil //nolint:nilerr // rep.First (a *verify.Difference, an error type) is a difference found and reported in rep, not a failure to verify
 		}
@@ -69,7 +71,7 @@ func WaitCaughtUp(ctx context.Context, env *Env, stateTopic string, topics []str
 	}
 }
 
-func verifyRun(ctx context.Context, env *Env, stateTopic string, topics []string) (verify.Report, error) {
+func verifyRun(ctx context.Context, env *Env, stateTopic string, topics []string, transactional bool) (verify.Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dst := env.Client(Destination)
@@ -83,16 +85,16 @@ func verifyRun(ctx context.Context, env *Env, stateTopic string, topics []string
 	}
 	return verify.Run(ctx, verify.Config{
 		Source: env.Client(Source), Destination: dst, Topics: same,
-		SourceClusterID: SourceClusterID, Salt: salts,
+		SourceClusterID: SourceClusterID, Salt: salts, Transactional: transactional,
 	})
 }
 
 // Check judges the mirror of the topics once the load has stopped and the
 // destination has caught up: verify record by record, then every key
 // counted on both sides and against the ledger.
-func Check(ctx context.Context, env *Env, stateTopic string, topics []string, led *Ledger) (CheckResult, error) {
+func Check(ctx context.Context, env *Env, stateTopic string, topics []string, led *Ledger, transactional bool) (CheckResult, error) {
 	var res CheckResult
-	rep, err := WaitCaughtUp(ctx, env, stateTopic, topics, 5*time.Minute)
+	rep, err := WaitCaughtUp(ctx, env, stateTopic, topics, 5*time.Minute, transactional)
 	res.Verified, res.Behind, res.First = rep.Records, rep.Behind, rep.First
 	if err != nil && rep.Records == 0 {
 		return res, err

@@ -74,9 +74,19 @@ func TestFaultSuite(t *testing.T) {
 		}
 		px[s] = faultproxy.Start(t, brokers)
 	}
+	// MIRRORD_FAULTS_DELIVERY=transactional runs the suite in
+	// transactional delivery.
+	delivery := os.Getenv("MIRRORD_FAULTS_DELIVERY")
+	switch delivery {
+	case "", "preserve", "transactional":
+	default:
+		t.Fatalf("MIRRORD_FAULTS_DELIVERY=%q: use preserve or transactional", delivery)
+	}
+	txn := delivery == "transactional"
+	t.Logf("delivery: %s", map[bool]string{false: "preserve", true: "transactional"}[txn])
 	agent, err := NewAgent(AgentConfig{
 		Bin: bin, Dir: dir, Source: px[Source].Addrs(), Dest: px[Destination].Addrs(),
-		Include: "orders|events", StateTopic: "__mirror_state",
+		Include: "orders|events", StateTopic: "__mirror_state", Delivery: delivery,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +120,7 @@ func TestFaultSuite(t *testing.T) {
 	suiteErr := run.Suite(ctx, only...)
 	load.Stop()
 	loadErrs, lastLoadErr := load.Errors()
-	res, err := Check(ctx, env, run.StateTopic, topics, led)
+	res, err := Check(ctx, env, run.StateTopic, topics, led, txn)
 	watcher.Stop()
 	run.FinishStalls()
 	var report bytes.Buffer

@@ -41,7 +41,12 @@ func soak(args []string) int {
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the random faults (printed, to repeat a run)")
 	reportPath := fs.String("report", "", "also write the report to this file")
 	keep := fs.Bool("keep", false, "keep the clusters' directories and the agent's log")
+	delivery := fs.String("delivery", "preserve", "the link's delivery mode: preserve or transactional")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *delivery != "preserve" && *delivery != "transactional" {
+		fmt.Fprintln(os.Stderr, "soak: -delivery must be preserve or transactional")
 		return 2
 	}
 	if *duration <= 0 || *pause <= 0 {
@@ -53,14 +58,14 @@ func soak(args []string) int {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, logf); err != nil {
+	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, *delivery, logf); err != nil {
 		logf("soak: %v", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, logf func(string, ...any)) error {
+func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, delivery string, logf func(string, ...any)) error {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "mirrord-soak-")
 	if err != nil {
@@ -95,7 +100,7 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 	}
 	agent, err := faults.NewAgent(faults.AgentConfig{
 		Bin: bin, Dir: dir, Source: env.Cluster(faults.Source).Addrs(), Dest: env.Cluster(faults.Destination).Addrs(),
-		Include: "orders|events", StateTopic: "__mirror_state",
+		Include: "orders|events", StateTopic: "__mirror_state", Delivery: delivery,
 	})
 	if err != nil {
 		return err
@@ -120,7 +125,7 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 	faultErr := r.Random(ctx, time.Now().Add(duration), pause)
 	load.Stop()
 	logf("soak: load stopped after %d rounds; checking", load.Rounds())
-	res, checkErr := faults.Check(context.WithoutCancel(ctx), env, r.StateTopic, topics, led)
+	res, checkErr := faults.Check(context.WithoutCancel(ctx), env, r.StateTopic, topics, led, delivery == "transactional")
 	watcher.Stop()
 	r.FinishStalls()
 	var report bytes.Buffer
