@@ -286,7 +286,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"name": "l", "source": "src", "destination": "dst",
 		"source-id": kafkatest.SourceClusterID, "destination-id": kafkatest.DestClusterID,
 		"source-region": fmt.Sprintf("0x%08x", uint32(srcRegion)), "destination-region": fmt.Sprintf("0x%08x", uint32(dstRegion)),
-		"partitions": strconv.Itoa(partitions),
+		"partitions": strconv.Itoa(partitions), "delivery": "preserve",
 	} {
 		if got := eval[string](b, field("l", f)+".textContent"); got != want {
 			t.Errorf("the card's %s shows %q, want %q", f, got, want)

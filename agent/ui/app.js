@@ -187,6 +187,7 @@ class LinkCard {
     set(f['source-region'], region(st.source_region, st.source_region_hashed));
     set(f['destination-region'], region(st.destination_region, st.destination_region_hashed));
     set(f.epoch, fmt.int(st.session_epoch));
+    set(f.delivery, st.delivery || 'preserve');
 
     const c = st.counters || {};
     this.marks.push({ at: atMs, records: c.records_mirrored, bytes: c.bytes_mirrored });

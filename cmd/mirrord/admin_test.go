@@ -115,7 +115,7 @@ func TestAdminCommands(t *testing.T) {
 
 	waitState(t, cfg, "MIRRORING")
 	code, out, errs := runCmd("links", "--config", cfg)
-	if code != exitOK || !strings.HasPrefix(out, "LINK  STATE      SOURCE  DESTINATION  LAG  SINCE") || !strings.Contains(out, "\nl     MIRRORING  src     dst          0    ") {
+	if code != exitOK || !strings.HasPrefix(out, "LINK  STATE      SOURCE  DESTINATION  DELIVERY  LAG  SINCE") || !strings.Contains(out, "\nl     MIRRORING  src     dst          preserve  0    ") {
 		t.Errorf("mirrord links: exit %d\n%s%s", code, out, errs)
 	}
 
