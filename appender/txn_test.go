@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -380,6 +381,37 @@ func TestTxnRetryAfterLostAnswer(t *testing.T) {
 		end(t, s, true)
 		if n := drops.Load(); n >= 0 {
 			t.Fatalf("only %d of the 2 answers were dropped", 2-n)
+		}
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
+	})
+}
+
+// Guards what a partition leader answers a Produce while the coordinator
+// still completes the previous transaction (transaction.version 2: the
+// leader adds the partition to the transaction on the producer's behalf and
+// gets CONCURRENT_TRANSACTIONS; seen on Kafka 4.4.0 right after commits in
+// the fault suite): the append is sent again, as Kafka's producer retries
+// it, and the batch is in the log once. The answers here are replaced after
+// the broker appended, so the retries are also duplicates the broker
+// recognises by sequence.
+func TestTxnRetryConcurrentTransactions(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-concurrent", 1)
+		px := proxied(t, e.c)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-concurrent"), kgo.SeedBrokers(px.Addrs()...))
+		var left atomic.Int32
+		left.Store(2)
+		px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+			if f.APIKey == int16(kmsg.Produce) && f.IsResponse() && f.Writes(e.topic, 0) && left.Add(-1) >= 0 {
+				return faultproxy.Replace(faultproxy.ProduceError(f, kerr.ConcurrentTransactions.Code))
+			}
+			return faultproxy.Pass
+		})
+		bs := []srcBatch{sourceBatch("idempotent", 1, 3, 3), sourceBatch("plain", 2, 2, 0)}
+		appendAll(t, s, e.parts[0], bs...)
+		end(t, s, true)
+		if n := left.Load(); n >= 0 {
+			t.Fatalf("only %d of the 2 answers were replaced", 2-n)
 		}
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
 	})

@@ -30,6 +30,10 @@ import (
 // batch reached a replica that became leader; if it did not, the repeat
 // is simply the first append.
 //
+// CONCURRENT_TRANSACTIONS and the coordinator's loading or moving, which a
+// leader passes on from the coordinator when it adds the partition to the
+// transaction (transaction.version 2), are retried too.
+//
 // Answers that end the transaction: the producer was fenced
 // (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, and INVALID_TXN_STATE, which
 // the partition leader's KIP-890 check answers when the partition is not in
@@ -148,7 +152,14 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 		kerr.UnknownTopicID.Code, kerr.KafkaStorageError.Code, kerr.FencedLeaderEpoch.Code:
 		ls.Invalidate(p.Key())
 		return 0, true, fmt.Errorf("%s: %w", where, cause)
-	case kerr.NotEnoughReplicas.Code, kerr.NotEnoughReplicasAfterAppend.Code, kerr.RequestTimedOut.Code:
+	case kerr.NotEnoughReplicas.Code, kerr.NotEnoughReplicasAfterAppend.Code, kerr.RequestTimedOut.Code,
+		kerr.ConcurrentTransactions.Code, kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code:
+		// Under transaction.version 2 the leader adds the partition to
+		// the transaction itself, and passes on what the coordinator
+		// answers: CONCURRENT_TRANSACTIONS while the previous
+		// transaction's markers are still being written (seen on Kafka
+		// 4.4.0 right after a commit), or a coordinator that loads or
+		// moved. Nothing was appended; Kafka's producer retries these.
 		return 0, true, fmt.Errorf("%s: %w", where, cause)
 	case kerr.CorruptMessage.Code:
 		// The batch's CRC failed at the broker: the stamp keeps a batch
