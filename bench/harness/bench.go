@@ -28,7 +28,12 @@ import (
 // Sides of the benchmark.
 const (
 	Mirrord = "mirrord"
-	Peer    = "peer"
+	// MirrordTxn is mirrord in transactional delivery (delivery =
+	// "transactional"): its progress is read from the checkpoints it
+	// commits with the data, since the destination's end offsets count
+	// its transaction markers too.
+	MirrordTxn = "mirrord-txn"
+	Peer       = "peer"
 	// MM2EOS and MM2 are MirrorMaker 2 in dedicated mode with and without
 	// exactly.once.source.support (kafka backend only).
 	MM2EOS = "mm2-eos"
@@ -170,9 +175,9 @@ func (c *Config) defaults() {
 		c.Partitions = load.DefaultPartitions
 	}
 	if c.Sides == nil {
-		c.Sides = []string{Mirrord, Peer}
+		c.Sides = []string{Mirrord, MirrordTxn, Peer}
 		if c.Backend == BackendKafka {
-			c.Sides = []string{Mirrord, Peer, MM2EOS, MM2}
+			c.Sides = []string{Mirrord, MirrordTxn, Peer, MM2EOS, MM2}
 		}
 	}
 	if c.MaxBufferedBytes == 0 {
@@ -216,13 +221,13 @@ func (c *Config) validate() error {
 	}
 	for _, side := range c.Sides {
 		switch side {
-		case Mirrord, Peer:
+		case Mirrord, MirrordTxn, Peer:
 		case MM2, MM2EOS:
 			if c.Backend != BackendKafka {
 				errs = append(errs, fmt.Errorf("side %q runs against real Kafka only: add -backend %s", side, BackendKafka))
 			}
 		default:
-			errs = append(errs, fmt.Errorf("side %q: want %s, %s, %s or %s", side, Mirrord, Peer, MM2EOS, MM2))
+			errs = append(errs, fmt.Errorf("side %q: want %s, %s, %s, %s or %s", side, Mirrord, MirrordTxn, Peer, MM2EOS, MM2))
 		}
 	}
 	switch c.Profile {
@@ -375,7 +380,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if slices.Contains(cfg.Sides, Mirrord) {
+	if slices.Contains(cfg.Sides, Mirrord) || slices.Contains(cfg.Sides, MirrordTxn) {
 		if err := hasRun(ctx, bins.Mirrord); err != nil {
 			return nil, err
 		}
@@ -608,6 +613,7 @@ type mirrorCmd struct {
 	mm2      MM2Link          // MirrorMaker sides only
 	cleanOK  func(error) bool // accepts the exit of a clean stop; nil: exit 0 only
 	del      []string         // destination topics to delete after the run
+	txnState string           // mirrord-txn: the state topic whose checkpoints tell its progress
 	delSrc   []string         // source topics to delete after the run
 }
 
@@ -618,8 +624,14 @@ func (b *bench) command(side string, top SourceTopic, id int) (mirrorCmd, error)
 	stateTopic := fmt.Sprintf("__mirror_state.r%d", id)
 	m := mirrorCmd{dstTopic: dstTopic, del: []string{dstTopic}}
 	switch side {
-	case Mirrord:
+	case Mirrord, MirrordTxn:
+		delivery := ""
+		if side == MirrordTxn {
+			delivery = "transactional"
+			m.txnState = stateTopic
+		}
 		hcl := MirrordConfig(MirrordLink{
+			Delivery:         delivery,
 			Name:             fmt.Sprintf("bench-r%d", id),
 			Source:           b.src.Addrs,
 			Dest:             b.dst.Addrs,
@@ -708,6 +720,13 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 	if side == MM2EOS {
 		var err error
 		if offs, err = newConnectOffsets(b.dst.Opts(), mm2.OffsetsTopic(), mm2.SourceAlias, top.Name); err != nil {
+			return Sample{}, err
+		}
+		defer offs.close()
+	}
+	if side == MirrordTxn {
+		var err error
+		if offs, err = newCheckpointOffsets(b.dst.Opts(), m.txnState, top.Name); err != nil {
 			return Sample{}, err
 		}
 		defer offs.close()

@@ -16,6 +16,9 @@ type MirrordLink struct {
 	StateTopic       string   // fresh per run
 	MaxBufferedBytes int64
 	LogLevel         string
+	// Delivery is the link's delivery mode; "" keeps the default
+	// (preserve).
+	Delivery string
 }
 
 // MirrordConfig is the HCL file of `mirrord run --config` for l (see
@@ -36,6 +39,9 @@ func MirrordConfig(l MirrordLink) string {
 	fmt.Fprintf(&b, "  start_from         = \"earliest\"\n")
 	fmt.Fprintf(&b, "  state_topic        = %s\n", hclString(l.StateTopic))
 	fmt.Fprintf(&b, "  max_buffered_bytes = %d\n", l.MaxBufferedBytes)
+	if l.Delivery != "" {
+		fmt.Fprintf(&b, "  delivery           = %s\n", hclString(l.Delivery))
+	}
 	b.WriteString("}\n")
 	return b.String()
 }

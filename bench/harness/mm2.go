@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/testkit/realkafka"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // MM2Version is the MirrorMaker 2 of the kafka backend: the newest
@@ -180,6 +181,32 @@ type connectOffsets struct {
 	alias string
 	topic string
 	last  map[int32]int64 // source partition -> last mirrored offset
+	// parse reads one record: the source partition and its last
+	// mirrored offset (parseConnectOffset unless set).
+	parse func(key, value []byte) (int32, int64, bool)
+}
+
+// newCheckpointOffsets follows a mirrord-txn run's progress in its state
+// topic: the checkpoints it commits in the same transaction as the data
+// (read read_committed) say how far each source partition of topic is
+// mirrored.
+func newCheckpointOffsets(opts []kgo.Opt, stateTopic, topic string) (*connectOffsets, error) {
+	o, err := newConnectOffsets(opts, stateTopic, "", topic)
+	if err != nil {
+		return nil, err
+	}
+	o.parse = func(key, value []byte) (int32, int64, bool) {
+		r, err := statestore.Decode(key, value)
+		if err != nil {
+			return 0, 0, false
+		}
+		ck, ok := r.Value.(statestore.CheckpointValue)
+		if !ok || ck.SourceTopic != topic {
+			return 0, 0, false
+		}
+		return ck.SourcePartition, ck.SourceNextOffset - 1, true
+	}
+	return o, nil
 }
 
 func newConnectOffsets(opts []kgo.Opt, offsetsTopic, alias, topic string) (*connectOffsets, error) {
@@ -201,7 +228,16 @@ func (o *connectOffsets) close() { o.cl.Close() }
 func (o *connectOffsets) poll(ctx context.Context) {
 	fs := o.cl.PollFetches(ctx)
 	fs.EachRecord(func(r *kgo.Record) {
-		part, off, ok := parseConnectOffset(r.Key, r.Value, o.alias, o.topic)
+		var (
+			part int32
+			off  int64
+			ok   bool
+		)
+		if o.parse != nil {
+			part, off, ok = o.parse(r.Key, r.Value)
+		} else {
+			part, off, ok = parseConnectOffset(r.Key, r.Value, o.alias, o.topic)
+		}
 		if ok {
 			o.last[part] = max(o.last[part], off)
 		}

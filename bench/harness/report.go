@@ -138,6 +138,8 @@ func sideName(side string) string {
 		return "mm2 (MirrorMaker 2)"
 	case Peer:
 		return "peer (kgo, record level)"
+	case MirrordTxn:
+		return "mirrord-txn (transactional delivery)"
 	}
 	return side
 }

@@ -33,12 +33,13 @@ func TestSmoke(t *testing.T) {
 	if len(rep.Topics) != len(load.Codecs) {
 		t.Fatalf("%d source topics, want %d", len(rep.Topics), len(load.Codecs))
 	}
-	if want := 2 * len(load.Codecs); len(rep.Samples) != want {
+	sides := []string{Mirrord, MirrordTxn, Peer}
+	if want := len(sides) * len(load.Codecs); len(rep.Samples) != want {
 		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
 	}
 	for i, s := range rep.Samples {
-		top := rep.Topics[i/2]
-		wantSide := []string{Mirrord, Peer}[i%2]
+		top := rep.Topics[i/len(sides)]
+		wantSide := sides[i%len(sides)]
 		if s.Side != wantSide || s.Codec != top.Codec || s.Run != 1 {
 			t.Errorf("sample %d is %s %s run %d, want %s %s run 1 (interleaved)", i, s.Side, s.Codec, s.Run, wantSide, top.Codec)
 		}
@@ -81,15 +82,16 @@ func TestSmokeLatency(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
-	if len(rep.Samples) != 0 || len(rep.Latency) != 2 {
-		t.Fatalf("%d throughput samples and %d latency samples, want 0 and 2:\n%s", len(rep.Samples), len(rep.Latency), progress.String())
+	sides := []string{Mirrord, MirrordTxn, Peer}
+	if len(rep.Samples) != 0 || len(rep.Latency) != len(sides) {
+		t.Fatalf("%d throughput samples and %d latency samples, want 0 and %d:\n%s", len(rep.Samples), len(rep.Latency), len(sides), progress.String())
 	}
 	for i, l := range rep.Latency {
 		// 200 records/s for 1 s are measured; on a loaded machine the
 		// ticker may fall behind (fewer) and catch up in a burst after the
 		// warm-up (more).
-		if l.Side != []string{Mirrord, Peer}[i] || l.Codec != load.None || l.Records < 100 {
-			t.Errorf("latency sample %d: %+v; want %s, none, at least 100 of the about 200 records measured", i, l, []string{Mirrord, Peer}[i])
+		if l.Side != sides[i] || l.Codec != load.None || l.Records < 100 {
+			t.Errorf("latency sample %d: %+v; want %s, none, at least 100 of the about 200 records measured", i, l, sides[i])
 		}
 		if l.P50 <= 0 || l.P50 > l.P99 || l.P99 > l.Max || l.SourceP50 <= 0 || l.SourceP50 > l.SourceP99 {
 			t.Errorf("latency sample %d: quantiles out of order: %+v", i, l)
@@ -100,7 +102,7 @@ func TestSmokeLatency(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.Write(&out)
-	if !strings.Contains(out.String(), "| none | mirrord | 1 |") || !strings.Contains(out.String(), "| none | peer | 1 |") {
+	if !strings.Contains(out.String(), "| none | mirrord | 1 |") || !strings.Contains(out.String(), "| none | mirrord-txn | 1 |") || !strings.Contains(out.String(), "| none | peer | 1 |") {
 		t.Errorf("report has no latency rows:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())

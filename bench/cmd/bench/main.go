@@ -48,7 +48,7 @@ func flags(cfg *harness.Config) (*flag.FlagSet, options) {
 		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
 		codecs   = fs.String("codecs", "", "codec topics to load and mirror (default lz4,zstd,none; none for -profile latency)")
 		samples  = fs.Bool("samples", true, "also print every run")
-		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, peer, mm2-eos, mm2 (default: mirrord,peer on kfake; all four on kafka)")
+		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, mirrord-txn, peer, mm2-eos, mm2 (default: mirrord,mirrord-txn,peer on kfake; all five on kafka)")
 		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
 		batch    = fs.String("load-batch-bytes", "", "batch size of the producers that load the source (default: the profile's)")
 		mm2Props = fs.String("mm2-props", "", "more MirrorMaker 2 properties, KEY=VALUE,... (producer.* and consumer.* get the target's and source's alias)")
