@@ -50,6 +50,8 @@ type AgentConfig struct {
 	ProduceTimeout, SettleDelay time.Duration
 	// Delivery is the link's delivery mode ("" is the default, preserve).
 	Delivery string
+	// CheckpointInterval is the link's key (default here: 1s).
+	CheckpointInterval time.Duration
 }
 
 // LinkName is the one link the agent runs.
@@ -63,6 +65,10 @@ func (c AgentConfig) hcl(listen string) string {
 	}
 	if c.SettleDelay > 0 {
 		extra += fmt.Sprintf("  settle_delay = %q\n", c.SettleDelay)
+	}
+	ck := "1s"
+	if c.CheckpointInterval > 0 {
+		ck = c.CheckpointInterval.String()
 	}
 	if c.Delivery != "" {
 		extra += fmt.Sprintf("  delivery = %q\n", c.Delivery)
@@ -86,10 +92,10 @@ link %q {
   state_topic                    = %q
   state_topic_replication_factor = 3
   destination_replication_factor = 3
-  checkpoint_interval            = "1s"
+  checkpoint_interval            = %q
   discovery_interval             = "5s"
 %s}
-`, listen, list(c.Source), list(c.Dest), LinkName, c.Include, c.StateTopic, extra)
+`, listen, list(c.Source), list(c.Dest), LinkName, c.Include, c.StateTopic, ck, extra)
 }
 
 // Agent is one mirrord run process. Its log (JSON lines) goes to a file

@@ -29,7 +29,8 @@ import (
 //   - A commit starts only with no append in flight, and while it runs no
 //     append starts: the checkpoint records in the transaction describe
 //     exactly the data in it. A commit is due every checkpoint interval, or
-//     sooner once txnCommitBytes were appended since the last one.
+//     sooner once txnCommitBytes were appended since the last one, and
+//     after a session's first append (a takeover shows data at once).
 //   - A failed append or commit fails the session: the next session's
 //     InitProducerId aborts the open transaction, and it resumes at the
 //     last committed checkpoints. Nothing of an aborted transaction counts
@@ -57,6 +58,11 @@ type txnPlan struct {
 	// extra are state records the next commit carries besides the
 	// checkpoints.
 	extra []statestore.Record
+	// committed: the session committed a transaction of its own. Until
+	// then, the first append makes a commit due: after a takeover, what
+	// the new session appends is visible at once, not a
+	// checkpoint_interval later.
+	committed bool
 
 	counts Counts
 }
@@ -180,6 +186,9 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		if err != nil {
 			return append(out, txnDoFail{err: err})
 		}
+		if !p.committed && p.commit == commitNone && !p.stopping {
+			p.commit = commitPending
+		}
 	case txnInCommitDue:
 		if p.commit == commitNone && !p.stopping && (p.dirty() || now.Sub(p.lastCommit) >= p.lease/3) {
 			p.commit = commitPending
@@ -189,6 +198,7 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 			return append(out, txnDoFail{err: e.err})
 		}
 		p.commit = commitNone
+		p.committed = true
 		p.counts.Add(Checkpoints, 1)
 		for _, k := range p.order {
 			pt := p.parts[k]

@@ -149,3 +149,24 @@ func TestTxnPlanPlacement(t *testing.T) {
 		t.Fatalf("assignments %+v", as)
 	}
 }
+
+// Guards a takeover's visibility: a session's first append makes a commit
+// due at once (the data shows without waiting a checkpoint interval); later
+// appends wait for the interval.
+func TestTxnPlanFirstCommitAtOnce(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 0}}})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(0, 1, 6, 0, 2, 4)})
+	acts := p.step(txnT0, txnInAppended{p: txnPair(0).Src.Key(), base: 0, n: 2})
+	if len(actionsOf[txnDoCommit](acts)) != 1 {
+		t.Fatalf("the session's first append: want a commit at once, got %+v", acts)
+	}
+	acts = p.step(txnT0, txnInCommitted{})
+	if len(actionsOf[txnDoAppend](acts)) != 1 {
+		t.Fatalf("after the first commit: %+v", acts)
+	}
+	acts = p.step(txnT0, txnInAppended{p: txnPair(0).Src.Key(), base: 3, n: 2})
+	if len(actionsOf[txnDoCommit](acts)) != 0 || len(actionsOf[txnDoAppend](acts)) != 1 {
+		t.Fatalf("a later append: want the next append and no commit, got %+v", acts)
+	}
+}
