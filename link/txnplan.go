@@ -131,7 +131,7 @@ type (
 	// txnInRecords are state records to commit with the next transaction
 	// (the destination topics discovery created).
 	txnInRecords struct{ recs []statestore.Record }
-	txnInStop      struct{ state statestore.LinkState }
+	txnInStop    struct{ state statestore.LinkState }
 )
 
 // Actions of a txnPlan.
