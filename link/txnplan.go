@@ -30,7 +30,8 @@ import (
 //     append starts: the checkpoint records in the transaction describe
 //     exactly the data in it. A commit is due every checkpoint interval, or
 //     sooner once txnCommitBytes were appended since the last one, and
-//     after a session's first append (a takeover shows data at once).
+//     after a partition's first append in the session (a takeover shows
+//     every partition's data at once).
 //   - A failed append or commit fails the session: the next session's
 //     InitProducerId aborts the open transaction, and it resumes at the
 //     last committed checkpoints. Nothing of an aborted transaction counts
@@ -58,11 +59,6 @@ type txnPlan struct {
 	// extra are state records the next commit carries besides the
 	// checkpoints.
 	extra []statestore.Record
-	// committed: the session committed a transaction of its own. Until
-	// then, the first append makes a commit due: after a takeover, what
-	// the new session appends is visible at once, not a
-	// checkpoint_interval later.
-	committed bool
 
 	counts Counts
 }
@@ -96,7 +92,10 @@ type txnPart struct {
 	ckSrc, ckDst int64
 	hasCk        bool
 	dirty        bool // appended to since the last commit
-	hw           int64
+	// appended: the session appended to it; shown: a commit of the
+	// session covered an append of it.
+	appended, shown bool
+	hw              int64
 	// lastTS is the max timestamp of the last batch appended, for lag in
 	// seconds.
 	lastTS int64
@@ -186,7 +185,10 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		if err != nil {
 			return append(out, txnDoFail{err: err})
 		}
-		if !p.committed && p.commit == commitNone && !p.stopping {
+		if pt := p.parts[e.p]; pt != nil && !pt.shown && p.commit == commitNone && !p.stopping {
+			// The partition's first append in this session: commit at
+			// once, so that after a takeover every partition's data
+			// shows without waiting a checkpoint_interval.
 			p.commit = commitPending
 		}
 	case txnInCommitDue:
@@ -198,12 +200,12 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 			return append(out, txnDoFail{err: e.err})
 		}
 		p.commit = commitNone
-		p.committed = true
 		p.counts.Add(Checkpoints, 1)
 		for _, k := range p.order {
 			pt := p.parts[k]
 			if pt.dirty {
 				pt.ckSrc, pt.ckDst, pt.hasCk, pt.dirty = pt.src, pt.dst, true, false
+				pt.shown = pt.shown || pt.appended
 			}
 		}
 		if p.final {
@@ -394,7 +396,7 @@ func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 		return out, fmt.Errorf("destination %s: the batch of source offsets %d-%d was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
 			pt.pair.Dst, q.hdr.BaseOffset, q.end-1, e.base, pt.dst)
 	}
-	pt.src, pt.dst, pt.dirty = max(pt.src, q.end), e.base+e.n, true
+	pt.src, pt.dst, pt.dirty, pt.appended = max(pt.src, q.end), e.base+e.n, true, true
 	pt.lastTS = q.hdr.MaxTimestamp
 	p.appendedBytes += int64(len(q.raw))
 	p.counts.Add(BatchesMirrored, 1)

@@ -150,9 +150,9 @@ func TestTxnPlanPlacement(t *testing.T) {
 	}
 }
 
-// Guards a takeover's visibility: a session's first append makes a commit
-// due at once (the data shows without waiting a checkpoint interval); later
-// appends wait for the interval.
+// Guards a takeover's visibility: a partition's first append in the session
+// makes a commit due at once (its data shows without waiting a checkpoint
+// interval); later appends wait for the interval.
 func TestTxnPlanFirstCommitAtOnce(t *testing.T) {
 	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
 	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 0}}})
@@ -168,5 +168,20 @@ func TestTxnPlanFirstCommitAtOnce(t *testing.T) {
 	acts = p.step(txnT0, txnInAppended{p: txnPair(0).Src.Key(), base: 3, n: 2})
 	if len(actionsOf[txnDoCommit](acts)) != 0 || len(actionsOf[txnDoAppend](acts)) != 1 {
 		t.Fatalf("a later append: want the next append and no commit, got %+v", acts)
+	}
+}
+
+// Guards the same for a partition that joins the session's appends after
+// its first commit: its first append commits at once too.
+func TestTxnPlanFirstCommitPerPartition(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 0}, {Pair: txnPair(1), StartOffset: 0}}})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(0, 1, 2, 0)})
+	p.step(txnT0, txnInAppended{p: txnPair(0).Src.Key(), base: 0, n: 2})
+	p.step(txnT0, txnInCommitted{})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(1, 2, 2, 0)})
+	acts := p.step(txnT0, txnInAppended{p: txnPair(1).Src.Key(), base: 0, n: 2})
+	if len(actionsOf[txnDoCommit](acts)) != 1 {
+		t.Fatalf("partition 1's first append after the session's first commit: want a commit, got %+v", acts)
 	}
 }
