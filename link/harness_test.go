@@ -87,7 +87,7 @@ func settingsOf(l *config.Link) Settings {
 		if !f.IsValid() {
 			panic("config.Link has no field " + dst.Type().Field(i).Name)
 		}
-		if d, ok := f.Interface().(config.Delivery); ok {
+		if d, ok := reflect.TypeAssert[config.Delivery](f); ok {
 			if d == config.DeliveryTransactional {
 				s.Delivery = statestore.DeliveryTransactional
 			}

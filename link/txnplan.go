@@ -197,7 +197,7 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		}
 	case txnInCommitted:
 		if e.err != nil {
-			return append(out, txnDoFail{err: e.err})
+			return append(out, txnDoFail(e))
 		}
 		p.commit = commitNone
 		p.counts.Add(Checkpoints, 1)
