@@ -30,8 +30,9 @@ import (
 //     append starts: the checkpoint records in the transaction describe
 //     exactly the data in it. A commit is due every checkpoint interval, or
 //     sooner once txnCommitBytes were appended since the last one, and
-//     after a partition's first append in the session (a takeover shows
-//     every partition's data at once).
+//     after a partition's first append in the session and after the
+//     append that first catches it up with the source (a takeover shows
+//     every partition's data, its backlog included, at once).
 //   - A failed append or commit fails the session: the next session's
 //     InitProducerId aborts the open transaction, and it resumes at the
 //     last committed checkpoints. Nothing of an aborted transaction counts
@@ -93,13 +94,18 @@ type txnPart struct {
 	hasCk        bool
 	dirty        bool // appended to since the last commit
 	// appended: the session appended to it; shown: a commit of the
-	// session covered an append of it.
-	appended, shown bool
-	hw              int64
+	// session covered an append of it; shownCaughtUp: one covered its
+	// position when it had caught up with the source.
+	appended, shown, shownCaughtUp bool
+	hw                             int64
 	// lastTS is the max timestamp of the last batch appended, for lag in
 	// seconds.
 	lastTS int64
 }
+
+// caughtUp reports whether the partition has appended everything up to the
+// source's high watermark as last fetched.
+func (pt *txnPart) caughtUp() bool { return pt.hw >= 0 && pt.src >= pt.hw }
 
 // txnQueued is one fetched batch, or an empty step (raw nil) that only
 // moves the source position (aborted batches and markers a fetch
@@ -185,10 +191,12 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		if err != nil {
 			return append(out, txnDoFail{err: err})
 		}
-		if pt := p.parts[e.p]; pt != nil && !pt.shown && p.commit == commitNone && !p.stopping {
-			// The partition's first append in this session: commit at
-			// once, so that after a takeover every partition's data
-			// shows without waiting a checkpoint_interval.
+		if pt := p.parts[e.p]; pt != nil && (!pt.shown || pt.caughtUp() && !pt.shownCaughtUp) && p.commit == commitNone && !p.stopping {
+			// The partition's first append in this session, or the one
+			// that caught it up with the source for the first time:
+			// commit at once, so that after a takeover each partition's
+			// data, the backlog included, shows without waiting a
+			// checkpoint_interval.
 			p.commit = commitPending
 		}
 	case txnInCommitDue:
@@ -206,6 +214,7 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 			if pt.dirty {
 				pt.ckSrc, pt.ckDst, pt.hasCk, pt.dirty = pt.src, pt.dst, true, false
 				pt.shown = pt.shown || pt.appended
+				pt.shownCaughtUp = pt.shownCaughtUp || pt.appended && pt.caughtUp()
 			}
 		}
 		if p.final {

@@ -185,3 +185,31 @@ func TestTxnPlanFirstCommitPerPartition(t *testing.T) {
 		t.Fatalf("partition 1's first append after the session's first commit: want a commit, got %+v", acts)
 	}
 }
+
+// Guards the catch-up after a takeover: the append that first brings a
+// partition up to the source's high watermark commits at once (the
+// backlog shows without a checkpoint interval); the appends between its
+// first and that one do not.
+func TestTxnPlanCommitWhenCaughtUp(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 0}}})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(0, 1, 6, 0, 2, 4)})
+	key := txnPair(0).Src.Key()
+	if acts := p.step(txnT0, txnInAppended{p: key, base: 0, n: 2}); len(actionsOf[txnDoCommit](acts)) != 1 {
+		t.Fatalf("first append: %+v", acts)
+	}
+	p.step(txnT0, txnInCommitted{})
+	if acts := p.step(txnT0, txnInAppended{p: key, base: 3, n: 2}); len(actionsOf[txnDoCommit](acts)) != 0 {
+		t.Fatalf("an append short of the high watermark committed: %+v", acts)
+	}
+	acts := p.step(txnT0, txnInAppended{p: key, base: 5, n: 2})
+	cs := actionsOf[txnDoCommit](acts)
+	if len(cs) != 1 || cs[0].records[0].Value.(statestore.CheckpointValue).SourceNextOffset != 6 {
+		t.Fatalf("the append that caught up: want a commit at source 6, got %+v", acts)
+	}
+	p.step(txnT0, txnInCommitted{})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(0, 1, 8, 6)})
+	if acts := p.step(txnT0, txnInAppended{p: key, base: 8, n: 2}); len(actionsOf[txnDoCommit](acts)) != 0 {
+		t.Fatalf("once shown caught up, appends wait for the interval: %+v", acts)
+	}
+}
