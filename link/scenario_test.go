@@ -137,6 +137,38 @@ func TestCompactedSource(t *testing.T) {
 				}
 			}
 		}
+
+		// The same source in transactional delivery, into kv.txn: the
+		// gappy batches re-encoded, the empty ones skipped, and the
+		// committed records the same on both sides, in order.
+		cfg := f.cfg
+		cfg.Link.Name += "-txn"
+		cfg.Link.Rename = "{topic}.txn"
+		cfg.Link.StateTopic += "-txn"
+		cfg.Link.Delivery = statestore.DeliveryTransactional
+		lt := startLink(t, cfg, src, dst, "compacted-txn")
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			n, diff := sameCommitted(readCommitted(t, src, kv), readCommitted(t, dst, kv+".txn"))
+			if diff == "" {
+				t.Logf("transactional delivery: %d records the same on both sides", n)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("transactional delivery of the compacted topic: %s", diff)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got := testutil.ToFloat64(lt.met.counters[BatchesReencoded]); int(got) != gappy {
+			t.Errorf("transactional delivery: batches re-encoded %v, want %d", got, gappy)
+		}
+		for part := range int32(2) {
+			for _, h := range rawHeaders(t, dst, kv+".txn", part) {
+				if !h.Dense() || h.NumRecords == 0 {
+					t.Errorf("destination %s.txn[%d] holds a batch with gaps or without records at offset %d", kv, part, h.BaseOffset)
+				}
+			}
+		}
 	})
 }
 

@@ -444,10 +444,14 @@ func (s *txnSession) txnWork(fn func(ctx context.Context) any) {
 func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended {
 	res := txnInAppended{p: a.pair.Src.Key()}
 	raw := a.raw
-	if a.trim > 0 {
-		out, _, err := transform.NewReencoder().ReencodeFrom(nil, raw, -1, a.trim)
+	if a.reencode {
+		out, _, err := transform.NewReencoder().ReencodeFrom(nil, raw, -1, a.from)
+		if errors.Is(err, transform.ErrEmptyBatch) {
+			res.empty = true // no record at or after a.from: nothing to append
+			return res
+		}
 		if err != nil {
-			res.err = fmt.Errorf("source %s: re-encode the batch at offset %d: %w", a.pair.Src, a.trim, err)
+			res.err = fmt.Errorf("source %s: re-encode the batch at offset %d: %w", a.pair.Src, a.from, err)
 			return res
 		}
 		raw, res.reencode = out, true

@@ -111,11 +111,14 @@ func (pt *txnPart) caughtUp() bool { return pt.hw >= 0 && pt.src >= pt.hw }
 // moves the source position (aborted batches and markers a fetch
 // consumed, a batch without records).
 type txnQueued struct {
-	raw  []byte
-	hdr  transform.Header
-	end  int64       // the source position after it
-	pin  fetcher.Pin // released once it is done (set on a result's last entry)
-	trim int64       // > 0: re-encode from this offset (the batch began before it, or has gaps)
+	raw []byte
+	hdr transform.Header
+	end int64       // the source position after it
+	pin fetcher.Pin // released once it is done (set on a result's last entry)
+	// reencode: the batch began before the partition's start or has
+	// offset gaps, and is re-encoded from offset from (densely).
+	reencode bool
+	from     int64
 }
 
 // Inputs of a txnPlan.
@@ -128,7 +131,10 @@ type (
 		base     int64
 		n        int64
 		reencode bool
-		err      error
+		// empty: the re-encode left no record (none at or after the
+		// partition's start); only the position moves.
+		empty bool
+		err   error
 	}
 	txnInCommitDue struct{ now time.Time }
 	txnInCommitted struct{ err error }
@@ -151,9 +157,10 @@ type (
 	// txnDoAppend appends one batch of pair's source partition (the
 	// partition's head) to its destination partition.
 	txnDoAppend struct {
-		pair Pair
-		raw  []byte
-		trim int64 // > 0: re-encode from this source offset first
+		pair     Pair
+		raw      []byte
+		reencode bool  // re-encode from source offset from first
+		from     int64 // with reencode
 	}
 	// txnDoCommit commits the transaction with these state records (the
 	// link record last); final: the session ends with it.
@@ -301,7 +308,7 @@ func (p *txnPlan) next(now time.Time) []any {
 			q := pt.queue[0]
 			if q.raw != nil {
 				pt.appending = true
-				out = append(out, txnDoAppend{pair: pt.pair, raw: q.raw, trim: q.trim})
+				out = append(out, txnDoAppend{pair: pt.pair, raw: q.raw, reencode: q.reencode, from: q.from})
 				break
 			}
 			// Nothing to append: only the position moves.
@@ -365,9 +372,9 @@ func (p *txnPlan) fetched(r fetcher.Result) []any {
 			// started: nothing to append.
 			q.raw = nil
 		case b.Header.BaseOffset < pt.from:
-			q.trim = pt.from // began before the assigned offset
+			q.reencode, q.from = true, pt.from // began before the assigned offset
 		case !b.Header.Dense():
-			q.trim = b.Header.BaseOffset // offset gaps (compacted): re-encode densely
+			q.reencode, q.from = true, b.Header.BaseOffset // offset gaps (compacted): re-encode densely
 		}
 		if i == len(r.Batches)-1 {
 			q.end = max(q.end, r.End)
@@ -398,6 +405,10 @@ func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 	}
 	if e.err != nil {
 		return out, e.err
+	}
+	if e.empty {
+		pt.src, pt.dirty = max(pt.src, q.end), true
+		return out, nil
 	}
 	if e.base < pt.dst && pt.hasCk {
 		// The destination answered an offset below where the last

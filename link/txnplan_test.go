@@ -213,3 +213,37 @@ func TestTxnPlanCommitWhenCaughtUp(t *testing.T) {
 		t.Fatalf("once shown caught up, appends wait for the interval: %+v", acts)
 	}
 }
+
+// Guards the re-encode decision: a batch with offset gaps (compacted) is
+// re-encoded densely, also at offset 0, and one that begins before the
+// partition's start from that start.
+func TestTxnPlanReencode(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 0}, {Pair: txnPair(1), StartOffset: 11}}})
+	gappy := batchtest.Build(batchtest.Spec{BaseOffset: 0, PID: 7, BaseSequence: 0, FirstTimestamp: 1, LastOffsetDelta: 4,
+		Records: []batchtest.Record{{Key: []byte("a"), OffsetDelta: 0}, {Key: []byte("b"), OffsetDelta: 3}}})
+	h, _ := transform.ParseHeader(gappy)
+	r := fetcher.Result{Partition: txnPair(0).Src, Gen: 1, Start: 0, End: 5, HighWatermark: 5, Batches: []fetcher.Batch{{Raw: gappy, Header: h}}}
+	ap := actionsOf[txnDoAppend](p.step(txnT0, txnInFetched{r: r}))
+	if len(ap) != 1 || !ap[0].reencode || ap[0].from != 0 {
+		t.Fatalf("a gappy batch at offset 0: %+v", ap)
+	}
+	ap = actionsOf[txnDoAppend](p.step(txnT0, txnInFetched{r: fetchedBatches(1, 2, 12, 10)}))
+	if len(ap) != 1 || !ap[0].reencode || ap[0].from != 11 {
+		t.Fatalf("a batch across the start offset 11: %+v", ap)
+	}
+}
+
+// Guards a re-encode that leaves nothing (no record at or after the
+// partition's start): the position moves past the batch and nothing is
+// counted as mirrored.
+func TestTxnPlanEmptyReencode(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 11, DstEnd: 7}}})
+	p.step(txnT0, txnInFetched{r: fetchedBatches(0, 1, 12, 10)})
+	p.step(txnT0, txnInAppended{p: txnPair(0).Src.Key(), empty: true})
+	st := p.partitions(txnT0)[0]
+	if st.SourceNextOffset != 12 || st.DestNextOffset != 7 || p.counts.Get(RecordsMirrored) != 0 {
+		t.Fatalf("after an empty re-encode: %+v, %d records mirrored", st, p.counts.Get(RecordsMirrored))
+	}
+}
