@@ -81,7 +81,7 @@ func TestVerifyCommand(t *testing.T) {
 	mirrorOnce(t, cfgPath, ends)
 
 	code, out, errOut := runVerifyCmd("--config", cfgPath, "--link", "l")
-	want := `comparing 2 topics of link l: src -> dst
+	want := `comparing 2 topics of link l: src -> dst (preserve delivery)
 events[0] -> events[0]: 12 records equal, up to date
 events[1] -> events[1]: 12 records equal, up to date
 orders[0] -> orders[0]: 30 records equal, up to date
@@ -95,7 +95,7 @@ ok: 84 records in 4 partitions are equal; the destination is the mirror of the s
 	// The source moves on while the link is stopped.
 	produceTo(t, srcCl, "orders", 2, "b", 3)
 	code, out, errOut = runVerifyCmd("--config", cfgPath, "--link", "l", "--topic", "orders")
-	want = `comparing 1 topic of link l: src -> dst
+	want = `comparing 1 topic of link l: src -> dst (preserve delivery)
 orders[0] -> orders[0]: 30 records equal, 3 behind
 orders[1] -> orders[1]: 30 records equal, 3 behind
 ok: 60 records in 2 partitions are equal; the destination is 6 records behind the source (the link has not mirrored them yet)
