@@ -54,6 +54,10 @@ func TestTranslateAfterCompaction(t *testing.T) { scenario(t, testTranslateAfter
 
 func testTranslateAfterCompaction(t *testing.T, e *env) {
 	f := e.mirrored(t, "tcomp", srcTopic("kv", 1).with(compactedConfig))
+	// The test compacts the source only: config sync would give the
+	// destination the source's quick cleaner settings, and the
+	// destination's cleaner would compact the mirror too.
+	f.cfg.Link.ConfigSync.Enabled = false
 	kv := f.topic("kv")
 	kvRounds(t, f.src, kv, 0, 10)
 	l := f.start("tcomp")
@@ -171,6 +175,10 @@ func TestReconcileAfterCompaction(t *testing.T) { scenario(t, testReconcileAfter
 
 func testReconcileAfterCompaction(t *testing.T, e *env) {
 	f := e.mirrored(t, "rcomp", srcTopic("kv", 1).with(compactedConfig))
+	// The test compacts the source only: config sync would give the
+	// destination the source's quick cleaner settings, and the
+	// destination's cleaner would compact the mirror too.
+	f.cfg.Link.ConfigSync.Enabled = false
 	kv := f.topic("kv")
 	ck := crashPastCheckpoint(t, f, "A", "kv", func() { kvRounds(t, f.src, kv, 0, 10) })
 	if gappy, _ := compactSource(t, f.src, kv, 1, func() { time.Sleep(300 * time.Millisecond); kvRounds(t, f.src, kv, 10, 11) }); gappy == 0 {
