@@ -149,13 +149,7 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		return nil, err
 	}
 
-	if s.fetch, err = fetcher.New(fetcher.Config{
-		Link:             l.cfg.Link.Name,
-		MaxWait:          l.cfg.Tuning.FetchMaxWait,
-		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
-		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
-		CheckCRCs:        l.cfg.Link.CheckCRCs,
-	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
+	if s.fetch, err = s.newFetcher(); err != nil {
 		return nil, err
 	}
 	if s.app, err = appender.New(appender.Config{
@@ -239,6 +233,19 @@ func (s *session) connect(ctx context.Context) (err error) {
 		return err
 	}
 	return nil
+}
+
+// newFetcher is the session's reader of the source, in either delivery
+// mode.
+func (s *session) newFetcher() (*fetcher.Fetcher, error) {
+	l := s.l
+	return fetcher.New(fetcher.Config{
+		Link:             l.cfg.Link.Name,
+		MaxWait:          l.cfg.Tuning.FetchMaxWait,
+		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
+		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
+		CheckCRCs:        l.cfg.Link.CheckCRCs,
+	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics})
 }
 
 // goRun starts a goroutine of the session; an error it returns ends the

@@ -118,21 +118,29 @@ func (l *Link) setStatus(fn func(*Status)) {
 // report adds the pipeline's new counts to the link's totals and metrics.
 func (s *session) report() {
 	m := s.l.met
-	for i := range counterTable {
-		c := Counter(i)
-		if now := s.pipe.Count(c); now != s.reported.Get(c) {
-			m.add(c, now-s.reported.Get(c))
-			s.reported.Add(c, now-s.reported.Get(c))
-		}
-	}
+	s.reportCounts(s.pipe.Count)
 	for ; s.reportedDiscovery < s.pipe.DiscoveryFailures(); s.reportedDiscovery++ {
 		m.error("discovery")
 	}
 }
 
+// reportCounts adds what count says beyond what was reported already to
+// the link's totals and metrics, for either delivery mode's session.
+func (s *session) reportCounts(count func(Counter) int64) {
+	for i := range counterTable {
+		c := Counter(i)
+		if now := count(c); now != s.reported.Get(c) {
+			s.l.met.add(c, now-s.reported.Get(c))
+			s.reported.Add(c, now-s.reported.Get(c))
+		}
+	}
+}
+
 // publish refreshes the status snapshot and the lag gauges.
-func (s *session) publish() {
-	ps := s.pipe.Partitions(s.l.deps.Now())
+func (s *session) publish() { s.publishPartitions(s.pipe.Partitions(s.l.deps.Now())) }
+
+// publishPartitions publishes ps, in either delivery mode.
+func (s *session) publishPartitions(ps []PartitionStatus) {
 	var total int64
 	var lagSeconds *float64
 	for _, p := range ps {

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seed83556561/mirrord/appender"
-	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/mailbox"
@@ -123,13 +122,7 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	if err != nil {
 		return nil, err
 	}
-	if s.fetch, err = fetcher.New(fetcher.Config{
-		Link:             l.cfg.Link.Name,
-		MaxWait:          l.cfg.Tuning.FetchMaxWait,
-		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
-		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
-		CheckCRCs:        l.cfg.Link.CheckCRCs,
-	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics}); err != nil {
+	if s.fetch, err = s.newFetcher(); err != nil {
 		return nil, err
 	}
 	s.goRun(func() error { return s.fetch.Run(s.ctx) })
@@ -471,40 +464,10 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended
 }
 
 // reportTxn adds the plan's new counts to the link's totals and metrics.
-func (s *txnSession) reportTxn() {
-	for i := range counterTable {
-		c := Counter(i)
-		if now := s.plan.counts.Get(c); now != s.reported.Get(c) {
-			s.l.met.add(c, now-s.reported.Get(c))
-			s.reported.Add(c, now-s.reported.Get(c))
-		}
-	}
-}
+func (s *txnSession) reportTxn() { s.reportCounts(s.plan.counts.Get) }
 
 // publishTxn refreshes the status snapshot and the lag gauges.
-func (s *txnSession) publishTxn() {
-	ps := s.plan.partitions(s.l.deps.Now())
-	var total int64
-	var lagSeconds *float64
-	for _, p := range ps {
-		total += p.Lag
-		if len(ps) <= MaxPartitionLagSeries {
-			s.l.met.partitionLag(p.SourceTopic, p.Partition, p.Lag)
-		}
-		if p.LagSeconds != nil && (lagSeconds == nil || *p.LagSeconds > *lagSeconds) {
-			lagSeconds = p.LagSeconds
-		}
-	}
-	s.l.met.lag.Set(float64(total))
-	if lagSeconds != nil {
-		s.l.met.lagSeconds.Set(*lagSeconds)
-	}
-	s.l.met.partitions.Set(float64(len(ps)))
-	s.l.setStatus(func(st *Status) {
-		st.Partitions, st.Lag, st.LagSeconds = ps, total, lagSeconds
-	})
-	s.published = len(ps)
-}
+func (s *txnSession) publishTxn() { s.publishPartitions(s.plan.partitions(s.l.deps.Now())) }
 
 // close ends the session's goroutines and releases its clients; the open
 // transaction, if any, is left to the next session's InitProducerId (or
