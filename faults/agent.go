@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seed83556561/mirrord/internal/lockedexec"
 	"github.com/seed83556561/mirrord/link"
 )
 
@@ -108,7 +109,7 @@ type Agent struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	starts int
 }
 
@@ -141,17 +142,15 @@ func (a *Agent) Start() error {
 	cmd := exec.Command(a.cfg.Bin, "run", "--config", a.cfgAt)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Started from a thread that lives as long as the agent: a plain
+	// cmd.Start let a broker restart's ending launcher thread SIGKILL the
+	// agent through Pdeathsig (see lockedexec).
+	p, err := lockedexec.Start(cmd, lockedexec.Hooks{Exited: func(error) { _ = logf.Close() }})
+	if err != nil {
 		_ = logf.Close()
 		return fmt.Errorf("start mirrord: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { // owned by the Agent: Kill and Stop wait for it
-		_ = cmd.Wait()
-		_ = logf.Close()
-		close(exited)
-	}()
-	a.cmd, a.exited = cmd, exited
+	a.cmd, a.exited = cmd, p.Done() // p's waiter is owned by the Agent: Kill and Stop wait for it
 	a.starts++
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/lockedexec"
 )
 
 // Binaries are the programs the benchmark runs, each in its own process.
@@ -101,15 +103,18 @@ func start(name, bin string, args []string, logPath string, stdout io.Writer, sa
 	if stdout != nil {
 		cmd.Stdout = stdout
 	}
-	if err := cmd.Start(); err != nil {
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	// Started from a thread that lives as long as the child (lockedexec:
+	// Pdeathsig fires when the forking thread ends, and the brokers'
+	// launchers end theirs). The waiter ends when the process does, after
+	// the sampler; whoever stops the process waits for both through done.
+	sampled := make(chan struct{})
+	lp, err := lockedexec.Start(cmd, lockedexec.Hooks{Exited: func(err error) { p.err = err }})
+	if err != nil {
 		_ = logf.Close() // the error to report is Start's
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	// The waiter ends when the process does, after the sampler it
-	// starts; whoever stops the process waits for both through done.
-	exited := make(chan struct{})
-	sampled := make(chan struct{})
+	exited := lp.Done()
 	go func() {
 		defer close(sampled)
 		if !sample {
@@ -130,8 +135,7 @@ func start(name, bin string, args []string, logPath string, stdout io.Writer, sa
 		}
 	}()
 	go func() {
-		p.err = cmd.Wait()
-		close(exited)
+		<-exited
 		<-sampled
 		_ = logf.Close() // the child has exited; nothing more is written to it
 		close(p.done)

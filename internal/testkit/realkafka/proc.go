@@ -7,22 +7,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/seed83556561/mirrord/internal/lockedexec"
 )
 
-// proc is one JVM. Its goroutine (started by launch) owns the exec.Cmd: it
-// started the process from a thread locked for the process's lifetime, so
-// that Pdeathsig, which fires when the forking thread exits
-// (golang/go#27505), fires only when the whole test process dies; it waits
-// for the process, removes the pid file, records the exit in err and closes
-// done.
+// proc is one JVM, started by launch through lockedexec: from a thread
+// locked for the process's lifetime, so that Pdeathsig, which fires when
+// the forking thread exits (golang/go#27505), fires only when the whole
+// test process dies. That goroutine waits for the process, removes the pid
+// file, records the exit in err and closes done.
 type proc struct {
 	pid  int
-	done chan struct{}
+	done <-chan struct{}
 	err  error // the exit status; read only after done is closed
 }
 
@@ -58,38 +58,29 @@ func launch(java string, args []string, logPath, runDir, nodeDir string, pdeaths
 	if err != nil {
 		return nil, fmt.Errorf("node log: %w", err)
 	}
-	p := &proc{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, after the
-		// JVM has exited.
-		runtime.LockOSThread()
-		cmd := exec.Command(java, args...)
-		cmd.Stdout = logf
-		cmd.Stderr = logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if pdeathsig {
-			cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		}
-		err := cmd.Start()
-		_ = logf.Close() // the JVM has its own descriptor
-		if err != nil {
-			started <- err
-			close(p.done)
-			return
-		}
-		p.pid = cmd.Process.Pid
-		pidFile := writePidFile(runDir, p.pid, nodeDir)
-		started <- nil
-		p.err = cmd.Wait()
-		if pidFile != "" {
-			_ = os.Remove(pidFile)
-		}
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	cmd := exec.Command(java, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if pdeathsig {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	p := &proc{}
+	var pidFile string // written and removed on the launcher's goroutine
+	lp, err := lockedexec.Start(cmd, lockedexec.Hooks{
+		Started: func(pid int) { pidFile = writePidFile(runDir, pid, nodeDir) },
+		Exited: func(err error) {
+			p.err = err
+			if pidFile != "" {
+				_ = os.Remove(pidFile)
+			}
+		},
+	})
+	_ = logf.Close() // the JVM has its own descriptor
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", java, err)
 	}
+	p.pid, p.done = lp.Pid(), lp.Done()
 	return p, nil
 }
 
