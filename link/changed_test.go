@@ -53,7 +53,7 @@ func kvRounds(t *testing.T, c *cluster, kv string, from, to int) {
 func TestTranslateAfterCompaction(t *testing.T) { scenario(t, testTranslateAfterCompaction) }
 
 func testTranslateAfterCompaction(t *testing.T, e *env) {
-	f := e.mirrored(t, "tcomp", srcTopic("kv", 1).with(compactedConfig))
+	f := e.mirrored(t, "tcomp", srcTopic("kv", 1).with(compactedLaterConfig))
 	// The test compacts the source only: config sync would give the
 	// destination the source's quick cleaner settings, and the
 	// destination's cleaner would compact the mirror too.
@@ -64,9 +64,16 @@ func testTranslateAfterCompaction(t *testing.T, e *env) {
 	f.waitMirrored(90 * time.Second)
 	l.waitState(t, Mirroring, 30*time.Second)
 	lt := readTruth(t, f.src, f.dst, kv, kv, 0) // as mirrored: dense
+	for _, h := range lt.batches {
+		if !h.Dense() {
+			t.Fatalf("the source batch at %d was compacted before the test let the cleaner run: the premise (mirrored dense) does not hold", h.BaseOffset)
+		}
+	}
 
-	// The cleaner compacts what the link mirrored; one more round
-	// arrives (on Kafka it rolls the segment the cleaner skips).
+	// The cleaner compacts what the link mirrored (dense: the segment
+	// could not roll before); one more round arrives (on Kafka it rolls
+	// the segment the cleaner skips).
+	cleanSoon(t, f.src, kv)
 	if gappy, _ := compactSource(t, f.src, kv, 1, func() { time.Sleep(300 * time.Millisecond); kvRounds(t, f.src, kv, 10, 11) }); gappy == 0 {
 		t.Fatal("no gaps")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,30 @@ var compactedConfig = map[string]*string{
 	"min.cleanable.dirty.ratio": new("0.01"),
 	"min.compaction.lag.ms":     new("0"),
 	"delete.retention.ms":       new("0"),
+}
+
+// compactedLaterConfig is compactedConfig with a segment that does not roll
+// by itself: Kafka's cleaner never touches the active segment, so nothing
+// is compacted until cleanSoon lets segments roll. Tests whose premise is
+// "mirrored dense, compacted afterwards" use it: with compactedConfig the
+// real cleaner may compact a batch before the link reads it, and the link
+// then re-encodes that batch (TestTranslateAfterCompaction failed that way
+// on Kafka 4.4.0 in CI: a position in such a batch has no exact
+// translation once the cleaner removes more of it).
+var compactedLaterConfig = func() map[string]*string {
+	m := maps.Clone(compactedConfig)
+	m["segment.ms"] = new("3600000")
+	return m
+}()
+
+// cleanSoon lets the cleaner at a topic created with compactedLaterConfig:
+// segments roll after 100 ms again, so the next append rolls the active
+// one. kfake has no cleaner (tests compact it by hand) and no segments.
+func cleanSoon(t *testing.T, c *cluster, topic string) {
+	t.Helper()
+	if c.Fake == nil {
+		alterSettings(t, c, topic, kadm.AlterConfig{Name: "segment.ms", Value: new("100")})
+	}
 }
 
 // A compacted source topic has offset gaps between and inside batches, and,
