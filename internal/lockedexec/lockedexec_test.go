@@ -41,8 +41,12 @@ func TestPlainStartDiesWithItsThread(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	defer func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -50,12 +54,11 @@ func TestPlainStartDiesWithItsThread(t *testing.T) {
 	for range 100 {
 		endLockedThreads(5)
 		select {
-		case err := <-exited:
+		case <-exited:
 			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("the child ended with %v, not SIGKILL", err)
+			if !errors.As(waitErr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the child ended with %v, not SIGKILL", waitErr)
 			}
-			exited <- err // for the deferred wait
 			return
 		default:
 		}
