@@ -74,6 +74,15 @@ var (
 	// TRANSACTION_ABORTABLE, or an append failed for good); the caller
 	// aborts it and resumes at its last committed checkpoint.
 	ErrTxnAborted = errors.New("transaction must be aborted")
+	// ErrTxnTimedOut: the transaction has been open longer than
+	// transaction_timeout while its appends or its EndTxn kept getting
+	// answers that would otherwise be retried (a destination that stalls,
+	// loses leaders or cannot reach min.insync.replicas). The coordinator
+	// aborts such a transaction and bumps the epoch, so retrying in it is
+	// futile: the producer ends, and the session resumes at its last
+	// committed checkpoint under a new InitProducerId. It wraps
+	// ErrTxnAborted, never ErrTxnFenced: no newer session took over.
+	ErrTxnTimedOut = errors.New("transaction outlived transaction_timeout")
 )
 
 // TxnVersionOf asks the destination which transaction protocol a new
@@ -132,6 +141,9 @@ type TxnConfig struct {
 	// RetryBackoff is the first wait before a coordinator request is
 	// repeated after a retriable answer. Default 100ms.
 	RetryBackoff time.Duration
+	// Now is the clock a transaction's age is measured with. Default
+	// time.Now.
+	Now func() time.Time
 }
 
 // DefaultTxnTimeout is TxnConfig.Timeout's default.
@@ -155,6 +167,11 @@ type Txn struct {
 	// added is the current transaction's partitions (version 1: those
 	// AddPartitionsToTxn added; version 2: those the session produced to).
 	added map[tp.Key]bool
+	// began is when the current transaction got its first partition
+	// (zero: none open); the coordinator's transaction timeout runs from
+	// about then (it starts at the first AddPartitionsToTxn, or the first
+	// Produce under version 2, which come later).
+	began time.Time
 	// err is set once the producer is fenced: every later call returns it.
 	err error
 }
@@ -175,6 +192,9 @@ func OpenTxn(ctx context.Context, cl *kgo.Client, cfg TxnConfig, log hclog.Logge
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -269,6 +289,9 @@ func (t *Txn) Add(ctx context.Context, parts []tp.Key) error {
 		}
 	}
 	id, epoch := t.id, t.epoch
+	if len(t.added) == 0 && len(missing) > 0 && t.began.IsZero() {
+		t.began = t.cfg.Now()
+	}
 	if t.cfg.Version == TxnV2 {
 		for _, p := range missing {
 			t.added[p] = true
@@ -376,6 +399,7 @@ func (t *Txn) End(ctx context.Context, commit bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.added)
+	t.began = time.Time{}
 	if t.cfg.Version == TxnV2 && newEpoch != 0 {
 		if newID != t.id || newEpoch != t.epoch {
 			clear(t.seq)
@@ -417,6 +441,11 @@ func (t *Txn) retry(ctx context.Context, op string, fn func() (int16, error)) er
 			// was lost (coordinator requests are idempotent for the same
 			// producer ID and epoch: a repeated EndTxn of a completed
 			// transaction is answered as it was).
+			if op != "InitProducerId" {
+				if terr := t.timedOut(op, err); terr != nil {
+					return terr
+				}
+			}
 			if attempt > 0 && attempt%20 == 0 {
 				t.log.Warn("transaction coordinator keeps answering with a retriable error", "op", op,
 					"transactional_id", t.cfg.TransactionalID, "attempts", attempt, "error", err)
@@ -430,9 +459,38 @@ func (t *Txn) retry(ctx context.Context, op string, fn func() (int16, error)) er
 	}
 }
 
-// fence records that the producer is fenced and returns the error.
+// timedOut ends the producer with ErrTxnTimedOut, and returns that error,
+// when the current transaction has been open for transaction_timeout or
+// longer; last is the retriable answer op just got. Otherwise it returns
+// nil and the caller may retry.
+func (t *Txn) timedOut(op string, last error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return t.err
+	}
+	if t.began.IsZero() {
+		return nil
+	}
+	age := t.cfg.Now().Sub(t.began)
+	if age < t.cfg.Timeout {
+		return nil
+	}
+	t.err = fmt.Errorf("%s of transactional.id %s, producer %d epoch %d: %w: %w: the transaction has been open for %v, and transaction_timeout is %v: the coordinator aborts it, so the session gives it up and resumes at its last committed checkpoint with a new producer epoch (last answer: %w)",
+		op, t.cfg.TransactionalID, t.id, t.epoch, ErrTxnAborted, ErrTxnTimedOut, age.Round(time.Millisecond), t.cfg.Timeout, last)
+	return t.err
+}
+
+// fence records that the producer is fenced and returns the error. A
+// fencing answer to a transaction older than transaction_timeout is the
+// coordinator's abort, not a newer session's: it ends the producer with
+// ErrTxnTimedOut instead.
 func (t *Txn) fence(op string, cause error) error {
 	t.mu.Lock()
+	if t.err == nil && !t.began.IsZero() && t.cfg.Now().Sub(t.began) >= t.cfg.Timeout {
+		t.mu.Unlock()
+		return t.timedOut(op, cause)
+	}
 	defer t.mu.Unlock()
 	if t.err == nil {
 		t.err = fmt.Errorf("%s of transactional.id %s, producer %d epoch %d: %w: a newer session of the link took the transactional.id, or the coordinator aborted the transaction after transaction_timeout (%v): %w",

@@ -33,6 +33,8 @@ type txnEnv struct {
 	topic string
 	parts []tp.Partition
 	ver   appender.TxnVersion
+	// timeout is the sessions' transaction timeout (0: 30s).
+	timeout time.Duration
 }
 
 func newTxnEnv(t *testing.T, b mirrortest.Backend, base string, partitions int32) *txnEnv {
@@ -64,7 +66,11 @@ func (e *txnEnv) open(t *testing.T, txid string, opts ...kgo.Opt) *session {
 	cl := e.c.NewClient(t, append(append(opts, appender.TxnClientOpts(e.ver)...), kgo.RetryTimeout(20*time.Second))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	txn, err := appender.OpenTxn(ctx, cl, appender.TxnConfig{TransactionalID: txid, Version: e.ver, Timeout: 30 * time.Second}, logtest.Logger(t.Output()))
+	timeout := e.timeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	txn, err := appender.OpenTxn(ctx, cl, appender.TxnConfig{TransactionalID: txid, Version: e.ver, Timeout: timeout}, logtest.Logger(t.Output()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,6 +419,62 @@ func TestTxnRetryConcurrentTransactions(t *testing.T) {
 		if n := left.Load(); n >= 0 {
 			t.Fatalf("only %d of the 2 answers were replaced", 2-n)
 		}
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
+	})
+}
+
+// Guards the bound on retries (issue 22, item 5: transaction timeouts
+// handled and explained): a partition whose every Produce answer is
+// retriable (NOT_ENOUGH_REPLICAS here, as a destination below
+// min.insync.replicas answers) is retried only while the transaction is
+// younger than the transaction timeout, which the coordinator enforces by
+// aborting it. Then the append ends with ErrTxnTimedOut (an abort, not a
+// fencing by a newer session), and the next session commits with nothing
+// of the given-up transaction visible. Before, the append retried until
+// its context ended.
+func TestTxnRetryEndsAtTransactionTimeout(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-timeout", 2)
+		e.timeout = 3 * time.Second
+		px := proxied(t, e.c)
+		txid := mirrortest.NamesFor(t, b).Of("txn-timeout")
+		s := e.open(t, txid, kgo.SeedBrokers(px.Addrs()...))
+		var refusing atomic.Bool
+		refusing.Store(true)
+		px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+			if refusing.Load() && f.APIKey == int16(kmsg.Produce) && f.IsResponse() && f.Writes(e.topic, 0) {
+				return faultproxy.Replace(faultproxy.ProduceError(f, kerr.NotEnoughReplicas.Code))
+			}
+			return faultproxy.Pass
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := s.txn.Add(ctx, []tp.Key{e.parts[0].Key(), e.parts[1].Key()}); err != nil {
+			t.Fatal(err)
+		}
+		lost := sourceBatch("idempotent", 1, 3, 0)
+		if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[1], clone(lost.raw)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[0], clone(sourceBatch("plain", 2, 2, 0).raw))
+		switch {
+		case err == nil:
+			t.Fatal("the append succeeded through refused answers")
+		case ctx.Err() != nil:
+			t.Fatalf("the append retried until its context ended: %v", err)
+		case !errors.Is(err, appender.ErrTxnTimedOut) || !errors.Is(err, appender.ErrTxnAborted) || errors.Is(err, appender.ErrTxnFenced):
+			t.Fatalf("append: %v; want ErrTxnTimedOut and ErrTxnAborted, not ErrTxnFenced", err)
+		}
+		t.Logf("append ended: %v", err)
+		if err := s.txn.End(ctx, true); !errors.Is(err, appender.ErrTxnTimedOut) {
+			t.Fatalf("commit after the timeout: %v, want ErrTxnTimedOut", err)
+		}
+
+		refusing.Store(false)
+		next := e.open(t, txid, kgo.SeedBrokers(px.Addrs()...))
+		bs := []srcBatch{sourceBatch("transactional", 3, 4, 2)}
+		appendAll(t, next, e.parts[0], bs...)
+		end(t, next, true)
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
 	})
 }

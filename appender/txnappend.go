@@ -96,6 +96,9 @@ func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache
 		if !retry {
 			return 0, err
 		}
+		if terr := t.timedOut("Produce", err); terr != nil {
+			return 0, fmt.Errorf("%s: %w", p, terr)
+		}
 		if attempt > 0 && attempt%10 == 0 {
 			t.log.Warn("transactional append keeps failing; sending the batch again", "partition", p.String(),
 				"attempts", attempt, "sequence", st.Sequence, "error", err)

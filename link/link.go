@@ -586,6 +586,8 @@ func errorKind(err error) string {
 		return "fenced"
 	case errors.Is(err, appender.ErrLeaseExpired):
 		return "lease_expired"
+	case errors.Is(err, appender.ErrTxnTimedOut):
+		return "transaction_timeout"
 	case errors.Is(err, fetcher.ErrOffsetOutOfRange):
 		return "offset_out_of_range"
 	case errors.Is(err, transform.ErrCorrupt), errors.Is(err, fetcher.ErrCorrupt), errors.Is(err, appender.ErrCorrupt):

@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		counters: make([]*prometheus.CounterVec, len(counterTable)),
 		state:    gauge("link_state", "1 for the link's current lifecycle state, 0 for the others.", "state"),
-		errors:   counter("errors_total", "Errors that failed the link (fenced, lease_expired, offset_out_of_range, corrupt, too_large, authorization, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
+		errors:   counter("errors_total", "Errors that failed the link (fenced, lease_expired, transaction_timeout, offset_out_of_range, corrupt, too_large, authorization, timeout, other) or a topic discovery (discovery, retried at the next interval), by kind.", "kind"),
 		lag:      gauge("lag_records", "Source high watermark minus the next source offset to mirror, summed over the link's partitions."),
 		lagSeconds: gauge("lag_seconds",
 			"How far behind the link is in time, its most lagging partition's: 0 when caught up, else the age of the oldest record fetched and not yet mirrored (before it is fetched, of the last record mirrored, an upper bound), by the source records' timestamps."),
