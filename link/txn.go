@@ -94,17 +94,24 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 		return nil, err
 	}
 	s.plan = newTxnPlan(l.cfg.Link.Name, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
+	// The previous session's link record, read before this session's
+	// first commit replaces it: whether it ran in preserve delivery, and
+	// whether it stopped cleanly.
+	prior, err := s.store.Replay(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// The first commit claims the link at once (PREPARING), so that a
 	// standby agent sees a live session, and renews it while this one
 	// waits for a preserve session's appends.
 	if err := s.keepaliveTxn(ctx); err != nil {
 		return nil, err
 	}
-	view, err := s.store.Replay(ctx)
-	if err != nil {
+	if err := s.waitPreserve(ctx, prior); err != nil {
 		return nil, err
 	}
-	if err := s.waitPreserve(ctx, view); err != nil {
+	view, err := s.store.Replay(ctx)
+	if err != nil {
 		return nil, err
 	}
 	pairs, created, err := s.discover(ctx)
@@ -120,6 +127,9 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	}
 	parts, err := s.place(ctx, view, pairs)
 	if err != nil {
+		return nil, err
+	}
+	if err := preserveTail(prior, l.cfg.Link.Name, parts); err != nil {
 		return nil, err
 	}
 	if s.fetch, err = s.newFetcher(); err != nil {
@@ -161,7 +171,9 @@ func (s *txnSession) keepaliveTxn(ctx context.Context) error {
 // waitPreserve waits out the lease and produce timeout of a preserve-mode
 // session that did not stop cleanly: its appends carry no epoch a broker
 // checks, so only time ends them (DESIGN §7). A transactional session's
-// appends are fenced by this session's InitProducerId.
+// appends are fenced by this session's InitProducerId. view is the state
+// as it was before this session's first commit (which replaces the link
+// record: read after it, the wait was never taken).
 func (s *txnSession) waitPreserve(ctx context.Context, view *statestore.View) error {
 	cfg := s.l.cfg
 	lv, ok := view.Links[cfg.Link.Name]
@@ -182,6 +194,34 @@ func (s *txnSession) waitPreserve(ctx context.Context, view *statestore.View) er
 		if err := s.keepaliveTxn(ctx); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// preserveTail refuses to resume partitions whose destination holds
+// batches past their checkpoint when the previous session ran in preserve
+// delivery (prior's link record, before this session's first commit): a
+// preserve session that did not stop cleanly appended batches its last
+// checkpoint does not cover, and only its reconciliation (the walk that
+// matches destination batches with source batches by producer identity,
+// which a transactional session replaces) can tell which; resuming at the
+// checkpoint would append them again. After a clean preserve stop the final
+// checkpoint covers every append (a tail past it is not the link's, and
+// preserve delivery would resume past it too), and nothing is refused.
+func preserveTail(prior *statestore.View, link string, parts []Placement) error {
+	lv, ok := prior.Links[link]
+	if !ok || lv.Delivery != statestore.DeliveryPreserve || lv.Clean() {
+		return nil
+	}
+	for _, pc := range parts {
+		ck := pc.Checkpoint
+		if ck == nil || pc.DstEnd <= ck.DestNextOffset {
+			continue
+		}
+		return fmt.Errorf("destination %s holds offsets %d to %d past the checkpoint of the previous session, which ran in preserve delivery and did not stop cleanly: "+
+			"only preserve delivery can reconcile those appends, and resuming at the checkpoint in transactional delivery would append them again. "+
+			"Run link %q once more with delivery = \"preserve\" until it is MIRRORING, stop it cleanly (SIGTERM or mirrord pause), then switch it to transactional delivery",
+			pc.Dst, ck.DestNextOffset, pc.DstEnd-1, link)
 	}
 	return nil
 }

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
@@ -230,4 +234,56 @@ func (f *fixture) exactlyOnceCommitted() {
 			f.t.Errorf("aborted record %s at the destination", k)
 		}
 	}
+}
+
+// Switching a link from preserve to transactional delivery after an
+// unclean stop (issue 22): the preserve session crashed with batches
+// appended past its last checkpoint. The transactional session waits out
+// the preserve session's lease and produce timeout (its appends carry no
+// epoch a broker fences), then refuses to resume, naming the partition and
+// what to do, because only preserve delivery's reconciliation can tell
+// which batches past the checkpoint it appended: resuming at the
+// checkpoint appended them again. Before, the wait was never taken (the
+// session read the link record after its own first commit had replaced
+// it) and every record of the tail was at the destination twice. One more
+// preserve run that stops cleanly makes the switch safe.
+func TestTxnAfterPreserveCrash(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "p2t", srcTopic("t", 1))
+		f.cfg.Link.ProduceTimeout = 3 * time.Second
+		topic := f.topic("t")
+		ck := crashPastCheckpoint(t, f, "A", "t", func() { f.load(idempotent, 1, "before", 60) })
+		t.Logf("preserve session crashed; checkpoint at destination offset %d, destination end %d", ck, endOffset(t, f.dst, topic, 0))
+
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		f.cfg.Link.TransactionTimeout = 30 * time.Second
+		logs := &logtest.Buffer{}
+		b := f.startWith(Deps{Logger: hclog.New(&hclog.LoggerOptions{Name: "B", Level: hclog.Info, Output: io.MultiWriter(logs, testWriter{t}), DisableTime: true})})
+		const refusal = "ran in preserve delivery and did not stop cleanly"
+		for deadline := time.Now().Add(90 * time.Second); !strings.Contains(b.Status().LastError, refusal); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the transactional session did not refuse the preserve tail: status %+v", b.Status())
+			}
+		}
+		if !strings.Contains(logs.String(), "waiting out its lease and produce timeout") {
+			t.Error("the transactional session did not wait out the crashed preserve session's lease")
+		}
+		if st := b.Status(); !strings.Contains(st.LastError, fmt.Sprintf("destination %s[0] holds offsets %d to", topic, ck)) || !strings.Contains(st.LastError, `delivery = "preserve"`) {
+			t.Errorf("refusal %q does not name the partition, the checkpoint and what to do", st.LastError)
+		}
+		b.stop(t, false)
+		onceEach(t, f, "t")
+
+		// Preserve once more, stopped cleanly: then the switch resumes.
+		f.cfg.Link.Delivery = statestore.DeliveryPreserve
+		c := f.start("C")
+		waitCaughtUp(t, c, endOffset(t, f.src, topic, 0), 90*time.Second)
+		c.stop(t, false)
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		d := f.start("D")
+		d.waitState(t, Mirroring, 60*time.Second)
+		f.load(transactional, 3, "after", 50)
+		t.Logf("%d records the same on both sides after the switch", f.waitSameCommitted(90*time.Second))
+		f.exactlyOnceCommitted() // read_committed (onceEach would count the transaction markers)
+	})
 }
