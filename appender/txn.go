@@ -427,11 +427,6 @@ func (t *Txn) retry(ctx context.Context, op string, fn func() (int16, error)) er
 			return t.fence(op, err)
 		case code == kerr.TransactionAbortable.Code:
 			return fmt.Errorf("%s of transactional.id %s: %w: %w", op, t.cfg.TransactionalID, ErrTxnAborted, err)
-		case code == kerr.TransactionalIDAuthorizationFailed.Code:
-			return fmt.Errorf("%s: the destination does not allow the link's principal Write and Describe on TransactionalId:%s (transactional delivery runs the link's transactions under it; see docs/acls.md): %w",
-				op, t.cfg.TransactionalID, err)
-		case code == kerr.TopicAuthorizationFailed.Code:
-			return fmt.Errorf("%s of transactional.id %s: the destination does not allow the link's principal Write on %w (see docs/acls.md)", op, t.cfg.TransactionalID, err)
 		case code == kerr.ConcurrentTransactions.Code, code == kerr.CoordinatorLoadInProgress.Code,
 			code == kerr.NotCoordinator.Code, code == kerr.CoordinatorNotAvailable.Code,
 			code == kerr.OperationNotAttempted.Code, code == kerr.RequestTimedOut.Code,

@@ -397,6 +397,8 @@ type aclCase struct {
 	// logOnly: the link cannot fail (the topic is invisible to it); want
 	// is in its log and it mirrors nothing.
 	logOnly bool
+	// txn runs the link in transactional delivery.
+	txn bool
 }
 
 // Guards that a link with one permission of docs/acls.md left out says
@@ -438,6 +440,13 @@ func TestMissingACLs(t *testing.T) {
 			want: `begin state session of link "{link}": init producer id for transactional.id mirrord.{link}: the destination cluster does not allow User:{user} Write on TransactionalId:mirrord.{link} (each session of link "{link}" takes it with InitProducerId, which fences the previous session, and commits every state transaction with it; Write implies the Describe that finding its coordinator needs; see docs/acls.md)`},
 		{name: "transactional ID Write", drop: []string{"dst.txn.Write"}, extra: []string{"+dst.txn.Describe"},
 			want: `begin state session of link "{link}": init producer id for transactional.id mirrord.{link}: the destination cluster does not allow User:{user} Write on TransactionalId:mirrord.{link} (each session of link "{link}" takes it with InitProducerId, which fences the previous session, and commits every state transaction with it; Write implies the Describe that finding its coordinator needs; see docs/acls.md)`},
+		{name: "transactional delivery: transactional ID Write", drop: []string{"dst.txn.Write"}, extra: []string{"+dst.txn.Describe"}, txn: true,
+			want: `destination cluster "dst" does not allow User:{user} Write on TransactionalId:mirrord.{link} (transactional delivery: each session of link "{link}" takes it with InitProducerId, which fences the previous session, and appends and commits every transaction under it; Write implies the Describe that finding its coordinator needs; see docs/acls.md)`},
+		{name: "transactional delivery: destination topic Write", drop: []string{"dst.topic.Write"}, txn: true,
+			want: `destination cluster "dst" does not allow User:{user} Write on Topic:{topic} (mirrord appends the mirrored batches; it may Alter, Create, Describe, Read; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "transactional delivery: state topic Write", drop: []string{"dst.state.Write"}, txn: true,
+			want: `the destination cluster does not allow User:{user} Write on Topic:{state} (every state transaction (checkpoints, barriers, salts, the session's lease) writes it; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "transactional delivery needs no more than the least set", txn: true},
 		{name: "topics created beforehand need no Create and no DescribeConfigs",
 			drop: []string{"src.topic.DescribeConfigs", "dst.topic.Create", "dst.state.Create"},
 			setup: func(t *testing.T, e *env, src, dst *aclCluster) {
@@ -470,12 +479,23 @@ func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc acl
 		}
 		f.cfg.Link.Include = []*regexp.Regexp{re}
 	}
+	if tc.txn {
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+	}
 	allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}), tc.drop, tc.extra...))
 	f.load(idempotent, 3, "i", 60)
+	if tc.txn {
+		f.load(transactional, 2, "t", 40)
+	}
 
 	l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)
 	if tc.want == "" {
 		l.waitState(t, Mirroring, 60*time.Second)
+		if tc.txn {
+			f.waitSameCommitted(60 * time.Second)
+			f.exactlyOnceCommitted()
+			return
+		}
 		f.waitMirrored(60 * time.Second)
 		f.exactlyOnce()
 		return

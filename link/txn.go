@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seed83556561/mirrord/appender"
@@ -237,27 +239,58 @@ func (s *txnSession) commitRecords(ctx context.Context, recs []statestore.Record
 	for p := range batches {
 		keys = append(keys, tp.Key{Topic: s.stateTopic.Topic, Partition: p})
 	}
+	const why = "transactional delivery commits the link's checkpoints in the session's transactions"
 	if err := s.txn.Add(ctx, keys); err != nil {
-		return s.explain(err)
+		return s.explainTopic(err, s.stateTopic.Topic, why)
 	}
 	for p, b := range batches {
 		sp := s.stateTopic
 		sp.Partition = p
 		if _, err := s.txn.Append(ctx, s.appendTo, s.txnLs, sp, b); err != nil {
-			return s.explain(err)
+			return s.explainTopic(err, s.stateTopic.Topic, why)
 		}
 	}
 	return s.explain(s.txn.End(ctx, true))
 }
 
 // explain makes a fenced producer's error statestore.ErrFenced, which the
-// lifecycle answers by standing by.
+// lifecycle answers by standing by, and names the permission behind a
+// refusal of the session's transactional requests, with the destination
+// cluster and the principal: InitProducerId, AddPartitionsToTxn, Produce
+// and EndTxn need Write on the link's transactional ID (which implies the
+// Describe its FindCoordinator needs); Produce and AddPartitionsToTxn need
+// Write on the topic (explainTopic). A transactional producer needs
+// no IdempotentWrite on the cluster.
+// An error explained once (a commit's, which the plan reports again) is
+// not explained again.
 func (s *txnSession) explain(err error) error {
-	if errors.Is(err, appender.ErrTxnFenced) && !errors.Is(err, statestore.ErrFenced) {
+	var done explained
+	switch {
+	case err == nil || errors.As(err, &done):
+		return err
+	case errors.Is(err, appender.ErrTxnFenced) && !errors.Is(err, statestore.ErrFenced):
 		return fmt.Errorf("%w: %w", statestore.ErrFenced, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return explained{s.l.acl.dst.Refused(kmsg.ACLOperationWrite, "TransactionalId:"+statestore.TransactionalID(s.l.cfg.Link.Name),
+			fmt.Sprintf("transactional delivery: each session of link %q takes it with InitProducerId, which fences the previous session, and appends and commits every transaction under it; Write implies the Describe that finding its coordinator needs", s.l.cfg.Link.Name), err)}
 	}
 	return err
 }
+
+// explainTopic is explain for a request that writes topic: a topic
+// refusal names Write on it, and why.
+func (s *txnSession) explainTopic(err error, topic, why string) error {
+	var done explained
+	if errors.Is(err, kerr.TopicAuthorizationFailed) && !errors.As(err, &done) {
+		return explained{s.l.acl.dst.RefusedTopic(kmsg.ACLOperationWrite, topic, why, err)}
+	}
+	return s.explain(err)
+}
+
+// explained is an error explain named the permission of.
+type explained struct{ error }
+
+func (e explained) Unwrap() error { return e.error }
 
 // txnCommitter runs the session's commits one at a time; the final one gets
 // its own deadline, as it runs after the agent's context ended.
@@ -494,11 +527,13 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended
 		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
 		return res
 	}
+	const why = "mirrord appends the mirrored batches in the session's transactions"
 	if err := s.txn.Add(ctx, []tp.Key{a.pair.Dst.Key()}); err != nil {
-		res.err = err
+		res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 		return res
 	}
-	res.base, res.err = s.txn.Append(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw)
+	res.base, err = s.txn.Append(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw)
+	res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 	res.n = int64(h.LastOffsetDelta) + 1
 	return res
 }
