@@ -221,7 +221,12 @@ func (cs *configSync) set(fn func(*ConfigSyncStatus)) {
 }
 
 // live reports whether this agent's session of the link is the live one.
-func (cs *configSync) live() bool { return moverView{cs.l}.Live() }
+func (cs *configSync) live() bool {
+	if cs.l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		return cs.l.txnTopics.Load() != nil
+	}
+	return moverView{cs.l}.Live()
+}
 
 // mirrored is one mirrored topic pair.
 type mirrored struct {
@@ -232,6 +237,13 @@ type mirrored struct {
 // mirroredTopics asks the running session for the topics it mirrors, in
 // destination name order.
 func (cs *configSync) mirroredTopics(ctx context.Context) ([]mirrored, error) {
+	if cs.l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		ts := cs.l.txnTopics.Load()
+		if ts == nil {
+			return nil, errConfigSyncNotLive
+		}
+		return slices.Clone(*ts), nil
+	}
 	o := cs.l.online.Load()
 	if o == nil {
 		return nil, errConfigSyncNotLive

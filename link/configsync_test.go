@@ -16,6 +16,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/internal/topicconfig"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // topicSettings are a topic's settings as DescribeConfigs answers them,
@@ -147,106 +148,122 @@ func topicStatus(st Status, dst string) (TopicConfigStatus, bool) {
 // topic an operator created beforehand is left alone; and a new agent
 // process knows from the state topic which mirrors the link created.
 func TestConfigSync(t *testing.T) {
-	scenario(t, func(t *testing.T, e *env) {
-		f := e.mirrored(t, "cfgsync",
-			srcTopic("own", 2).with(map[string]*string{
-				"retention.ms": new("3600000"), "segment.ms": new("7200000"), "min.insync.replicas": new("1"),
-				"compression.type": new("zstd"),
-			}),
-			// kfake stamps LogAppendTime with a stale CRC
-			// (TestLogAppendTimeSource): this topic carries no data.
-			srcTopic("stamped", 1).with(map[string]*string{"message.timestamp.type": new("LogAppendTime")}),
-			srcTopic("op", 1).with(map[string]*string{"retention.ms": new("7200000"), "segment.ms": new("3600000")}),
-		)
-		own, stamped, op := f.topic("own"), f.topic("stamped"), f.topic("op")
-		// The operator's own destination topic, created beforehand.
-		f.dst.CreateTopic(t, op, 1, map[string]*string{"retention.ms": new("1000000")})
-		f.cfg.Link.ConfigSyncInterval = 300 * time.Millisecond
-		f.load(idempotent, 0, "before", 40, "own", "op")
+	scenario(t, func(t *testing.T, e *env) { testConfigSync(t, e, false) })
+}
 
-		l := f.start("cfgsync")
-		l.waitState(t, Mirroring, 60*time.Second)
-		const within = 30 * time.Second
-		s := waitSettings(t, f.dst, own, within, wants(map[string]string{
-			"retention.ms": "3600000", "segment.ms": "7200000", "min.insync.replicas": "-",
-			"compression.type": "producer", "message.timestamp.type": "CreateTime",
-		}))
-		t.Logf("%s: mirror of %s after the first round: retention.ms=%s segment.ms=%s min.insync.replicas=%s (%v)", e.b, own,
-			s.value("retention.ms"), s.value("segment.ms"), s.value("min.insync.replicas"), s["min.insync.replicas"].Source)
-		waitSettings(t, f.dst, stamped, within, wants(map[string]string{"message.timestamp.type": "CreateTime", "compression.type": "producer"}))
+// The same in transactional delivery (issue 22, item 5): the session
+// offers config sync its topics, and records the topics it creates in its
+// own transactions.
+func TestConfigSyncTransactional(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testConfigSync(t, e, true) })
+}
 
-		// Changed, added and deleted at the source: the mirror follows.
-		alterSettings(t, f.src, own, set("retention.ms", "7200000"), set("max.message.bytes", "2097152"), unset("segment.ms"))
-		alterSettings(t, f.src, stamped, set("delete.retention.ms", "3600000"))
-		waitSettings(t, f.dst, own, within, wants(map[string]string{
-			"retention.ms": "7200000", "max.message.bytes": "2097152", "segment.ms": "-", "min.insync.replicas": "-",
-			"compression.type": "producer", "message.timestamp.type": "CreateTime",
-		}))
-		waitSettings(t, f.dst, stamped, within, wants(map[string]string{"delete.retention.ms": "3600000", "message.timestamp.type": "CreateTime"}))
+func testConfigSync(t *testing.T, e *env, txn bool) {
+	f := e.mirrored(t, "cfgsync",
+		srcTopic("own", 2).with(map[string]*string{
+			"retention.ms": new("3600000"), "segment.ms": new("7200000"), "min.insync.replicas": new("1"),
+			"compression.type": new("zstd"),
+		}),
+		// kfake stamps LogAppendTime with a stale CRC
+		// (TestLogAppendTimeSource): this topic carries no data.
+		srcTopic("stamped", 1).with(map[string]*string{"message.timestamp.type": new("LogAppendTime")}),
+		srcTopic("op", 1).with(map[string]*string{"retention.ms": new("7200000"), "segment.ms": new("3600000")}),
+	)
+	own, stamped, op := f.topic("own"), f.topic("stamped"), f.topic("op")
+	// The operator's own destination topic, created beforehand.
+	f.dst.CreateTopic(t, op, 1, map[string]*string{"retention.ms": new("1000000")})
+	f.cfg.Link.ConfigSyncInterval = 300 * time.Millisecond
+	if txn {
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+	}
+	f.load(idempotent, 0, "before", 40, "own", "op")
 
-		// The operator's topic keeps its own settings; the link still
-		// mirrors into it.
-		if s := describeSettings(t, f.dst, op); s.value("retention.ms") != "1000000" {
-			t.Errorf("operator's topic %s: retention.ms %s, want its own 1000000", op, s.value("retention.ms"))
-		} else if v, ok := s.override("segment.ms"); ok {
-			t.Errorf("operator's topic %s got segment.ms=%s from its source", op, v)
-		}
+	l := f.start("cfgsync")
+	l.waitState(t, Mirroring, 60*time.Second)
+	const within = 30 * time.Second
+	s := waitSettings(t, f.dst, own, within, wants(map[string]string{
+		"retention.ms": "3600000", "segment.ms": "7200000", "min.insync.replicas": "-",
+		"compression.type": "producer", "message.timestamp.type": "CreateTime",
+	}))
+	t.Logf("%s: mirror of %s after the first round: retention.ms=%s segment.ms=%s min.insync.replicas=%s (%v)", e.b, own,
+		s.value("retention.ms"), s.value("segment.ms"), s.value("min.insync.replicas"), s["min.insync.replicas"].Source)
+	waitSettings(t, f.dst, stamped, within, wants(map[string]string{"message.timestamp.type": "CreateTime", "compression.type": "producer"}))
+
+	// Changed, added and deleted at the source: the mirror follows.
+	alterSettings(t, f.src, own, set("retention.ms", "7200000"), set("max.message.bytes", "2097152"), unset("segment.ms"))
+	alterSettings(t, f.src, stamped, set("delete.retention.ms", "3600000"))
+	waitSettings(t, f.dst, own, within, wants(map[string]string{
+		"retention.ms": "7200000", "max.message.bytes": "2097152", "segment.ms": "-", "min.insync.replicas": "-",
+		"compression.type": "producer", "message.timestamp.type": "CreateTime",
+	}))
+	waitSettings(t, f.dst, stamped, within, wants(map[string]string{"delete.retention.ms": "3600000", "message.timestamp.type": "CreateTime"}))
+
+	// The operator's topic keeps its own settings; the link still
+	// mirrors into it.
+	if s := describeSettings(t, f.dst, op); s.value("retention.ms") != "1000000" {
+		t.Errorf("operator's topic %s: retention.ms %s, want its own 1000000", op, s.value("retention.ms"))
+	} else if v, ok := s.override("segment.ms"); ok {
+		t.Errorf("operator's topic %s got segment.ms=%s from its source", op, v)
+	}
+	if txn {
+		f.waitSameCommitted(60*time.Second, "own", "op")
+	} else {
 		f.waitMirrored(60*time.Second, "own", "op")
+	}
 
-		st := l.Status()
-		for dst, want := range map[string]string{op: TopicConfigLeftAlone, own: "", stamped: ""} {
-			ts, ok := topicStatus(st, dst)
-			switch {
-			case !ok:
-				t.Errorf("status config_sync has no topic %s: %+v", dst, st.ConfigSync)
-			case want != "" && ts.State != want, want == "" && ts.State != TopicConfigSynced && ts.State != TopicConfigUpToDate:
-				t.Errorf("status config_sync topic %s: %+v, want %s", dst, ts, want)
-			}
+	st := l.Status()
+	for dst, want := range map[string]string{op: TopicConfigLeftAlone, own: "", stamped: ""} {
+		ts, ok := topicStatus(st, dst)
+		switch {
+		case !ok:
+			t.Errorf("status config_sync has no topic %s: %+v", dst, st.ConfigSync)
+		case want != "" && ts.State != want, want == "" && ts.State != TopicConfigSynced && ts.State != TopicConfigUpToDate:
+			t.Errorf("status config_sync topic %s: %+v, want %s", dst, ts, want)
 		}
-		c := st.Counters
-		if c.Get(ConfigSyncRounds) == 0 || c.Get(ConfigsSet) < 4 || c.Get(ConfigsDeleted) < 1 || c.Get(ConfigSyncErrors) != 0 {
-			t.Errorf("counters %s: want rounds, at least 4 settings set (segment.ms, retention.ms, max.message.bytes, delete.retention.ms), 1 deleted, no error", c)
+	}
+	c := st.Counters
+	if c.Get(ConfigSyncRounds) == 0 || c.Get(ConfigsSet) < 4 || c.Get(ConfigsDeleted) < 1 || c.Get(ConfigSyncErrors) != 0 {
+		t.Errorf("counters %s: want rounds, at least 4 settings set (segment.ms, retention.ms, max.message.bytes, delete.retention.ms), 1 deleted, no error", c)
+	}
+	if st.ConfigSync.LastSuccess.IsZero() || st.ConfigSync.LastError != "" || st.ConfigSync.Interval != 300*time.Millisecond {
+		t.Errorf("config_sync status %+v", st.ConfigSync)
+	}
+	js, _ := json.Marshal(st)
+	for _, k := range []string{`"config_sync":{`, `"config_sync_configs_set":`, `"config_sync_configs_deleted":`, `"config_sync_rounds":`, `"config_sync_errors":0`, `"state":"left_alone"`} {
+		if !strings.Contains(string(js), k) {
+			t.Errorf("status JSON lacks %s: %s", k, js)
 		}
-		if st.ConfigSync.LastSuccess.IsZero() || st.ConfigSync.LastError != "" || st.ConfigSync.Interval != 300*time.Millisecond {
-			t.Errorf("config_sync status %+v", st.ConfigSync)
-		}
-		js, _ := json.Marshal(st)
-		for _, k := range []string{`"config_sync":{`, `"config_sync_configs_set":`, `"config_sync_configs_deleted":`, `"config_sync_rounds":`, `"config_sync_errors":0`, `"state":"left_alone"`} {
-			if !strings.Contains(string(js), k) {
-				t.Errorf("status JSON lacks %s: %s", k, js)
-			}
-		}
+	}
 
-		// The state topic records which mirrors the link created.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		view, err := replayState(ctx, f.dst, f.stateTopic())
-		if err != nil {
-			t.Fatal(err)
+	// The state topic records which mirrors the link created.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	view, err := replayState(ctx, f.dst, f.stateTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]string{}
+	for k, v := range view.Topics {
+		if k.LinkName == f.cfg.Link.Name {
+			recorded[v.Topic] = v.SourceTopic
 		}
-		recorded := map[string]string{}
-		for k, v := range view.Topics {
-			if k.LinkName == f.cfg.Link.Name {
-				recorded[v.Topic] = v.SourceTopic
-			}
-		}
-		if len(recorded) != 2 || recorded[own] != own || recorded[stamped] != stamped {
-			t.Errorf("state topic records created topics %v, want %s and %s (not the operator's %s)", recorded, own, stamped, op)
-		}
+	}
+	if len(recorded) != 2 || recorded[own] != own || recorded[stamped] != stamped {
+		t.Errorf("state topic records created topics %v, want %s and %s (not the operator's %s)", recorded, own, stamped, op)
+	}
 
-		// A new process (the link's state in memory gone) knows its
-		// mirrors from the state topic and keeps them in line.
-		l.stop(t, false)
-		alterSettings(t, f.src, own, set("retention.ms", "10800000"))
-		alterSettings(t, f.src, op, set("retention.ms", "10800000"))
-		l2 := f.start("cfgsync-2")
-		l2.waitState(t, Mirroring, 60*time.Second)
-		waitSettings(t, f.dst, own, within, wants(map[string]string{"retention.ms": "10800000", "max.message.bytes": "2097152"}))
-		time.Sleep(3 * f.cfg.Link.ConfigSyncInterval) // rounds that would wrongly touch the operator's topic
-		if v, _ := describeSettings(t, f.dst, op).override("retention.ms"); v != "1000000" {
-			t.Errorf("operator's topic %s: retention.ms %s after a restart, want its own 1000000", op, v)
-		}
-	})
+	// A new process (the link's state in memory gone) knows its
+	// mirrors from the state topic and keeps them in line.
+	l.stop(t, false)
+	alterSettings(t, f.src, own, set("retention.ms", "10800000"))
+	alterSettings(t, f.src, op, set("retention.ms", "10800000"))
+	l2 := f.start("cfgsync-2")
+	l2.waitState(t, Mirroring, 60*time.Second)
+	waitSettings(t, f.dst, own, within, wants(map[string]string{"retention.ms": "10800000", "max.message.bytes": "2097152"}))
+	time.Sleep(3 * f.cfg.Link.ConfigSyncInterval) // rounds that would wrongly touch the operator's topic
+	if v, _ := describeSettings(t, f.dst, op).override("retention.ms"); v != "1000000" {
+		t.Errorf("operator's topic %s: retention.ms %s after a restart, want its own 1000000", op, v)
+	}
 }
 
 // Guards the opt-in: with config_sync { all_topics = true } a destination

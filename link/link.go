@@ -252,6 +252,10 @@ type Link struct {
 	// online is the running session's offer to other goroutines (offset
 	// translation), nil while no session's event loop runs.
 	online atomic.Pointer[online]
+	// txnTopics are the topics a running transactional session mirrors
+	// (config sync's list; a preserve session answers through online),
+	// nil while no transactional session's event loop runs.
+	txnTopics atomic.Pointer[[]mirrored]
 	// mover moves the link's consumers to the mirror: group offset sync
 	// and failover (package failover), through a view of the link that
 	// offers only what it needs (moverView).
@@ -319,12 +323,6 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
 	l.mover = l.newMover(moverView{l})
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name, Delivery: cfg.Link.Delivery.String()}
-	if cfg.Link.ConfigSync.Enabled && cfg.Link.Delivery == statestore.DeliveryTransactional {
-		// Config sync asks the running pipeline for its topics; a
-		// transactional session has none yet (issue 22 leaves it out).
-		l.log.Warn("topic config sync does not run in transactional delivery yet: destination topics keep the configuration they were created with")
-		l.cfg.Link.ConfigSync.Enabled = false
-	}
 	if l.cfg.Link.ConfigSync.Enabled {
 		l.status.ConfigSync = &ConfigSyncStatus{Interval: cfg.Link.ConfigSyncInterval, AllTopics: cfg.Link.ConfigSync.AllTopics, Topics: []TopicConfigStatus{}}
 	}

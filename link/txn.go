@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -106,7 +108,9 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	// The first commit claims the link at once (PREPARING), so that a
 	// standby agent sees a live session, and renews it while this one
 	// waits for a preserve session's appends.
-	if err := s.keepaliveTxn(ctx); err != nil {
+	// It also records the destination topics an earlier session of this
+	// process created and could not record (config sync manages them).
+	if err := s.keepaliveTxn(ctx, l.owned.merge(l.cfg.Link.Name, prior)...); err != nil {
 		return nil, err
 	}
 	if err := s.waitPreserve(ctx, prior); err != nil {
@@ -161,9 +165,9 @@ func (s *txnSession) stateTopicInfo(ctx context.Context) error {
 
 // keepaliveTxn commits a transaction holding only the link record
 // (PREPARING), renewing the session's lease.
-func (s *txnSession) keepaliveTxn(ctx context.Context) error {
+func (s *txnSession) keepaliveTxn(ctx context.Context, extra ...statestore.Record) error {
 	now := s.l.deps.Now()
-	if err := s.commitRecords(ctx, []statestore.Record{s.plan.linkRecord(now, statestore.Preparing)}); err != nil {
+	if err := s.commitRecords(ctx, append(extra, s.plan.linkRecord(now, statestore.Preparing))); err != nil {
 		return fmt.Errorf("commit PREPARING: %w", err)
 	}
 	s.plan.lastCommit = now
@@ -317,6 +321,8 @@ func (s *txnSession) txnCommitter() error {
 // it fails. mirroring is called once the initial partitions are assigned.
 func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, error) {
 	l := s.l
+	s.publishTopics()
+	defer l.txnTopics.Store(nil)
 	ck := time.NewTicker(l.cfg.Link.CheckpointInterval)
 	defer ck.Stop()
 	disc := time.NewTicker(l.cfg.Link.DiscoveryInterval)
@@ -542,7 +548,26 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended
 func (s *txnSession) reportTxn() { s.reportCounts(s.plan.counts.Get) }
 
 // publishTxn refreshes the status snapshot and the lag gauges.
-func (s *txnSession) publishTxn() { s.publishPartitions(s.plan.partitions(s.l.deps.Now())) }
+func (s *txnSession) publishTxn() {
+	s.publishPartitions(s.plan.partitions(s.l.deps.Now()))
+	s.publishTopics()
+}
+
+// publishTopics offers config sync the topics the session mirrors, one
+// entry per destination topic, in destination name order.
+func (s *txnSession) publishTopics() {
+	seen := map[string]bool{}
+	out := []mirrored{}
+	for _, k := range s.plan.order {
+		pr := s.plan.parts[k].pair
+		if !seen[pr.Dst.Topic] {
+			seen[pr.Dst.Topic] = true
+			out = append(out, mirrored{src: pr.Src.Topic, dst: pr.Dst.Topic, dstID: pr.Dst.ID})
+		}
+	}
+	slices.SortFunc(out, func(a, b mirrored) int { return strings.Compare(a.dst, b.dst) })
+	s.l.txnTopics.Store(&out)
+}
 
 // close ends the session's goroutines and releases its clients; the open
 // transaction, if any, is left to the next session's InitProducerId (or
