@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -174,6 +175,12 @@ type Txn struct {
 	began time.Time
 	// err is set once the producer is fenced: every later call returns it.
 	err error
+	// adding is set while a caller of Add sends AddPartitionsToTxn;
+	// addNext collects what other callers ask for meanwhile.
+	adding  bool
+	addNext *addBatch
+	// addRequests counts AddPartitionsToTxn requests.
+	addRequests atomic.Int64
 }
 
 // OpenTxn begins a session's transactional producer with InitProducerId,
@@ -276,6 +283,13 @@ func nextSequence(seq, n int32) int32 {
 // appended to them: AddPartitionsToTxn for those not yet in it under
 // version 1; under version 2 the Produce adds its partition, and Add only
 // notes it. The state topic's partition is added like any other.
+//
+// Under version 1 every AddPartitionsToTxn is a write to the coordinator's
+// transaction log, so concurrent calls (one per partition's append) are
+// coalesced: while one request is in flight, the partitions other calls
+// ask for wait and go together in the next one, which the caller whose
+// request finished sends on their behalf. A transaction that touches a
+// thousand partitions takes a few requests, not a thousand.
 func (t *Txn) Add(ctx context.Context, parts []tp.Key) error {
 	t.mu.Lock()
 	if t.err != nil {
@@ -288,7 +302,6 @@ func (t *Txn) Add(ctx context.Context, parts []tp.Key) error {
 			missing = append(missing, p)
 		}
 	}
-	id, epoch := t.id, t.epoch
 	if len(t.added) == 0 && len(missing) > 0 && t.began.IsZero() {
 		t.began = t.cfg.Now()
 	}
@@ -298,20 +311,81 @@ func (t *Txn) Add(ctx context.Context, parts []tp.Key) error {
 		}
 		missing = nil
 	}
-	t.mu.Unlock()
 	if len(missing) == 0 {
+		t.mu.Unlock()
 		return nil
 	}
-	sort.Slice(missing, func(i, j int) bool {
-		if missing[i].Topic != missing[j].Topic {
-			return missing[i].Topic < missing[j].Topic
+	if t.adding {
+		// A request is in flight: join the next one, which its sender
+		// sends when it returns.
+		b := t.addNext
+		if b == nil {
+			b = &addBatch{parts: map[tp.Key]bool{}, done: make(chan struct{})}
+			t.addNext = b
 		}
-		return missing[i].Partition < missing[j].Partition
+		for _, p := range missing {
+			b.parts[p] = true
+		}
+		t.mu.Unlock()
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.adding = true
+	b := &addBatch{parts: map[tp.Key]bool{}, done: make(chan struct{})}
+	for _, p := range missing {
+		b.parts[p] = true
+	}
+	own := b
+	for {
+		id, epoch := t.id, t.epoch
+		t.mu.Unlock()
+		b.err = t.addPartitions(ctx, id, epoch, b.parts)
+		t.mu.Lock()
+		if b.err == nil {
+			for p := range b.parts {
+				t.added[p] = true
+			}
+		}
+		close(b.done)
+		if t.addNext == nil {
+			t.adding = false
+			t.mu.Unlock()
+			return own.err
+		}
+		b, t.addNext = t.addNext, nil
+	}
+}
+
+// addBatch is one coalesced AddPartitionsToTxn: the partitions it adds,
+// and its outcome once done is closed.
+type addBatch struct {
+	parts map[tp.Key]bool
+	done  chan struct{}
+	err   error
+}
+
+// addPartitions sends one AddPartitionsToTxn for parts (version 1),
+// retried as coordinator requests are.
+func (t *Txn) addPartitions(ctx context.Context, id int64, epoch int16, parts map[tp.Key]bool) error {
+	sorted := make([]tp.Key, 0, len(parts))
+	for p := range parts {
+		sorted = append(sorted, p)
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].Topic != sorted[j].Topic {
+			return sorted[i].Topic < sorted[j].Topic
+		}
+		return sorted[i].Partition < sorted[j].Partition
 	})
-	err := t.retry(ctx, "AddPartitionsToTxn", func() (int16, error) {
+	return t.retry(ctx, "AddPartitionsToTxn", func() (int16, error) {
+		t.addRequests.Add(1)
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()
 		req.TransactionalID, req.ProducerID, req.ProducerEpoch = t.cfg.TransactionalID, id, epoch
-		for _, p := range missing {
+		for _, p := range sorted {
 			if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != p.Topic {
 				rt := kmsg.NewAddPartitionsToTxnRequestTopic()
 				rt.Topic = p.Topic
@@ -339,16 +413,11 @@ func (t *Txn) Add(ctx context.Context, parts []tp.Key) error {
 		}
 		return code, nil
 	})
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	for _, p := range missing {
-		t.added[p] = true
-	}
-	t.mu.Unlock()
-	return nil
 }
+
+// AddRequests counts the AddPartitionsToTxn requests sent (attempts
+// included), for tests and diagnostics.
+func (t *Txn) AddRequests() int64 { return t.addRequests.Load() }
 
 // Open reports whether the current transaction holds any partition.
 func (t *Txn) Open() bool {

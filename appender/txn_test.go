@@ -478,3 +478,55 @@ func TestTxnRetryEndsAtTransactionTimeout(t *testing.T) {
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
 	})
 }
+
+// Guards the coalescing of AddPartitionsToTxn under transaction.version 1
+// (Kafka 3.x; forced here on every backend): a session appends to many
+// partitions at once, one goroutine per partition, and each append adds
+// its partition first. Each AddPartitionsToTxn is a write to the
+// coordinator's transaction log; before, every partition took a request
+// of its own (24 here), now the partitions asked for while a request is in
+// flight go together in the next one. The appends commit and read back
+// record by record.
+func TestTxnAddCoalesced(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		const n = 24
+		e := newTxnEnv(t, b, "txn-add", n)
+		e.ver = appender.TxnV1
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-add"))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		batches := make([]srcBatch, n)
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			batches[i] = sourceBatch("idempotent", i+1, 2, int8(i%5))
+		}
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				if err := s.txn.Add(ctx, []tp.Key{e.parts[i].Key()}); err != nil {
+					errs[i] = err
+					return
+				}
+				_, errs[i] = s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i].raw))
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		end(t, s, true)
+		reqs := s.txn.AddRequests()
+		t.Logf("%d partitions added with %d AddPartitionsToTxn requests", n, reqs)
+		if reqs >= n/2 {
+			t.Errorf("%d AddPartitionsToTxn requests for %d partitions: not coalesced", reqs, n)
+		}
+		var want []got
+		for i := range n {
+			want = append(want, wantOf(int32(i), batches[i])...)
+		}
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+	})
+}
