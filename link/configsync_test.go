@@ -362,8 +362,15 @@ func TestConfigSyncRefused(t *testing.T) {
 // Guards that only the live session changes settings: a paused link's
 // config sync is idle and changes nothing.
 func TestConfigSyncOnlyWhileLive(t *testing.T) {
+	for _, d := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+		t.Run(d.String(), func(t *testing.T) { testConfigSyncOnlyWhileLive(t, d) })
+	}
+}
+
+func testConfigSyncOnlyWhileLive(t *testing.T, d statestore.Delivery) {
 	f := onKfake(t).mirrored(t, "cfglive", srcTopic("t", 1))
 	topic := f.topic("t")
+	f.cfg.Link.Delivery = d
 	f.cfg.Link.ConfigSyncInterval = 200 * time.Millisecond
 	l := f.start("cfglive")
 	l.waitState(t, Mirroring, 30*time.Second)
