@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,11 @@ type Txn struct {
 	epoch int16
 	// seq is each partition's next base sequence under (id, epoch).
 	seq map[tp.Key]int32
+	// inflight is each partition's reservations not yet settled, in the
+	// order they were made; broken marks the partitions of the current
+	// transaction with a reservation settled unappended.
+	inflight map[tp.Key][]*Reservation
+	broken   map[tp.Key]bool
 	// added is the current transaction's partitions (version 1: those
 	// AddPartitionsToTxn added; version 2: those the session produced to).
 	added map[tp.Key]bool
@@ -181,6 +187,9 @@ type Txn struct {
 	addNext *addBatch
 	// addRequests counts AddPartitionsToTxn requests.
 	addRequests atomic.Int64
+	// outOfOrder counts batches sent again because they overtook an
+	// earlier batch of their partition.
+	outOfOrder atomic.Int64
 }
 
 // OpenTxn begins a session's transactional producer with InitProducerId,
@@ -206,7 +215,8 @@ func OpenTxn(ctx context.Context, cl *kgo.Client, cfg TxnConfig, log hclog.Logge
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	t := &Txn{cfg: cfg, cl: cl, log: log, seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool)}
+	t := &Txn{cfg: cfg, cl: cl, log: log, seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool),
+		inflight: make(map[tp.Key][]*Reservation), broken: make(map[tp.Key]bool)}
 	err := t.retry(ctx, "InitProducerId", func() (int16, error) {
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.TransactionalID = &cfg.TransactionalID
@@ -254,19 +264,96 @@ type Stamp struct {
 	Sequence   int32
 }
 
-// Next reserves the sequences of a batch of offsets records (its
-// LastOffsetDelta+1) for partition p and returns the batch's stamp. The
-// batch must be appended, or the transaction aborted: a sequence reserved
-// and never appended makes the partition's next batch out of order.
-func (t *Txn) Next(p tp.Key, offsets int32) (Stamp, error) {
+// Reservation is one batch's place in its partition's chain of sequences:
+// the stamp it carries, and, once it is settled, whether it was appended.
+type Reservation struct {
+	Stamp
+	p    tp.Key
+	done chan struct{}
+	ok   bool // set before done closes
+}
+
+// Reserve reserves the sequences of a batch of offsets records (its
+// LastOffsetDelta+1) for partition p, after those reserved before. The
+// order of the reservations is the order the broker appends the batches
+// in, whatever order their requests arrive in. The batch must be appended
+// with AppendReserved, or the reservation given up with Abandon and the
+// transaction aborted: a sequence reserved and never appended makes the
+// partition's next batch out of order.
+func (t *Txn) Reserve(p tp.Key, offsets int32) (*Reservation, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.err != nil {
-		return Stamp{}, t.err
+		return nil, t.err
 	}
-	s := Stamp{ProducerID: t.id, Epoch: t.epoch, Sequence: t.seq[p]}
-	t.seq[p] = nextSequence(s.Sequence, offsets)
-	return s, nil
+	r := &Reservation{Stamp: Stamp{ProducerID: t.id, Epoch: t.epoch, Sequence: t.seq[p]}, p: p, done: make(chan struct{})}
+	t.seq[p] = nextSequence(r.Sequence, offsets)
+	t.inflight[p] = append(t.inflight[p], r)
+	return r, nil
+}
+
+// Abandon settles a reservation whose batch was not sent (the
+// transaction must abort): the partition's later batches then fail
+// instead of waiting for it.
+func (t *Txn) Abandon(r *Reservation) { t.settle(r, false) }
+
+// settle ends a reservation: appended (ok) or given up.
+func (t *Txn) settle(r *Reservation, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	rs := t.inflight[r.p]
+	if i := slices.Index(rs, r); i >= 0 {
+		rs = slices.Delete(rs, i, i+1)
+	}
+	if len(rs) == 0 {
+		delete(t.inflight, r.p)
+	} else {
+		t.inflight[r.p] = rs
+	}
+	r.ok = ok
+	if !ok {
+		t.broken[r.p] = true
+	}
+	close(r.done)
+}
+
+// awaitEarlier waits until every reservation of r's partition made before
+// r is settled, and fails if one of them, or any earlier one of the
+// transaction, was not appended: r's sequence then follows a gap.
+func (t *Txn) awaitEarlier(ctx context.Context, r *Reservation) error {
+	for {
+		prev := t.before(r)
+		if prev == nil {
+			break
+		}
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.broken[r.p] {
+		return errors.New("an earlier batch of the partition was not appended")
+	}
+	return nil
+}
+
+// before is the oldest reservation of r's partition made before r and
+// not yet settled, or nil.
+func (t *Txn) before(r *Reservation) *Reservation {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rs := t.inflight[r.p]; len(rs) > 0 && rs[0] != r {
+		return rs[0]
+	}
+	return nil
 }
 
 // nextSequence is the sequence after a batch of n offsets from seq,
@@ -415,6 +502,10 @@ func (t *Txn) addPartitions(ctx context.Context, id int64, epoch int16, parts ma
 	})
 }
 
+// Overtaken counts the batches sent again because they reached the broker
+// before an earlier batch of their partition that was still in flight.
+func (t *Txn) Overtaken() int64 { return t.outOfOrder.Load() }
+
 // AddRequests counts the AddPartitionsToTxn requests sent (attempts
 // included), for tests and diagnostics.
 func (t *Txn) AddRequests() int64 { return t.addRequests.Load() }
@@ -468,6 +559,7 @@ func (t *Txn) End(ctx context.Context, commit bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.added)
+	clear(t.broken)
 	t.began = time.Time{}
 	if t.cfg.Version == TxnV2 && newEpoch != 0 {
 		if newID != t.id || newEpoch != t.epoch {

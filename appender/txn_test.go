@@ -22,6 +22,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/logtest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 func TestMain(m *testing.M) { os.Exit(mirrortest.Main(m)) }
@@ -528,5 +529,174 @@ func TestTxnAddCoalesced(t *testing.T) {
 			want = append(want, wantOf(int32(i), batches[i])...)
 		}
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+	})
+}
+
+// produceSeq is the base sequence of the batch a Produce frame (request or
+// response) writes to partition 0 of topic, or -1.
+func produceSeq(f *faultproxy.Frame, topic string) int32 {
+	if f.APIKey != int16(kmsg.Produce) || !f.Writes(topic, 0) {
+		return -1
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = f.Version
+	if req.ReadFrom(f.Request) != nil {
+		return -1
+	}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if h, err := transform.ParseHeader(rp.Records); err == nil && rp.Partition == 0 {
+				return h.BaseSequence
+			}
+		}
+	}
+	return -1
+}
+
+// Guards several appends of a partition in flight (issue 22, item 4): the
+// sequences are reserved in order; a batch that reaches the broker before
+// the one reserved before it (whose request was lost and waits to be sent
+// again) is answered OUT_OF_ORDER_SEQUENCE_NUMBER (or UNKNOWN_PRODUCER_ID),
+// waits for it and is sent again at once, as Kafka's idempotent producer
+// retries; the log holds both in reservation order. The overtaking is
+// tried behind a batch already appended and as a transaction's first
+// batches (a new epoch under transaction.version 2). When
+// the earlier batch fails for good, the later one fails too, and the
+// aborted transaction shows nothing.
+func TestTxnOvertakenBatch(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-overtake", 1)
+		px := proxied(t, e.c)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-overtake"), kgo.SeedBrokers(px.Addrs()...))
+		p := e.parts[0]
+		var dropSeq, failSeq atomic.Int32
+		dropSeq.Store(-1)
+		failSeq.Store(-1)
+		dropped := make(chan struct{}, 1)
+		px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+			seq := produceSeq(f, e.topic)
+			switch {
+			case seq < 0:
+			case !f.IsResponse() && dropSeq.CompareAndSwap(seq, -1):
+				dropped <- struct{}{}
+				return faultproxy.DropConnection // the broker never sees it
+			case f.IsResponse() && failSeq.CompareAndSwap(seq, -1):
+				return faultproxy.Replace(faultproxy.ProduceError(f, kerr.MessageTooLarge.Code))
+			}
+			return faultproxy.Pass
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		// The lost request waits this long before it is sent again; the
+		// later batch retries sooner if it met the closing connection.
+		slow := appender.TxnAppendConfig{RetryBackoff: 2 * time.Second}
+		type result struct {
+			off int64
+			err error
+		}
+		// overtake appends first and second, reserved in that order, with
+		// first's request lost so that second arrives first.
+		overtake := func(first, second srcBatch, fail bool) (r1, r2 result) {
+			t.Helper()
+			if err := s.txn.Add(ctx, []tp.Key{p.Key()}); err != nil {
+				t.Fatal(err)
+			}
+			res1, err := s.txn.Reserve(p.Key(), int32(len(first.recs)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res2, err := s.txn.Reserve(p.Key(), int32(len(second.recs)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dropSeq.Store(res1.Sequence)
+			if fail {
+				failSeq.Store(res1.Sequence)
+			}
+			c1, c2 := make(chan result, 1), make(chan result, 1)
+			go func() {
+				off, err := s.txn.AppendReserved(ctx, slow, s.ls, p, clone(first.raw), res1)
+				c1 <- result{off, err}
+			}()
+			select {
+			case <-dropped:
+			case <-ctx.Done():
+				t.Fatal("the first batch's produce never reached the proxy")
+			}
+			go func() {
+				off, err := s.txn.AppendReserved(ctx, appender.TxnAppendConfig{}, s.ls, p, clone(second.raw), res2)
+				c2 <- result{off, err}
+			}()
+			return <-c1, <-c2
+		}
+
+		// Behind a batch appended already.
+		a0, a1, a2 := sourceBatch("transactional", 1, 2, 4), sourceBatch("idempotent", 2, 3, 1), sourceBatch("plain", 3, 2, 0)
+		appendAll(t, s, p, a0)
+		r1, r2 := overtake(a1, a2, false)
+		if r1.err != nil || r2.err != nil || r2.off != r1.off+3 {
+			t.Fatalf("overtaken behind an appended batch: %+v %v; %+v %v", r1, r1.err, r2, r2.err)
+		}
+		end(t, s, true)
+		// The next transaction's first batches (under transaction.version
+		// 2 a new epoch, whose first sequence must be 0).
+		b1, b2 := sourceBatch("idempotent", 4, 4, 3), sourceBatch("plain", 5, 1, 2)
+		if r1, r2 = overtake(b1, b2, false); r1.err != nil || r2.err != nil || r2.off != r1.off+4 {
+			t.Fatalf("overtaken as a transaction's first batches: %+v %v; %+v %v", r1, r1.err, r2, r2.err)
+		}
+		end(t, s, true)
+		if n := s.txn.Overtaken(); n < 2 {
+			t.Fatalf("%d batches sent again after overtaking, want 2: the second batch never arrived first", n)
+		}
+		// The earlier batch fails for good: so does the later one, which
+		// waited for it.
+		c1, c2 := sourceBatch("idempotent", 6, 2, 0), sourceBatch("idempotent", 7, 2, 0)
+		r1, r2 = overtake(c1, c2, true)
+		if !errors.Is(r1.err, appender.ErrTooLarge) || !errors.Is(r2.err, appender.ErrTxnAborted) {
+			t.Fatalf("after the earlier batch failed: %v; the later one: %v", r1.err, r2.err)
+		}
+		t.Logf("the later batch: %v", r2.err)
+		end(t, s, false)
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, a0, a1, a2, b1, b2))
+	})
+}
+
+// Documents what a partition leader answers the first batch of a producer
+// it holds no state of when the batch's sequence is not 0 (a batch that
+// overtook the producer's first): Kafka 3.9.2 appends it
+// (ProducerAppendInfo.checkSequence accepts any first sequence of an
+// unknown producer), so the producer's real first batch is then refused;
+// Kafka 4.4.0 and kfake refuse it. This is why a transactional session
+// sends each partition's first batch of a transaction alone (link's
+// txnPlan).
+func TestTxnNewProducerSequence(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-newseq", 1)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-newseq"))
+		p := e.parts[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.txn.Add(ctx, []tp.Key{p.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.txn.Reserve(p.Key(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.txn.Reserve(p.Key(), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.txn.Abandon(first) // never sent: the second arrives as the producer's first
+		_, err = s.txn.AppendReserved(ctx, appender.TxnAppendConfig{}, s.ls, p, clone(sourceBatch("plain", 1, 2, 0).raw), second)
+		accepts := b.Kafka != "" && b.Kafka < "4"
+		switch {
+		case accepts && err != nil:
+			t.Fatalf("Kafka %s refused a new producer's first batch at sequence %d: %v (the plan's rule rests on its accepting it)", b.Kafka, second.Sequence, err)
+		case !accepts && !errors.Is(err, appender.ErrTxnAborted):
+			t.Fatalf("%s: a new producer's first batch at sequence %d: %v, want it refused", b, second.Sequence, err)
+		}
+		t.Logf("%s: a new producer's first batch at sequence %d: %v", b, second.Sequence, err)
+		end(t, s, false)
 	})
 }

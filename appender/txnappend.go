@@ -44,6 +44,10 @@ import (
 // nothing more may be appended in this transaction; the caller aborts it and
 // resumes at the last committed checkpoint.
 
+// errSequenceGap marks an answer that the batch is not the next in its
+// partition's chain of sequences.
+var errSequenceGap = errors.New("the partition's previous batch of this producer is not appended")
+
 // TxnAppendConfig bounds one transactional append.
 type TxnAppendConfig struct {
 	// RequestTimeout is the Produce request's TimeoutMillis. Default 30s.
@@ -53,15 +57,36 @@ type TxnAppendConfig struct {
 	RetryBackoff time.Duration
 }
 
-// Append stamps batch (one v2 batch as the fetcher returned it: the source
-// producer's identity, any base offset) with the producer's identity and p's
-// next sequence, in place, and appends it to p's leader as part of the
-// current transaction (which Add must have given p), retrying until it is
-// appended, the transaction must end, or ctx ends. It returns the offset
-// the batch starts at in the destination log. Calls for different
-// partitions may run at once; a partition's batches are appended one after
-// another, in the order of their sequences.
+// Append reserves p's next sequences for batch (Reserve) and appends it
+// (AppendReserved).
 func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte) (int64, error) {
+	h, err := transform.ParseHeader(batch)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %w", p, ErrInvalidBatch, err)
+	}
+	r, err := t.Reserve(p.Key(), h.LastOffsetDelta+1)
+	if err != nil {
+		return 0, err
+	}
+	return t.AppendReserved(ctx, cfg, ls, p, batch, r)
+}
+
+// AppendReserved stamps batch (one v2 batch as the fetcher returned it: the
+// source producer's identity, any base offset) with the producer's
+// identity and r's sequence, in place, and appends it to p's leader as part
+// of the current transaction (which Add must have given p), retrying until
+// it is appended, the transaction must end, or ctx ends. It returns the
+// offset the batch starts at in the destination log, and settles r.
+//
+// Calls may run at once, for the same partition too: the broker appends a
+// partition's batches in the order of their sequences and answers one that
+// arrives before an earlier one OUT_OF_ORDER_SEQUENCE_NUMBER (or, when the
+// producer has no state at the partition yet, UNKNOWN_PRODUCER_ID). Such a
+// batch waits for the earlier ones still in flight and is sent again at
+// once, as Kafka's idempotent producer retries it; with nothing earlier in
+// flight the answer means the chain broke, and the transaction must abort.
+func (t *Txn) AppendReserved(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte, r *Reservation) (_ int64, err error) {
+	defer func() { t.settle(r, err == nil) }()
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -75,10 +100,10 @@ func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache
 	if h.Control() || len(batch) != int(h.Length)+transform.LengthOverhead {
 		return 0, fmt.Errorf("%s: %w: a control batch, or not exactly one batch", p, ErrInvalidBatch)
 	}
-	st, err := t.Next(p.Key(), h.LastOffsetDelta+1)
-	if err != nil {
-		return 0, err
+	if r.p != p.Key() {
+		return 0, fmt.Errorf("%s: %w: the sequences were reserved for %s[%d]", p, ErrInvalidBatch, r.p.Topic, r.p.Partition)
 	}
+	st := r.Stamp
 	transform.Stamp(batch, st.ProducerID, st.Epoch, st.Sequence)
 
 	policy := backoffpkg.Policy{First: cfg.RetryBackoff, Max: MaxRetryBackoff}
@@ -89,9 +114,22 @@ func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache
 		if err := t.Err(); err != nil {
 			return 0, err
 		}
+		// Whether an earlier batch of the partition was in flight when
+		// this one was sent: only then can an answer that it is out of
+		// order mean that it overtook one.
+		earlier := t.before(r) != nil
 		base, retry, err := t.produceOnce(ctx, cfg, ls, p, batch)
 		if err == nil {
 			return base, nil
+		}
+		if errors.Is(err, errSequenceGap) && earlier {
+			// It overtook an earlier batch: wait until every earlier
+			// one is settled, then send it again at once.
+			if werr := t.awaitEarlier(ctx, r); werr != nil {
+				return 0, fmt.Errorf("%s: %w: %w (sequence %d): %w", p, ErrTxnAborted, werr, st.Sequence, err)
+			}
+			t.outOfOrder.Add(1)
+			continue
 		}
 		if !retry {
 			return 0, err
@@ -172,6 +210,10 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 	case kerr.InvalidProducerEpoch.Code, kerr.ProducerFenced.Code, kerr.InvalidProducerIDMapping.Code,
 		kerr.InvalidTxnState.Code:
 		return 0, false, fmt.Errorf("%s: %w", where, t.fence("Produce", cause))
+	case kerr.OutOfOrderSequenceNumber.Code, kerr.UnknownProducerID.Code:
+		// Retried once the batches before it are appended, if one is
+		// still in flight (AppendReserved); otherwise the chain broke.
+		return 0, false, fmt.Errorf("%s: %w: %w: %w", where, ErrTxnAborted, errSequenceGap, cause)
 	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code:
 		return 0, false, fmt.Errorf("%s: %w: %w: the broker refused a batch of %d bytes (%w); raise max.message.bytes of destination topic %q to at least %d",
 			where, ErrTxnAborted, ErrTooLarge, len(batch), cause, p.Topic, len(batch))
@@ -179,7 +221,6 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 		return 0, false, fmt.Errorf("%s: %w: %w: the destination does not allow the link's principal Write on Topic:%s and TransactionalId:%s (see docs/acls.md): %w",
 			where, ErrTxnAborted, ErrFatal, p.Topic, t.cfg.TransactionalID, cause)
 	default:
-		// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
 		// DUPLICATE_SEQUENCE_NUMBER (without the first offset),
 		// INVALID_RECORD, UNKNOWN_SERVER_ERROR and codes this table does
 		// not know: the transaction cannot go on.

@@ -33,7 +33,7 @@ import (
 //
 // Its goroutines, in the embedded session's errgroup: the fetcher, the
 // committer (one commit at a time), and one append worker per partition
-// with an append in flight (at most one per partition: txnPlan); they
+// in flight (up to txnMaxInFlight per partition: txnPlan); they
 // report to the link goroutine through inputs, one entry per outstanding
 // append, commit, discovery or placement.
 type txnSession struct {
@@ -50,6 +50,8 @@ type txnSession struct {
 	inputs   *mailbox.Box[any]
 	commits  chan txnDoCommit
 	appendTo appender.TxnAppendConfig
+	// overtaken is the producer's Overtaken as last reported.
+	overtaken int64
 }
 
 // beginTxn is PREPARING of a transactional session: connect, fence the
@@ -478,7 +480,18 @@ func (s *txnSession) apply(in any) (bool, error) {
 		case txnDoRelease:
 			s.fetch.Release(a.pin)
 		case txnDoAppend:
-			s.txnWork(func(ctx context.Context) any { return s.appendOne(ctx, a) })
+			// The sequences are reserved here, in the order the plan
+			// starts the partition's appends; a re-encoded batch
+			// reserves its own once re-encoded (it goes alone).
+			var r *appender.Reservation
+			if !a.reencode {
+				var rerr error
+				if r, rerr = s.txn.Reserve(a.pair.Dst.Key(), a.offsets); rerr != nil {
+					s.inputs.Put(txnInAppended{p: a.pair.Src.Key(), id: a.id, err: rerr})
+					continue
+				}
+			}
+			s.txnWork(func(ctx context.Context) any { return s.appendOne(ctx, a, r) })
 		case txnDoCommit:
 			select {
 			case s.commits <- a:
@@ -512,9 +525,11 @@ func (s *txnSession) txnWork(fn func(ctx context.Context) any) {
 }
 
 // appendOne appends one batch (re-encoded first when it has offset gaps or
-// begins before the partition's start) in the session's transaction.
-func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended {
-	res := txnInAppended{p: a.pair.Src.Key()}
+// begins before the partition's start) in the session's transaction, under
+// the sequences r reserved (a re-encoded batch, with r nil, reserves its
+// own).
+func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend, r *appender.Reservation) txnInAppended {
+	res := txnInAppended{p: a.pair.Src.Key(), id: a.id}
 	raw := a.raw
 	if a.reencode {
 		out, _, err := transform.NewReencoder().ReencodeFrom(nil, raw, -1, a.from)
@@ -529,23 +544,37 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend) txnInAppended
 		raw, res.reencode = out, true
 	}
 	h, err := transform.ParseHeader(raw)
+	if err == nil && r == nil {
+		r, err = s.txn.Reserve(a.pair.Dst.Key(), h.LastOffsetDelta+1)
+	}
 	if err != nil {
+		if r != nil {
+			s.txn.Abandon(r)
+		}
 		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
 		return res
 	}
 	const why = "mirrord appends the mirrored batches in the session's transactions"
 	if err := s.txn.Add(ctx, []tp.Key{a.pair.Dst.Key()}); err != nil {
+		s.txn.Abandon(r)
 		res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 		return res
 	}
-	res.base, err = s.txn.Append(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw)
+	res.base, err = s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw, r)
 	res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 	res.n = int64(h.LastOffsetDelta) + 1
 	return res
 }
 
-// reportTxn adds the plan's new counts to the link's totals and metrics.
-func (s *txnSession) reportTxn() { s.reportCounts(s.plan.counts.Get) }
+// reportTxn adds the plan's new counts, and the producer's overtaken
+// batches, to the link's totals and metrics.
+func (s *txnSession) reportTxn() {
+	if n := s.txn.Overtaken(); n > s.overtaken {
+		s.plan.counts.Add(BatchesOvertaken, n-s.overtaken)
+		s.overtaken = n
+	}
+	s.reportCounts(s.plan.counts.Get)
+}
 
 // publishTxn refreshes the status snapshot and the lag gauges.
 func (s *txnSession) publishTxn() {

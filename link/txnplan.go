@@ -18,9 +18,19 @@ import (
 // the txnDo actions it returns.
 //
 // The rules:
-//   - A partition has at most one append in flight, and its batches are
-//     appended in source order: the session's sequences for the partition
-//     follow the same order, so the broker checks it.
+//   - A partition's batches are appended in source order, up to
+//     txnMaxInFlight at once: the session reserves their sequences in the
+//     order the plan starts them (txnSession.apply, on the link
+//     goroutine), so the broker checks the order, and the plan applies
+//     their answers in that order whatever order they arrive in. A
+//     re-encoded batch (whose sequence count is known only after the
+//     re-encode) goes alone: it starts with nothing of its partition in
+//     flight, and nothing starts behind it until it is answered. So does
+//     a partition's first append in each transaction: a partition leader
+//     that holds no state of the producer yet accepts any sequence as its
+//     first (Kafka 3.9.2, ProducerAppendInfo.checkSequence; 4.x and kfake
+//     refuse it), so a batch that overtook the first would be appended
+//     and the first refused (TestTxnNewProducerSequence).
 //   - A partition's source position moves past a batch only once the batch
 //     is appended (or, for a batch with nothing to append, once every batch
 //     before it is): the checkpoint's SourceNextOffset is a batch boundary
@@ -84,9 +94,16 @@ type txnPart struct {
 	// from is where the partition was assigned: a batch that begins before
 	// it is trimmed to it (re-encoded).
 	from int64
-	// queue holds fetched batches not yet appended, in source order.
-	queue     []txnQueued
-	appending bool
+	// queue holds fetched batches not yet appended, in source order;
+	// the first sent of them were started (answered or not: an answer
+	// is applied only once every batch before it is).
+	queue []txnQueued
+	sent  int
+	// nextID numbers the partition's appends, in the order they start.
+	nextID uint64
+	// acked: an append of the partition was answered in the current
+	// transaction (the leader holds the producer's state).
+	acked bool
 	// src and dst are the positions after the last appended batch (this
 	// transaction's appends included); ckSrc and ckDst as last committed.
 	src, dst     int64
@@ -101,6 +118,9 @@ type txnPart struct {
 	// lastTS is the max timestamp of the last batch appended, for lag in
 	// seconds.
 	lastTS int64
+	// err is set once an answer contradicts the positions: the session
+	// fails.
+	err error
 }
 
 // caughtUp reports whether the partition has appended everything up to the
@@ -119,15 +139,31 @@ type txnQueued struct {
 	// offset gaps, and is re-encoded from offset from (densely).
 	reencode bool
 	from     int64
+	// id is the append's number once it started (sent), and res its
+	// answer once it came.
+	id   uint64
+	sent bool
+	res  *txnInAppended
 }
+
+// txnMaxInFlight is how many appends of a partition may be in flight at
+// once, as Kafka's idempotent producer allows
+// (max.in.flight.requests.per.connection at most 5): a partition leader
+// remembers the last five batches of each producer
+// (ProducerStateEntry.NUM_BATCHES_TO_RETAIN), so a batch sent again after
+// an open answer is recognised as a duplicate only while at most four
+// batches were appended after it. Counted from the oldest batch not yet
+// applied, answered or not.
+const txnMaxInFlight = 5
 
 // Inputs of a txnPlan.
 type (
 	txnInFetched struct{ r fetcher.Result }
-	// txnInAppended: the append of p's head batch ended: at base in the
+	// txnInAppended: append id of partition p ended: at base in the
 	// destination, n offsets long, or err.
 	txnInAppended struct {
 		p        tp.Key
+		id       uint64
 		base     int64
 		n        int64
 		reencode bool
@@ -154,11 +190,16 @@ type (
 	}
 	txnDoUnassign struct{ src tp.Partition }
 	txnDoRelease  struct{ pin fetcher.Pin }
-	// txnDoAppend appends one batch of pair's source partition (the
-	// partition's head) to its destination partition.
+	// txnDoAppend appends one batch of pair's source partition to its
+	// destination partition, as the partition's append id. offsets is the
+	// batch's offset count (LastOffsetDelta+1), whose sequences the
+	// session reserves before the next action: not with reencode, whose
+	// count the re-encode decides (the batch goes alone).
 	txnDoAppend struct {
 		pair     Pair
+		id       uint64
 		raw      []byte
+		offsets  int32
 		reencode bool  // re-encode from source offset from first
 		from     int64 // with reencode
 	}
@@ -218,6 +259,7 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		p.counts.Add(Checkpoints, 1)
 		for _, k := range p.order {
 			pt := p.parts[k]
+			pt.acked = false // the next transaction's first append goes alone
 			if pt.dirty {
 				pt.ckSrc, pt.ckDst, pt.hasCk, pt.dirty = pt.src, pt.dst, true, false
 				pt.shown = pt.shown || pt.appended
@@ -237,8 +279,10 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 			pt := p.parts[k]
 			out = append(out, txnDoUnassign{src: pt.pair.Src})
 			keep := 0
-			if pt.appending {
-				keep = 1 // the batch in flight: its answer moves the position
+			for i, q := range pt.queue {
+				if q.sent {
+					keep = i + 1 // the batches in flight: their answers move the position
+				}
 			}
 			for _, q := range pt.queue[keep:] {
 				if q.pin != (fetcher.Pin{}) {
@@ -269,7 +313,7 @@ func (p *txnPlan) dirty() bool {
 // inFlight reports whether any append is running.
 func (p *txnPlan) inFlight() bool {
 	for _, k := range p.order {
-		if p.parts[k].appending {
+		if p.parts[k].sent > 0 {
 			return true
 		}
 	}
@@ -304,21 +348,50 @@ func (p *txnPlan) next(now time.Time) []any {
 	var out []any
 	for _, k := range p.order {
 		pt := p.parts[k]
-		for !pt.appending && len(pt.queue) > 0 {
-			q := pt.queue[0]
-			if q.raw != nil {
-				pt.appending = true
-				out = append(out, txnDoAppend{pair: pt.pair, raw: q.raw, reencode: q.reencode, from: q.from})
+		out = p.drain(pt, out)
+		for i := 0; i < len(pt.queue) && pt.sent < txnMaxInFlight; i++ {
+			q := &pt.queue[i]
+			if q.sent && q.reencode && q.res == nil {
+				break // a re-encoded batch in flight goes alone
+			}
+			if q.sent || q.raw == nil {
+				continue // started, or nothing to append (drain moves past it in order)
+			}
+			if pt.sent > 0 && (q.reencode || !pt.acked) {
+				break // it goes alone, or the transaction's first goes alone
+			}
+			pt.nextID++
+			q.sent, q.id = true, pt.nextID
+			pt.sent++
+			out = append(out, txnDoAppend{pair: pt.pair, id: q.id, raw: q.raw, offsets: q.hdr.LastOffsetDelta + 1, reencode: q.reencode, from: q.from})
+			if q.reencode || !pt.acked {
 				break
 			}
-			// Nothing to append: only the position moves.
-			pt.queue = pt.queue[1:]
+		}
+	}
+	return out
+}
+
+// drain applies the partition's queue from its head for as long as the head
+// is done: an answered append, or a step with nothing to append (only the
+// position moves).
+func (p *txnPlan) drain(pt *txnPart, out []any) []any {
+	for len(pt.queue) > 0 {
+		q := pt.queue[0]
+		switch {
+		case q.raw == nil:
 			if q.end > pt.src {
 				pt.src, pt.dirty = q.end, true
 			}
-			if q.pin != (fetcher.Pin{}) {
-				out = append(out, txnDoRelease{pin: q.pin})
-			}
+		case q.res != nil:
+			pt.sent--
+			p.apply(pt, q, *q.res)
+		default:
+			return out
+		}
+		pt.queue = pt.queue[1:]
+		if q.pin != (fetcher.Pin{}) {
+			out = append(out, txnDoRelease{pin: q.pin})
 		}
 	}
 	return out
@@ -390,33 +463,49 @@ func (p *txnPlan) fetched(r fetcher.Result) []any {
 	return nil
 }
 
-// appended takes the answer of a partition's head append.
+// appended takes the answer of one of a partition's appends; it is applied
+// once every append before it is (drain). A failure fails the session at
+// once: its transaction is aborted whatever the other answers say.
 func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 	pt, ok := p.parts[e.p]
-	if !ok || !pt.appending || len(pt.queue) == 0 {
-		return nil, fmt.Errorf("%w: an append result for %s[%d], which has no append in flight", errInvariant, e.p.Topic, e.p.Partition)
+	var q *txnQueued
+	if ok {
+		for i := range pt.queue {
+			if pt.queue[i].sent && pt.queue[i].id == e.id {
+				q = &pt.queue[i]
+				break
+			}
+		}
 	}
-	pt.appending = false
-	q := pt.queue[0]
-	pt.queue = pt.queue[1:]
-	var out []any
-	if q.pin != (fetcher.Pin{}) {
-		out = append(out, txnDoRelease{pin: q.pin})
+	if q == nil || q.res != nil {
+		return nil, fmt.Errorf("%w: a result of append %d of %s[%d], which is not in flight", errInvariant, e.id, e.p.Topic, e.p.Partition)
 	}
 	if e.err != nil {
-		return out, e.err
+		return nil, e.err
+	}
+	q.res = &e
+	out := p.drain(pt, nil)
+	return out, pt.err
+}
+
+// apply moves a partition's positions past an answered append, which
+// drain takes in source order.
+func (p *txnPlan) apply(pt *txnPart, q txnQueued, e txnInAppended) {
+	if pt.err != nil {
+		return
 	}
 	if e.empty {
 		pt.src, pt.dirty = max(pt.src, q.end), true
-		return out, nil
+		return
 	}
 	if e.base < pt.dst && pt.hasCk {
 		// The destination answered an offset below where the last
 		// append ended: it is not the log the checkpoints describe.
-		return out, fmt.Errorf("destination %s: the batch of source offsets %d-%d was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
+		pt.err = fmt.Errorf("destination %s: the batch of source offsets %d-%d was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
 			pt.pair.Dst, q.hdr.BaseOffset, q.end-1, e.base, pt.dst)
+		return
 	}
-	pt.src, pt.dst, pt.dirty, pt.appended = max(pt.src, q.end), e.base+e.n, true, true
+	pt.src, pt.dst, pt.dirty, pt.appended, pt.acked = max(pt.src, q.end), e.base+e.n, true, true, true
 	pt.lastTS = q.hdr.MaxTimestamp
 	p.appendedBytes += int64(len(q.raw))
 	p.counts.Add(BatchesMirrored, 1)
@@ -425,7 +514,6 @@ func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 	if e.reencode {
 		p.counts.Add(BatchesReencoded, 1)
 	}
-	return out, nil
 }
 
 // records are the state records of a commit: the checkpoint of every
@@ -467,7 +555,7 @@ func (p *txnPlan) partitions(now time.Time) []PartitionStatus {
 		switch {
 		case p.commit != commitNone:
 			phase = "committing"
-		case pt.appending || len(pt.queue) > 0:
+		case pt.sent > 0 || len(pt.queue) > 0:
 			phase = "appending"
 		}
 		ps := PartitionStatus{SourceTopic: pt.pair.Src.Topic, DestinationTopic: pt.pair.Dst.Topic, Partition: pt.pair.Src.Partition,
