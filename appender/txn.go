@@ -120,14 +120,15 @@ func TxnVersionOf(ctx context.Context, cl *kgo.Client) (TxnVersion, error) {
 // for v: under version 1 they cap Produce at v11, EndTxn at v4 and
 // AddPartitionsToTxn at v3, the last versions without KIP-890 part 2.
 func TxnClientOpts(v TxnVersion) []kgo.Opt {
+	gate := kgo.WithHooks(newSendGate())
 	if v == TxnV2 {
-		return nil
+		return []kgo.Opt{gate}
 	}
 	vs := kversion.Stable()
 	vs.SetMaxKeyVersion(int16(kmsg.Produce), 11)
 	vs.SetMaxKeyVersion(int16(kmsg.EndTxn), 4)
 	vs.SetMaxKeyVersion(int16(kmsg.AddPartitionsToTxn), 3)
-	return []kgo.Opt{kgo.MaxVersions(vs)}
+	return []kgo.Opt{gate, kgo.MaxVersions(vs)}
 }
 
 // TxnConfig configures a transactional producer.
@@ -160,6 +161,8 @@ type Txn struct {
 	cfg TxnConfig
 	cl  *kgo.Client
 	log hclog.Logger
+	// gate orders the Produce requests per broker (nil: unordered).
+	gate *sendGate
 
 	mu    sync.Mutex
 	id    int64
@@ -215,7 +218,7 @@ func OpenTxn(ctx context.Context, cl *kgo.Client, cfg TxnConfig, log hclog.Logge
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	t := &Txn{cfg: cfg, cl: cl, log: log, seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool),
+	t := &Txn{cfg: cfg, cl: cl, log: log, gate: gateOf(cl), seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool),
 		inflight: make(map[tp.Key][]*Reservation), broken: make(map[tp.Key]bool)}
 	err := t.retry(ctx, "InitProducerId", func() (int16, error) {
 		req := kmsg.NewPtrInitProducerIDRequest()
@@ -271,7 +274,14 @@ type Reservation struct {
 	p    tp.Key
 	done chan struct{}
 	ok   bool // set before done closes
+	// issued is closed once the batch's first request holds its
+	// broker's gate (or the reservation is settled): the partition's
+	// next batch is sent only after it.
+	issued     chan struct{}
+	issuedOnce sync.Once
 }
+
+func (r *Reservation) markIssued() { r.issuedOnce.Do(func() { close(r.issued) }) }
 
 // Reserve reserves the sequences of a batch of offsets records (its
 // LastOffsetDelta+1) for partition p, after those reserved before. The
@@ -286,7 +296,7 @@ func (t *Txn) Reserve(p tp.Key, offsets int32) (*Reservation, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
-	r := &Reservation{Stamp: Stamp{ProducerID: t.id, Epoch: t.epoch, Sequence: t.seq[p]}, p: p, done: make(chan struct{})}
+	r := &Reservation{Stamp: Stamp{ProducerID: t.id, Epoch: t.epoch, Sequence: t.seq[p]}, p: p, done: make(chan struct{}), issued: make(chan struct{})}
 	t.seq[p] = nextSequence(r.Sequence, offsets)
 	t.inflight[p] = append(t.inflight[p], r)
 	return r, nil
@@ -316,6 +326,7 @@ func (t *Txn) settle(r *Reservation, ok bool) {
 		t.inflight[r.p] = rs
 	}
 	r.ok = ok
+	r.markIssued()
 	if !ok {
 		t.broken[r.p] = true
 	}
@@ -341,6 +352,18 @@ func (t *Txn) awaitEarlier(ctx context.Context, r *Reservation) error {
 	defer t.mu.Unlock()
 	if t.broken[r.p] {
 		return errors.New("an earlier batch of the partition was not appended")
+	}
+	return nil
+}
+
+// previous is the reservation of r's partition made just before r and not
+// yet settled, or nil.
+func (t *Txn) previous(r *Reservation) *Reservation {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rs := t.inflight[r.p]
+	if i := slices.Index(rs, r); i > 0 {
+		return rs[i-1]
 	}
 	return nil
 }

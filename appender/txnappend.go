@@ -118,7 +118,7 @@ func (t *Txn) AppendReserved(ctx context.Context, cfg TxnAppendConfig, ls *leade
 		// this one was sent: only then can an answer that it is out of
 		// order mean that it overtook one.
 		earlier := t.before(r) != nil
-		base, retry, err := t.produceOnce(ctx, cfg, ls, p, batch)
+		base, retry, err := t.produceOnce(ctx, cfg, ls, p, batch, r)
 		if err == nil {
 			return base, nil
 		}
@@ -149,7 +149,7 @@ func (t *Txn) AppendReserved(ctx context.Context, cfg TxnAppendConfig, ls *leade
 
 // produceOnce sends batch to p's leader once. retry reports whether the
 // answer leaves sending it again both safe and useful.
-func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte) (base int64, retry bool, err error) {
+func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte, r *Reservation) (base int64, retry bool, err error) {
 	leader, err := ls.Lookup(ctx, p.Key())
 	if err != nil {
 		if errors.Is(err, leaders.ErrUnknownPartition) || errors.Is(err, leaders.ErrNoLeader) || ctx.Err() == nil {
@@ -169,6 +169,24 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
+	if t.gate != nil {
+		// The partition's batches go out in the order of their
+		// sequences: after the batch before this one, through the
+		// broker's gate (sendGate).
+		if prev := t.previous(r); prev != nil {
+			select {
+			case <-prev.issued:
+			case <-ctx.Done():
+				return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, ctx.Err())
+			}
+		}
+		release, err := t.gate.acquire(ctx, leader.Broker)
+		if err != nil {
+			return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, err)
+		}
+		defer release()
+	}
+	r.markIssued()
 	kresp, err := t.cl.Broker(int(leader.Broker)).Request(ctx, req)
 	if err != nil {
 		ls.Invalidate(p.Key())
