@@ -12,9 +12,13 @@ const (
 	KindLeaseExpired   = "lease_expired"   // ErrLeaseExpired
 	KindFatal          = "fatal"           // ErrFatal
 	KindStopped        = "stopped"         // ErrStopped
+	// KindTxnAborted: transactional delivery, an answer that ends the
+	// transaction (the session fenced, the transaction timed out, a
+	// sequence out of order with nothing earlier in flight).
+	KindTxnAborted = "transaction_aborted"
 )
 
-var kinds = []string{KindRetriable, KindUnknownOutcome, KindCorrupt, KindTooLarge, KindLeaseExpired, KindFatal, KindStopped}
+var kinds = []string{KindRetriable, KindUnknownOutcome, KindCorrupt, KindTooLarge, KindLeaseExpired, KindFatal, KindStopped, KindTxnAborted}
 
 // Metrics are the appender's Prometheus metrics, labelled by link. One
 // Metrics serves every link of a process: build it once per registry.
@@ -50,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mirrord",
 			Name:      "append_errors_total",
-			Help:      "Failed attempts to append a batch, by kind: retriable (retried), unknown_outcome, corrupt, too_large, lease_expired, fatal, stopped.",
+			Help:      "Failed attempts to append a batch, by kind: retriable (retried), unknown_outcome, corrupt, too_large, lease_expired, fatal, stopped, transaction_aborted (transactional delivery).",
 		}, []string{"link", "kind"}),
 	}
 	if reg != nil {

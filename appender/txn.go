@@ -147,6 +147,11 @@ type TxnConfig struct {
 	// Now is the clock a transaction's age is measured with. Default
 	// time.Now.
 	Now func() time.Time
+	// Metrics receive the appends' metrics (append latency, Produce
+	// requests, errors by kind), labelled Link, like the preserve-mode
+	// appender's. Default: unregistered.
+	Metrics *Metrics
+	Link    string
 }
 
 // DefaultTxnTimeout is TxnConfig.Timeout's default.
@@ -161,6 +166,7 @@ type Txn struct {
 	cfg TxnConfig
 	cl  *kgo.Client
 	log hclog.Logger
+	m   linkMetrics
 	// gate orders the Produce requests per broker (nil: unordered).
 	gate *sendGate
 
@@ -218,7 +224,10 @@ func OpenTxn(ctx context.Context, cl *kgo.Client, cfg TxnConfig, log hclog.Logge
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	t := &Txn{cfg: cfg, cl: cl, log: log, gate: gateOf(cl), seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool),
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	t := &Txn{cfg: cfg, cl: cl, log: log, gate: gateOf(cl), m: cfg.Metrics.forLink(cfg.Link), seq: make(map[tp.Key]int32), added: make(map[tp.Key]bool),
 		inflight: make(map[tp.Key][]*Reservation), broken: make(map[tp.Key]bool)}
 	err := t.retry(ctx, "InitProducerId", func() (int16, error) {
 		req := kmsg.NewPtrInitProducerIDRequest()

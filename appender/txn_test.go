@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,6 +37,8 @@ type txnEnv struct {
 	ver   appender.TxnVersion
 	// timeout is the sessions' transaction timeout (0: 30s).
 	timeout time.Duration
+	// metrics, when set, receive the sessions' metrics (link "test").
+	metrics *appender.Metrics
 }
 
 func newTxnEnv(t *testing.T, b mirrortest.Backend, base string, partitions int32) *txnEnv {
@@ -71,7 +74,8 @@ func (e *txnEnv) open(t *testing.T, txid string, opts ...kgo.Opt) *session {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	txn, err := appender.OpenTxn(ctx, cl, appender.TxnConfig{TransactionalID: txid, Version: e.ver, Timeout: timeout}, logtest.Logger(t.Output()))
+	txn, err := appender.OpenTxn(ctx, cl, appender.TxnConfig{TransactionalID: txid, Version: e.ver, Timeout: timeout,
+		Metrics: e.metrics, Link: "test"}, logtest.Logger(t.Output()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +223,8 @@ func end(t *testing.T, s *session, commit bool) {
 func TestTxnCommitAndAbort(t *testing.T) {
 	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
 		e := newTxnEnv(t, b, "txn-commit", 2)
+		reg := prometheus.NewRegistry()
+		e.metrics = appender.NewMetrics(reg)
 		wantVersion := appender.TxnV2
 		if b.Kafka != "" && b.Kafka < "4" {
 			wantVersion = appender.TxnV1
@@ -259,7 +265,41 @@ func TestTxnCommitAndAbort(t *testing.T) {
 		}
 		want := append(wantOf(0, committed[0]...), wantOf(1, committed[1]...)...)
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+
+		// The appends show in the appender's metrics, as the preserve
+		// mode's do: one latency sample and one request per batch
+		// (5 transactions of 3 batches to each of 2 partitions), no error.
+		const appends = 5 * 2 * 3
+		got := gathered(t, reg)
+		if got["mirrord_append_latency_seconds"] != appends || got["mirrord_produce_requests_total"] != appends || got["mirrord_produce_request_batches"] != appends {
+			t.Fatalf("metrics %v, want %d appends, requests and request sizes", got, appends)
+		}
+		if got["mirrord_append_errors_total"] != 0 {
+			t.Fatalf("append errors %v, want none", got["mirrord_append_errors_total"])
+		}
 	})
+}
+
+// gathered sums each metric of reg over its labels: a counter's value, a
+// histogram's sample count.
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				out[mf.GetName()] += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[mf.GetName()] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
 }
 
 // holdProduce makes the next transactional Produce through px wait until

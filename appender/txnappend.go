@@ -38,11 +38,31 @@ import (
 // (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, and INVALID_TXN_STATE, which
 // the partition leader's KIP-890 check answers when the partition is not in
 // an open transaction of this epoch, i.e. the coordinator aborted it), or
-// the sequence chain broke (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID)
-// or the batch can never be appended (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE,
+// the sequence chain broke (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID
+// with no earlier batch of the partition in flight; with one, the batch
+// overtook it and is sent again after it: AppendReserved) or the batch can never be appended (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE,
 // authorization, INVALID_RECORD): the reserved sequence stays unused, so
 // nothing more may be appended in this transaction; the caller aborts it and
 // resumes at the last committed checkpoint.
+
+// count records an append's outcome in the metrics: its latency once
+// appended, else the kind of error that ended it.
+func (t *Txn) count(err error, start time.Time) {
+	switch {
+	case err == nil:
+		t.m.latency.Observe(t.cfg.Now().Sub(start).Seconds())
+	case errors.Is(err, ErrCorrupt):
+		t.m.errors[KindCorrupt].Inc()
+	case errors.Is(err, ErrTooLarge):
+		t.m.errors[KindTooLarge].Inc()
+	case errors.Is(err, ErrFatal):
+		t.m.errors[KindFatal].Inc()
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		t.m.errors[KindStopped].Inc()
+	default:
+		t.m.errors[KindTxnAborted].Inc()
+	}
+}
 
 // errSequenceGap marks an answer that the batch is not the next in its
 // partition's chain of sequences.
@@ -55,6 +75,9 @@ type TxnAppendConfig struct {
 	// RetryBackoff is the first wait before the batch is sent again.
 	// Default 100ms, doubling up to MaxRetryBackoff.
 	RetryBackoff time.Duration
+	// Uncounted keeps the append out of the metrics (the state topic's
+	// records of a commit: the metrics count mirrored batches).
+	Uncounted bool
 }
 
 // Append reserves p's next sequences for batch (Reserve) and appends it
@@ -86,7 +109,13 @@ func (t *Txn) Append(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache
 // once, as Kafka's idempotent producer retries it; with nothing earlier in
 // flight the answer means the chain broke, and the transaction must abort.
 func (t *Txn) AppendReserved(ctx context.Context, cfg TxnAppendConfig, ls *leaders.Cache, p tp.Partition, batch []byte, r *Reservation) (_ int64, err error) {
-	defer func() { t.settle(r, err == nil) }()
+	start := t.cfg.Now()
+	defer func() {
+		t.settle(r, err == nil)
+		if !cfg.Uncounted {
+			t.count(err, start)
+		}
+	}()
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -133,6 +162,9 @@ func (t *Txn) AppendReserved(ctx context.Context, cfg TxnAppendConfig, ls *leade
 		}
 		if !retry {
 			return 0, err
+		}
+		if !cfg.Uncounted {
+			t.m.errors[KindRetriable].Inc()
 		}
 		if terr := t.timedOut("Produce", err); terr != nil {
 			return 0, fmt.Errorf("%s: %w", p, terr)
@@ -187,6 +219,10 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 		defer release()
 	}
 	r.markIssued()
+	if !cfg.Uncounted {
+		t.m.requests.Inc()
+		t.m.batches.Observe(1)
+	}
 	kresp, err := t.cl.Broker(int(leader.Broker)).Request(ctx, req)
 	if err != nil {
 		ls.Invalidate(p.Key())

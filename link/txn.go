@@ -89,6 +89,8 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 		TransactionalID: statestore.TransactionalID(l.cfg.Link.Name),
 		Timeout:         l.cfg.Link.TransactionTimeout,
 		Version:         s.version,
+		Metrics:         l.deps.AppenderMetrics,
+		Link:            l.cfg.Link.Name,
 	}, l.log); err != nil {
 		return nil, s.explain(err)
 	}
@@ -252,7 +254,9 @@ func (s *txnSession) commitRecords(ctx context.Context, recs []statestore.Record
 	for p, b := range batches {
 		sp := s.stateTopic
 		sp.Partition = p
-		if _, err := s.txn.Append(ctx, s.appendTo, s.txnLs, sp, b); err != nil {
+		state := s.appendTo
+		state.Uncounted = true // the metrics count mirrored batches
+		if _, err := s.txn.Append(ctx, state, s.txnLs, sp, b); err != nil {
 			return s.explainTopic(err, s.stateTopic.Topic, why)
 		}
 	}
