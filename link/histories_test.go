@@ -12,13 +12,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/fetcher"
-	"github.com/seed83556561/mirrord/internal/kafka/leaders"
-	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -366,30 +362,7 @@ func (h *history) produce() {
 // returns its base offset.
 func produceRawAt(t *testing.T, c *cluster, topic string, batch []byte) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ld, err := leaders.New(c.Client, 0).Lookup(ctx, tp.Key{Topic: topic, Partition: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic, rt.TopicID = topic, ld.ID
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = 0, batch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := c.Client.Broker(int(ld.Broker)).Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		t.Fatalf("raw produce to %s[0]: %v", topic, kerr.ErrorForCode(p.ErrorCode))
-	}
-	return p.BaseOffset
+	return produceRawTo(t, c, topic, 0, batch)
 }
 
 // check compares the destination with the ledger and the source, and

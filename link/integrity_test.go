@@ -244,27 +244,51 @@ func TestRecreatedSourceTopic(t *testing.T) {
 // mirror writes it (a negative producer ID: no broker-side deduplication).
 func produceRaw(t *testing.T, c *cluster, topic string, partition int32, batch []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	produceRawTo(t, c, topic, partition, batch)
+}
+
+// produceRawTo is produceRaw, returning the batch's offset. A partition
+// leader answers NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION)
+// before it appends when it has not yet taken the leadership that Metadata
+// already names (a topic just created on Kafka: seen in CI on 4.4.0); the
+// batch is sent again then, at the leader looked up anew.
+func produceRawTo(t *testing.T, c *cluster, topic string, partition int32, batch []byte) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ld, err := leaders.New(c.Client, 0).Lookup(ctx, tp.Key{Topic: topic, Partition: partition})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic, rt.TopicID = topic, ld.ID
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = partition, batch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := c.Client.Broker(int(ld.Broker)).Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
-		t.Fatalf("raw produce to %s[%d]: %v", topic, partition, kerr.ErrorForCode(code))
+	ls := leaders.New(c.Client, 0)
+	k := tp.Key{Topic: topic, Partition: partition}
+	for {
+		ld, err := ls.Lookup(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		req.TimeoutMillis = 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, ld.ID
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = partition, batch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := c.Client.Broker(int(ld.Broker)).Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		switch p.ErrorCode {
+		case 0:
+			return p.BaseOffset
+		case kerr.NotLeaderForPartition.Code, kerr.UnknownTopicOrPartition.Code, kerr.LeaderNotAvailable.Code:
+			if ctx.Err() != nil {
+				t.Fatalf("raw produce to %s[%d]: %v", topic, partition, kerr.ErrorForCode(p.ErrorCode))
+			}
+			ls.Invalidate(k)
+			time.Sleep(100 * time.Millisecond)
+		default:
+			t.Fatalf("raw produce to %s[%d]: %v", topic, partition, kerr.ErrorForCode(p.ErrorCode))
+		}
 	}
 }
 

@@ -563,12 +563,6 @@ func checkOutOfRange(f *fixture, policy fetcher.OutOfRange, mirrored, kept int, 
 	}
 }
 
-// produceRawTo appends one raw batch to a partition of c.
-func produceRawTo(t *testing.T, c *cluster, topic string, partition int32, batch []byte) {
-	t.Helper()
-	produceRaw(t, c, topic, partition, batch)
-}
-
 // A source topic that stamps LogAppendTime (real Kafka only: kfake stamps
 // by the batch's own type bit, ignores the topic config, and leaves a
 // stale CRC; docs/kafka-differences.md). Its mirror is a CreateTime topic,
