@@ -161,7 +161,8 @@ const DefaultTxnTimeout = 60 * time.Second
 // the protocol (InitProducerId, AddPartitionsToTxn, EndTxn) and the
 // partitions' sequences. Its methods are safe for concurrent use; Begin,
 // Add and End are for the one goroutine that runs the session's
-// transactions, Next may be called by the appending goroutines.
+// transactions; Reserve, AppendReserved and Abandon may be called by the
+// appending goroutines.
 type Txn struct {
 	cfg TxnConfig
 	cl  *kgo.Client
