@@ -142,13 +142,36 @@ func Rewrite(b []byte, pid int64) {
 // one batch of at least BatchHeaderSize bytes (a shorter b is a caller bug
 // and panics).
 func Stamp(b []byte, pid int64, epoch int16, baseSeq int32) {
+	restamp(b, true, pid, epoch, baseSeq)
+	binary.BigEndian.PutUint64(b[PosBaseOffset:], 0)
+	binary.BigEndian.PutUint32(b[PosLeaderEpoch:], 0xFFFF_FFFF)
+}
+
+// Unstamp strips a batch of its producer identity, in place: the producer
+// ID, epoch and base sequence become -1 (a batch without a producer) and
+// the transactional bit is cleared, with the CRC updated as Stamp updates
+// it; the base offset, the partition leader epoch and the records are
+// kept. Offset translation of transactional delivery compares a source
+// batch with the batch a session stamped for it by content alone: Unstamp
+// makes both what a non-idempotent producer would have sent (package
+// translate). Like Stamp it never allocates and never reads the records.
+func Unstamp(b []byte) {
+	restamp(b, false, -1, -1, -1)
+}
+
+// restamp sets the producer fields and the transactional bit (Stamp,
+// Unstamp).
+func restamp(b []byte, transactional bool, pid int64, epoch int16, baseSeq int32) {
 	be := binary.BigEndian
 	_ = b[BatchHeaderSize-1]
 
 	var old, stamped [PosNumRecords - PosAttributes]byte
 	copy(old[:], b[PosAttributes:PosNumRecords])
 	stamped = old
-	attrs := be.Uint16(old[:]) | AttrTransactional
+	attrs := be.Uint16(old[:]) &^ AttrTransactional
+	if transactional {
+		attrs |= AttrTransactional
+	}
 	be.PutUint16(stamped[0:], attrs)
 	be.PutUint64(stamped[PosProducerID-PosAttributes:], uint64(pid))
 	be.PutUint16(stamped[PosProducerEpoch-PosAttributes:], uint16(epoch))
@@ -163,6 +186,4 @@ func Stamp(b []byte, pid int64, epoch int16, baseSeq int32) {
 		be.PutUint32(b[PosCRC:], crc)
 	}
 	copy(b[PosAttributes:PosNumRecords], stamped[:])
-	be.PutUint64(b[PosBaseOffset:], 0)
-	be.PutUint32(b[PosLeaderEpoch:], 0xFFFF_FFFF)
 }

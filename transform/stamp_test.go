@@ -121,3 +121,46 @@ func FuzzStampCRC(f *testing.F) {
 		}
 	})
 }
+
+// Guards translation of transactional delivery: Unstamp turns a source
+// batch and the batch a session stamped for it into the same bytes but for
+// the base offset and leader epoch, with a CRC that still validates, for
+// every producer kind of the source.
+func TestUnstamp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, tc := range []struct {
+		name  string
+		size  int
+		attrs int16
+	}{
+		{"plain", BatchHeaderSize, 0},
+		{"transactional", 4096, AttrTransactional | 2},
+		{"idempotent compressed", 1 << 16, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := randomBatch(rng, tc.size, tc.attrs)
+			binary.BigEndian.PutUint64(src[PosBaseOffset:], 1234)
+			binary.BigEndian.PutUint32(src[PosLeaderEpoch:], 9)
+			stamped := bytes.Clone(src)
+			Stamp(stamped, 4242, 3, 777)
+			for _, b := range [][]byte{src, stamped} {
+				before := mustHeader(t, b)
+				Unstamp(b)
+				if err := Validate(b); err != nil {
+					t.Fatalf("after Unstamp: %v", err)
+				}
+				h := mustHeader(t, b)
+				want := before
+				want.ProducerID, want.ProducerEpoch, want.BaseSequence = -1, -1, -1
+				want.Attributes &^= AttrTransactional
+				want.CRC = h.CRC
+				if h != want {
+					t.Fatalf("header after Unstamp =\n%+v, want\n%+v", h, want)
+				}
+			}
+			if !bytes.Equal(src[PosAttributes:], stamped[PosAttributes:]) {
+				t.Fatal("the unstamped source batch and the unstamped stamped batch differ after the attributes")
+			}
+		})
+	}
+}
