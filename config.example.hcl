@@ -314,8 +314,10 @@ link "dc1_to_cloud" {
   # the data appended since the last checkpoint and the checkpoint commit in
   # one destination transaction, the broker fences a dead session's appends,
   # and a new session resumes at once at its last checkpoint. read_committed
-  # consumers see the data at each commit. Not yet with a groups block:
-  # offset translation is preserve delivery's for now.
+  # consumers see the data at each commit; offset translation, group sync
+  # and failover are exact for read_committed consumers (translations
+  # follow the last commit). Chain deduplication and origin by region need
+  # "preserve".
   # Default: "preserve".
   delivery = "preserve"
 

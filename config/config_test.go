@@ -412,10 +412,6 @@ func TestParseProblems(t *testing.T) {
 		src:  withLink(`delivery = "transactional"` + "\n" + `transaction_timeout = "10s"`),
 		want: []string{`t.hcl:12:23: link.l.transaction_timeout: 10s is less than three checkpoint intervals (15s): a transaction stays open one checkpoint_interval, and the coordinator aborts it at transaction_timeout (raise transaction_timeout to at least 15s (the default is 1m; brokers cap it at transaction.max.timeout.ms, 15m by default))`},
 	}, {
-		name: "groups in transactional delivery",
-		src:  withLink(`delivery = "transactional"` + "\n" + `groups { include = [".*"] }`),
-		want: []string{`t.hcl:12:1: link.l.groups: group offset sync needs exact offset translation, which transactional delivery does not offer yet (leave the groups block out, or use delivery = "preserve")`},
-	}, {
 		name: "produce timeout too long",
 		src:  withLink(`produce_timeout = "1000h"`),
 		want: []string{`t.hcl:11:21: link.l.produce_timeout: 1000h0m0s is longer than a Produce request can say (596h31m23.647s) (use a few seconds to a few minutes)`},

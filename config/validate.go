@@ -400,10 +400,6 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 			c.report(key+".transaction_timeout", fmt.Sprintf("%v is less than three checkpoint intervals (%v): a transaction stays open one checkpoint_interval, and the coordinator aborts it at transaction_timeout",
 				l.TransactionTimeout, 3*l.CheckpointInterval), fmt.Sprintf("raise transaction_timeout to at least %v (the default is 1m; brokers cap it at transaction.max.timeout.ms, 15m by default)", 3*l.CheckpointInterval))
 		}
-		if l.Groups != nil {
-			c.report(key+".groups", "group offset sync needs exact offset translation, which transactional delivery does not offer yet",
-				`leave the groups block out, or use delivery = "preserve"`)
-		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
 )
 
@@ -50,20 +52,37 @@ func kvRounds(t *testing.T, c *cluster, kv string, from, to int) {
 // before the compaction), by every strategy: before, the timestamp search
 // took the mirror of the later, uncompacted batch for the answer, and a
 // moved consumer skipped the surviving records of every compacted batch.
-func TestTranslateAfterCompaction(t *testing.T) { scenario(t, testTranslateAfterCompaction) }
+func TestTranslateAfterCompaction(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testTranslateAfterCompaction(t, e, false) })
+}
 
-func testTranslateAfterCompaction(t *testing.T, e *env) {
+// The same in transactional delivery (issue 22): a mirror is told from
+// its source batch by content, and a batch the cleaner cut since by the
+// records the source still holds, in order.
+func TestTxnTranslateAfterCompaction(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testTranslateAfterCompaction(t, e, true) })
+}
+
+func testTranslateAfterCompaction(t *testing.T, e *env, txn bool) {
 	f := e.mirrored(t, "tcomp", srcTopic("kv", 1).with(compactedLaterConfig))
 	// The test compacts the source only: config sync would give the
 	// destination the source's quick cleaner settings, and the
 	// destination's cleaner would compact the mirror too.
 	f.cfg.Link.ConfigSync.Enabled = false
+	if txn {
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		f.cfg.Link.TransactionTimeout = 30 * time.Second
+		f.cfg.Link.CheckpointInterval = 300 * time.Millisecond
+	}
 	kv := f.topic("kv")
+	waitMirrored := func() {
+		mirrortest.WaitMirroredMode(t, f.src, f.dst, f.stateTopic(), f.same("kv"), 90*time.Second, txn)
+	}
 	kvRounds(t, f.src, kv, 0, 10)
 	l := f.start("tcomp")
-	f.waitMirrored(90 * time.Second)
+	waitMirrored()
 	l.waitState(t, Mirroring, 30*time.Second)
-	lt := readTruth(t, f.src, f.dst, kv, kv, 0) // as mirrored: dense
+	lt := readTruthOf(t, f.src, f.dst, kv, kv, 0, txn) // as mirrored: dense
 	for _, h := range lt.batches {
 		if !h.Dense() {
 			t.Fatalf("the source batch at %d was compacted before the test let the cleaner run: the premise (mirrored dense) does not hold", h.BaseOffset)
@@ -80,11 +99,21 @@ func testTranslateAfterCompaction(t *testing.T, e *env) {
 	if f.src.Fake != nil {
 		kvRounds(t, f.src, kv, 10, 11)
 	}
-	waitCaughtUp(t, l, endOffset(t, f.src, kv, 0), 60*time.Second)
+	end := endOffset(t, f.src, kv, 0)
+	waitCaughtUp(t, l, end, 60*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); txn; time.Sleep(20 * time.Millisecond) {
+		// Translations follow the last commit.
+		if st := l.Status(); len(st.Partitions) == 1 && st.Partitions[0].CheckpointSource >= end {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit covered source offset %d: %+v", end, l.Status().Partitions)
+		}
+	}
 
 	// The truth: the mirrored records as they were, and the last round's.
 	after := readPartition(t, f.src, kv, 0, true, endOffset(t, f.src, kv, 0))
-	dstAll := readPartition(t, f.dst, kv, 0, false, endOffset(t, f.dst, kv, 0))
+	dstAll := readPartition(t, f.dst, kv, 0, txn, endOffset(t, f.dst, kv, 0))
 	for _, r := range after {
 		if r.Offset >= lt.srcEnd {
 			lt.src = append(lt.src, r)

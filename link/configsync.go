@@ -249,7 +249,7 @@ func (cs *configSync) mirroredTopics(ctx context.Context) ([]mirrored, error) {
 		return nil, errConfigSyncNotLive
 	}
 	var out []mirrored
-	if err := o.ask(ctx, func(pl *Pipeline) {
+	if err := o.ask(ctx, func(pl partitions) {
 		seen := map[string]bool{}
 		for _, pr := range pl.Pairs() {
 			if !seen[pr.Dst.Topic] {

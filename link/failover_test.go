@@ -321,7 +321,7 @@ func holdLinkGoroutine(t *testing.T, l *Link) (release func()) {
 		return func() {}
 	}
 	entered, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() { done <- o.ask(context.Background(), func(*Pipeline) { close(entered); <-unblock }) }()
+	go func() { done <- o.ask(context.Background(), func(partitions) { close(entered); <-unblock }) }()
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):

@@ -17,6 +17,8 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // readGroup reads topics as a member of group until stop says so, then
@@ -150,7 +152,7 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 	ends := map[tp.Key]int64{}
 	for _, k := range m.parts {
 		topics = append(topics, m.rename(k.Topic))
-		ends[tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}] = m.truth[k].dstEnd
+		ends[tp.Key{Topic: m.rename(k.Topic), Partition: k.Partition}] = m.truth[k].dstRecordsEnd()
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
@@ -197,23 +199,51 @@ func (m *groupMove) check(t *testing.T, dst *cluster) {
 // Guards against translations or commits that make a consumer re-read or
 // skip after it moved.
 func TestGroupsMoveWithTheMirror(t *testing.T) {
-	scenario(t, func(t *testing.T, e *env) { testGroupsMove(t, e, kgoGroup{}) })
+	scenario(t, func(t *testing.T, e *env) { testGroupsMove(t, e, kgoGroup{}, false) })
 }
 
 // The same move with the Java client's consumer (real tier only): a
 // consumer other than franz-go's reads what the sync committed.
 func TestJavaGroupsMoveWithTheMirror(t *testing.T) {
 	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
-		testGroupsMove(t, &env{b: b, n: mirrortest.NamesFor(t, b)}, javaGroup{jc: javaclient.ForTest(t)})
+		testGroupsMove(t, &env{b: b, n: mirrortest.NamesFor(t, b)}, javaGroup{jc: javaclient.ForTest(t)}, false)
 	})
 }
 
-func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
+// The same move with the link in transactional delivery (issue 22): group
+// sync and failover translate by content over the destination's committed
+// transactions, and the groups at the destination read read_committed;
+// the Java client's consumer reads the rest after the failover on the
+// real tier, franz-go's on kfake.
+func TestTxnGroupsMoveWithTheMirror(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		var rd groupConsumer = kgoGroup{}
+		if e.b.Real() {
+			rd = javaGroup{jc: javaclient.ForTest(t)}
+		}
+		testGroupsMove(t, e, rd, true)
+	})
+}
+
+func testGroupsMove(t *testing.T, e *env, rd groupConsumer, txnMode bool) {
 	fx := e.mirrored(t, "groups", srcTopic("txn", 2), srcTopic("kv", 1).with(compactedConfig), srcTopic("plain", 2))
 	// The test compacts the source only: config sync would give the
 	// destination the source's quick cleaner settings, and the
 	// destination's cleaner would compact the mirror too.
 	fx.cfg.Link.ConfigSync.Enabled = false
+	readTruth := readTruth
+	waitMirrored := waitMirrored
+	if txnMode {
+		fx.cfg.Link.Delivery = statestore.DeliveryTransactional
+		fx.cfg.Link.TransactionTimeout = 30 * time.Second
+		fx.cfg.Link.CheckpointInterval = 300 * time.Millisecond
+		readTruth = func(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32, _ ...[2]int64) logTruth {
+			return readTruthTxn(t, src, dst, srcTopic, dstTopic, part)
+		}
+		waitMirrored = func(t *testing.T, src, dst *cluster, stateTopic string, topics map[string]string, within time.Duration) verify.Report {
+			return mirrortest.WaitMirroredMode(t, src, dst, stateTopic, topics, within, true)
+		}
+	}
 	src, dst := fx.src, fx.dst
 	txn, kv, plainT := fx.topic("txn"), fx.topic("kv"), fx.topic("plain")
 	fx.load(transactional, 3, "t1", 180, "txn")
@@ -334,7 +364,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	}
 	for _, p := range m["app"].Partitions {
 		k := tp.Key{Topic: p.SourceTopic, Partition: p.Partition}
-		if want := tr[k].want(p.SourceCommitted); p.DestinationCommitted != want || p.Translation != want || p.DestinationTopic != rename(p.SourceTopic) {
+		if want := tr[k].want(p.SourceCommitted); tr[k].canon(p.DestinationCommitted) != want || tr[k].canon(p.Translation) != want || p.DestinationTopic != rename(p.SourceTopic) {
 			t.Errorf("app %s[%d]: %+v, want destination committed %d", p.SourceTopic, p.Partition, p, want)
 		}
 	}
@@ -401,7 +431,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 	late.truth = tr
 	for _, fp := range f.Partitions {
 		k := tp.Key{Topic: fp.SourceTopic, Partition: fp.Partition}
-		if !fp.CaughtUp || fp.DestinationNext != tr[k].dstEnd {
+		if !fp.CaughtUp || tr[k].canon(fp.DestinationNext) != tr[k].dstEnd {
 			t.Errorf("failover %s[%d]: %+v, want caught up at destination offset %d", fp.SourceTopic, fp.Partition, fp, tr[k].dstEnd)
 		}
 	}
@@ -413,7 +443,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer) {
 		reported = len(g.Partitions) == len(parts)
 		for _, gp := range g.Partitions {
 			k := tp.Key{Topic: gp.SourceTopic, Partition: gp.Partition}
-			if want := tr[k].want(gp.SourceCommitted); gp.DestinationCommitted != want {
+			if want := tr[k].want(gp.SourceCommitted); tr[k].canon(gp.DestinationCommitted) != want {
 				t.Errorf("failover report, app-late %s[%d]: %+v, want destination committed %d", gp.SourceTopic, gp.Partition, gp, want)
 			}
 		}

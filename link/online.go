@@ -26,19 +26,30 @@ type online struct {
 	leaseValid func(now time.Time) bool
 }
 
-// query is a function the link goroutine runs with the pipeline; done is
-// closed when it ran.
+// query is a function the link goroutine runs with the session's
+// partitions; done is closed when it ran.
 type query struct {
-	fn   func(*Pipeline)
+	fn   func(partitions)
 	done chan struct{}
+}
+
+// partitions is what a query reads of a running session: the pipeline of
+// a preserve session, the plan of a transactional one.
+type partitions interface {
+	// Anchor is what the session knows of a source partition for offset
+	// translation, copied; false if it does not mirror it.
+	Anchor(src tp.Key) (translate.Anchor, bool)
+	// Pairs is every partition the session mirrors, in the order they
+	// joined.
+	Pairs() []Pair
 }
 
 // errSessionEnded: the session ended before it answered.
 var errSessionEnded = errors.New("the link's session ended")
 
-// ask runs fn on the link goroutine with the session's pipeline and waits
-// until it ran. fn must only read the pipeline and copy what it keeps.
-func (o *online) ask(ctx context.Context, fn func(*Pipeline)) error {
+// ask runs fn on the link goroutine with the session's partitions and
+// waits until it ran. fn must only read them and copy what it keeps.
+func (o *online) ask(ctx context.Context, fn func(partitions)) error {
 	q := query{fn: fn, done: make(chan struct{})}
 	select {
 	case o.queries <- q:
@@ -62,16 +73,12 @@ func (o *online) ask(ctx context.Context, fn func(*Pipeline)) error {
 // positions and reads through the session's clients; otherwise it reads
 // the state topic and both clusters with clients of its own (NewOffline).
 func (l *Link) Translate(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
-	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
-		return translate.Result{SourceTopic: topic, Partition: partition, SourceOffset: offset, SourceBatch: -1, DestinationBatch: -1},
-			fmt.Errorf("translate %s[%d] offset %d: link %s: %w", topic, partition, offset, l.Name(), errTxnNoTranslation)
-	}
 	if o := l.online.Load(); o != nil {
 		var (
 			a  translate.Anchor
 			ok bool
 		)
-		err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(tp.Key{Topic: topic, Partition: partition}) })
+		err := o.ask(ctx, func(pl partitions) { a, ok = pl.Anchor(tp.Key{Topic: topic, Partition: partition}) })
 		switch {
 		case err == nil && ok:
 			return o.logs.Translate(ctx, a, offset)
@@ -97,9 +104,6 @@ func (l *Link) Translate(ctx context.Context, topic string, partition int32, off
 // deps gives the clients' options and, optionally, the clock.
 func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline, error) {
 	l := cfg.Link
-	if l.Delivery == statestore.DeliveryTransactional {
-		return nil, fmt.Errorf("link %s: %w", l.Name, errTxnNoTranslation)
-	}
 	return translate.NewOffline(ctx, translate.OfflineConfig{
 		Link: l.Name, StateTopic: l.StateTopic,
 		Selects:          l.Selects,
@@ -107,7 +111,7 @@ func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline,
 		SourceName:       cfg.Source.Name, DestinationName: cfg.Destination.Name,
 		SourceClusterID: cfg.Source.ClusterID,
 		SourceOpts:      deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
-		Now: deps.Now,
+		Now: deps.Now, Stamped: l.Delivery == statestore.DeliveryTransactional,
 	})
 }
 
@@ -160,7 +164,7 @@ func (v moverView) Anchors(ctx context.Context) ([]translate.Anchor, error) {
 		return nil, errors.New("the link runs no session")
 	}
 	var anchors []translate.Anchor
-	if err := o.ask(ctx, func(pl *Pipeline) {
+	if err := o.ask(ctx, func(pl partitions) {
 		for _, pr := range pl.Pairs() {
 			if a, ok := pl.Anchor(pr.Src.Key()); ok {
 				anchors = append(anchors, a)

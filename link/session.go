@@ -217,7 +217,8 @@ func (s *session) connect(ctx context.Context) (err error) {
 		return fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
 	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
-		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now}
+		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now,
+		Stamped: l.cfg.Link.Delivery == statestore.DeliveryTransactional}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
 
 	s.store, err = statestore.New(statestore.Config{

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/seed83556561/mirrord/failover"
-	"github.com/seed83556561/mirrord/statestore"
-	"github.com/seed83556561/mirrord/translate"
 )
 
 // Status is a snapshot of a link for operators (GET /v1/links).
@@ -89,15 +87,8 @@ func (l *Link) State() State {
 // StartFailover starts a failover of the link (package failover) and
 // returns at once; its progress and outcome are in Status().Failover.
 func (l *Link) StartFailover(o failover.Options) error {
-	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
-		return fmt.Errorf("link %s: %w", l.Name(), errTxnNoTranslation)
-	}
 	return l.mover.Start(o)
 }
-
-// errTxnNoTranslation is what a transactional-delivery link answers a
-// translation or a failover with.
-var errTxnNoTranslation = fmt.Errorf("%w: failover and offset translation need exact translation, which transactional delivery does not offer yet (use delivery = \"preserve\" for links whose consumers move)", translate.ErrUntranslatable)
 
 // SyncGroups runs one round of the group offset sync now and returns each
 // group's outcome (failover.ErrNoGroupSync without a groups block).

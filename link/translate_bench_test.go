@@ -59,7 +59,7 @@ func BenchmarkTranslate(b *testing.B) {
 	for o == nil || !ok || len(a.Spans) < WindowSpans {
 		time.Sleep(20 * time.Millisecond)
 		if o = l.online.Load(); o != nil {
-			if err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(tp.Key{Topic: "t"}) }); err != nil {
+			if err := o.ask(ctx, func(pl partitions) { a, ok = pl.Anchor(tp.Key{Topic: "t"}) }); err != nil {
 				b.Fatal(err)
 			}
 		}

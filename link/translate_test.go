@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -40,6 +41,46 @@ type logTruth struct {
 	// it changed after the link mirrored src (its cleaner removed records
 	// of it); nil: src.
 	now []*kgo.Record
+	// stamped: the link delivers transactionally; dst holds the
+	// destination's committed records (read_committed), and a
+	// translation is right if a read_committed consumer resuming there
+	// reads what one resuming at the truth reads (canon).
+	stamped bool
+}
+
+// readTruthTxn is readTruth for a link in transactional delivery: the
+// destination read read_committed, as its consumers read it (a dead
+// session's aborted data and the markers are not records).
+func readTruthTxn(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32) logTruth {
+	t.Helper()
+	return readTruthOf(t, src, dst, srcTopic, dstTopic, part, true)
+}
+
+// dstRecordsEnd is the offset after the destination's last record, where a
+// consumer that read every record stops: the end, or with stamped the
+// offset after the last committed record (the markers after it are
+// nothing a consumer reads).
+func (lt logTruth) dstRecordsEnd() int64 {
+	if !lt.stamped || len(lt.dst) == 0 {
+		return lt.dstEnd
+	}
+	return lt.dst[len(lt.dst)-1].Offset + 1
+}
+
+// canon is the destination position a read_committed consumer at o reads
+// from: with stamped, the offset of the first committed destination record
+// at or after o (the end if none), since the transaction markers and
+// aborted data between records are nothing it reads; otherwise o. A
+// position past the end is itself.
+func (lt logTruth) canon(o int64) int64 {
+	if !lt.stamped || o > lt.dstEnd {
+		return o
+	}
+	i, _ := slices.BinarySearchFunc(lt.dst, o, func(r *kgo.Record, o int64) int { return cmp.Compare(r.Offset, o) })
+	if i == len(lt.dst) {
+		return lt.dstEnd
+	}
+	return lt.dst[i].Offset
 }
 
 // readTruth reads source partition (srcTopic, part) and its mirror in full
@@ -52,12 +93,17 @@ type logTruth struct {
 // not mirrored and are left out of src.
 func readTruth(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32, skipped ...[2]int64) logTruth {
 	t.Helper()
-	var lt logTruth
+	return readTruthOf(t, src, dst, srcTopic, dstTopic, part, false, skipped...)
+}
+
+func readTruthOf(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32, stamped bool, skipped ...[2]int64) logTruth {
+	t.Helper()
+	lt := logTruth{stamped: stamped}
 	lt.srcEnd = endOffset(t, src, srcTopic, part)
 	lt.dstEnd = endOffset(t, dst, dstTopic, part)
 	lt.src = readPartition(t, src, srcTopic, part, true, lt.srcEnd)
 	all := readPartition(t, src, srcTopic, part, false, lt.srcEnd)
-	lt.dst = readPartition(t, dst, dstTopic, part, false, lt.dstEnd)
+	lt.dst = readPartition(t, dst, dstTopic, part, stamped, lt.dstEnd)
 	lt.markers = map[int64]bool{}
 	committed := map[int64]bool{}
 	for _, r := range lt.src {
@@ -266,7 +312,7 @@ func liveAnchor(t *testing.T, l *testLink, k tp.Key) (translate.Anchor, *transla
 		a  translate.Anchor
 		ok bool
 	)
-	if err := o.ask(ctx, func(pl *Pipeline) { a, ok = pl.Anchor(k) }); err != nil || !ok {
+	if err := o.ask(ctx, func(pl partitions) { a, ok = pl.Anchor(k) }); err != nil || !ok {
 		t.Fatalf("anchor of %v: %v (mirrored: %v)", k, err, ok)
 	}
 	return a, o.logs
@@ -285,7 +331,15 @@ type way struct {
 func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt logTruth) []way {
 	t.Helper()
 	a, tr := liveAnchor(t, l, k)
-	if !a.Head || len(a.Spans) == 0 {
+	linkMust := "window"
+	switch {
+	case lt.stamped && !a.Head:
+		t.Fatalf("anchor of %v: %+v, want the head", k, a)
+	case lt.stamped:
+		// A transactional session keeps no window: below its last
+		// commit the link's translations search by timestamp.
+		linkMust = "timestamp"
+	case !a.Head || len(a.Spans) == 0:
 		t.Fatalf("anchor of %v: %+v, want the head and a window", k, a)
 	}
 	off, err := NewOffline(context.Background(), cfg, Deps{SourceOpts: src.Opts(), DestinationOpts: dst.Opts()})
@@ -304,7 +358,7 @@ func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt
 	stamp := noWindow
 	stamp.CkSrc, stamp.CkDst, stamp.Producers = -1, -1, nil
 	return []way{
-		{name: "link", must: "window", fn: func(ctx context.Context, p int64) (translate.Result, error) {
+		{name: "link", must: linkMust, fn: func(ctx context.Context, p int64) (translate.Result, error) {
 			return l.Translate(ctx, k.Topic, k.Partition, p)
 		}},
 		{name: "offline", must: "timestamp", fn: func(ctx context.Context, p int64) (translate.Result, error) {
@@ -339,11 +393,12 @@ func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart
 				continue
 			}
 			want, latest := lt.want(max(p, srcStart)), lt.wantNow(max(p, srcStart))
+			at := lt.canon(got.DestinationOffset)
 			switch {
-			case want == latest && got.DestinationOffset != want:
+			case want == latest && at != want:
 				t.Errorf("%s: translate %d: destination offset %d via %s (source batch %d, destination batch %d), want %d",
 					w.name, p, got.DestinationOffset, got.Via, got.SourceBatch, got.DestinationBatch, want)
-			case got.DestinationOffset < want || got.DestinationOffset > latest:
+			case at < want || at > latest:
 				t.Errorf("%s: translate %d: destination offset %d via %s (source batch %d, destination batch %d), want %d (as mirrored) up to %d (the mirror of the first record the source still holds)",
 					w.name, p, got.DestinationOffset, got.Via, got.SourceBatch, got.DestinationBatch, want, latest)
 			}
@@ -373,14 +428,38 @@ func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart
 // starts inside a batch (the link trims and re-encodes it); the link
 // renames every topic. Guards against a translation that makes a consumer
 // re-read or skip a record after it moves.
-func TestTranslateProperty(t *testing.T) { scenario(t, testTranslateProperty) }
+func TestTranslateProperty(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testTranslateProperty(t, e, false) })
+}
 
-func testTranslateProperty(t *testing.T, e *env) {
+// The same property in transactional delivery (issue 22): the destination
+// batches carry the sessions' producer IDs, so translation tells a
+// source batch's mirror by its content, and reads the destination as a
+// read_committed consumer does. The link is crashed once in the middle
+// of the load, leaving a transaction the next session's InitProducerId
+// aborts: the aborted copies of the batches it appended again must never
+// be taken for their mirrors. A translation is right where a
+// read_committed consumer resuming there reads what one resuming at the
+// truth reads (markers and aborted data lie between records).
+func TestTxnTranslateProperty(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testTranslateProperty(t, e, true) })
+}
+
+func testTranslateProperty(t *testing.T, e *env, txn bool) {
 	f := e.mirrored(t, "translate", srcTopic("mixed", 2), srcTopic("kv", 1).with(compactedConfig), srcTopic("cut", 1), srcTopic("private", 1).unmirrored())
 	// The test compacts the source only: config sync would give the
 	// destination the source's quick cleaner settings, and the
 	// destination's cleaner would compact the mirror too.
 	f.cfg.Link.ConfigSync.Enabled = false
+	truth := readTruth
+	if txn {
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		f.cfg.Link.TransactionTimeout = 30 * time.Second
+		f.cfg.Link.CheckpointInterval = 300 * time.Millisecond
+		truth = func(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, part int32, _ ...[2]int64) logTruth {
+			return readTruthTxn(t, src, dst, srcTopic, dstTopic, part)
+		}
+	}
 	src, dst := f.src, f.dst
 	mixed, kv, cut, private := f.topic("mixed"), f.topic("kv"), f.topic("cut"), f.topic("private")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -431,12 +510,20 @@ func testTranslateProperty(t *testing.T, e *env) {
 	}
 
 	f.cfg.Link.Rename = "{source}.{topic}"
-	cfg := f.cfg
 	renamed := func(s string) string { return src.Name + "." + s }
+	waitMirrored := func(t *testing.T, src, dst *cluster, stateTopic string, topics map[string]string, within time.Duration) {
+		t.Helper()
+		mirrortest.WaitMirroredMode(t, src, dst, stateTopic, topics, within, txn)
+	}
+	var reencoded float64 // by the crashed session
+	if txn {
+		reencoded = crashInTransaction(t, f, renamed)
+	}
+	cfg := f.cfg
 	l := f.start("translate")
 	waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed), kv: renamed(kv), cut: renamed(cut)}, 90*time.Second)
 	l.waitState(t, Mirroring, 30*time.Second)
-	if got := testutil.ToFloat64(l.met.counters[BatchesReencoded]); got == 0 {
+	if got := reencoded + testutil.ToFloat64(l.met.counters[BatchesReencoded]); got == 0 {
 		t.Fatal("the link re-encoded no batch: the compacted and cut topics do not exercise the re-encode path")
 	}
 
@@ -449,7 +536,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 		srcStart int64
 	}{{mixed, 0, 0}, {mixed, 1, 0}, {kv, 0, 0}, {cut, 0, 15}} {
 		t.Run(fmt.Sprintf("%s-%d", c.topic, c.part), func(t *testing.T) {
-			lt := readTruth(t, src, dst, c.topic, renamed(c.topic), c.part)
+			lt := truth(t, src, dst, c.topic, renamed(c.topic), c.part)
 			ps := lt.points(rng, 60, c.srcStart)
 			for _, p := range ps {
 				if commit, ok := lt.markers[p]; ok {
@@ -514,9 +601,9 @@ func testTranslateProperty(t *testing.T, e *env) {
 		// Once mirrored, the same position translates to the first late
 		// record's mirror.
 		waitMirrored(t, src, dst, e.stateTopic(), map[string]string{mixed: renamed(mixed)}, 30*time.Second)
-		lt := readTruth(t, src, dst, mixed, renamed(mixed), 0)
+		lt := truth(t, src, dst, mixed, renamed(mixed), 0)
 		for _, p := range []int64{a.SrcNext, end - 3, end} {
-			if got, err := l.Translate(ctx, mixed, 0, p); err != nil || got.DestinationOffset != lt.want(p) {
+			if got, err := l.Translate(ctx, mixed, 0, p); err != nil || lt.canon(got.DestinationOffset) != lt.want(p) {
 				t.Errorf("translate %d after the late records were mirrored: %+v, %v; want %d", p, got, err, lt.want(p))
 			}
 		}
@@ -524,7 +611,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 
 	t.Run("below-destination-start", func(t *testing.T) {
 		k := tp.Key{Topic: mixed, Partition: 1}
-		lt := readTruth(t, src, dst, mixed, renamed(mixed), 1)
+		lt := truth(t, src, dst, mixed, renamed(mixed), 1)
 		// Delete the destination's records below a point inside a batch
 		// about half-way: positions whose mirror lies below it are
 		// errors, the others still translate.
@@ -550,7 +637,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 					if !errors.Is(err, translate.ErrBelowDestinationStart) {
 						t.Errorf("%s: translate %d (mirrored at %d, the destination starts at %d): %+v, %v; want translate.ErrBelowDestinationStart", w.name, p, want, del, got, err)
 					}
-				case err != nil || got.DestinationOffset != want:
+				case err != nil || lt.canon(got.DestinationOffset) != want:
 					t.Errorf("%s: translate %d: %+v, %v; want %d", w.name, p, got, err, want)
 				}
 			}
@@ -564,7 +651,7 @@ func testTranslateProperty(t *testing.T, e *env) {
 	// topic's checkpoint, and what the source got since lies past it.
 	t.Run("stopped-link", func(t *testing.T) {
 		l.stop(t, false)
-		lt := readTruth(t, src, dst, cut, renamed(cut), 0)
+		lt := truth(t, src, dst, cut, renamed(cut), 0)
 		more := src.NewClient(t)
 		if err := more.ProduceSync(ctx, &kgo.Record{Topic: cut, Key: []byte("after-stop"), Value: []byte("v")}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -580,9 +667,56 @@ func testTranslateProperty(t *testing.T, e *env) {
 			switch {
 			case c.err != nil && !errors.Is(err, c.err):
 				t.Errorf("translate %d: %+v, %v; want %v", c.p, got, err, c.err)
-			case c.err == nil && (err != nil || got.DestinationOffset != c.want):
+			case c.err == nil && (err != nil || lt.canon(got.DestinationOffset) != c.want):
 				t.Errorf("translate %d: %+v, %v; want %d", c.p, got, err, c.want)
 			}
 		}
 	})
+}
+
+// crashInTransaction runs a transactional session of f's link that mirrors
+// what the source holds, appends more records to "mixed" in a transaction
+// it never commits (its checkpoint interval is 20s; its first commits came
+// when it first appended to and first caught up with each partition),
+// and crashes: the destination then holds data of an aborted transaction
+// that the next session appends again (checked, so that the test cannot
+// pass without it). It returns how many batches the session re-encoded.
+func crashInTransaction(t *testing.T, f *fixture, renamed func(string) string) float64 {
+	t.Helper()
+	mixed := f.topic("mixed")
+	was := f.cfg.Link
+	f.cfg.Link.CheckpointInterval, f.cfg.Link.SessionTimeout, f.cfg.Link.TransactionTimeout = 20*time.Second, time.Minute, 90*time.Second
+	a := f.start("crashed")
+	mirrortest.WaitMirroredMode(t, f.src, f.dst, f.stateTopic(), map[string]string{mixed: renamed(mixed)}, 90*time.Second, true)
+	ends := []int64{endOffset(t, f.dst, renamed(mixed), 0), endOffset(t, f.dst, renamed(mixed), 1)}
+	f.load(idempotent, 2, "uncommitted", 40, "mixed")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if endOffset(t, f.dst, renamed(mixed), 0) > ends[0] && endOffset(t, f.dst, renamed(mixed), 1) > ends[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not append the new records")
+		}
+	}
+	a.stop(t, true)
+	f.cfg.Link = was
+	reencoded := testutil.ToFloat64(a.met.counters[BatchesReencoded])
+	for part := range int32(2) {
+		end := endOffset(t, f.dst, renamed(mixed), part)
+		committed := map[int64]bool{}
+		for _, r := range readPartition(t, f.dst, renamed(mixed), part, true, end) {
+			committed[r.Offset] = true
+		}
+		open := 0
+		for _, r := range readPartition(t, f.dst, renamed(mixed), part, false, end) {
+			if !r.Attrs.IsControl() && !committed[r.Offset] {
+				open++
+			}
+		}
+		if open == 0 {
+			t.Fatalf("%s[%d]: the crashed session left no uncommitted record (%d committed)", renamed(mixed), part, len(committed))
+		}
+		t.Logf("%s[%d]: the crashed session left %d records of its open transaction", renamed(mixed), part, open)
+	}
+	return reencoded
 }

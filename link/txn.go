@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -345,6 +346,26 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 		entered     bool
 		discovering bool
 	)
+	// Offset translation, group sync and failover read the plan's
+	// committed positions through queries, as a preserve session's
+	// pipeline; the session is live while the lease of its last
+	// successful commit holds (a fenced session's next append or commit
+	// fails, and its lease lapses before another session could commit).
+	var leaseEnd atomic.Int64
+	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1),
+		leaseValid: func(now time.Time) bool { return now.UnixMilli() < leaseEnd.Load() }}
+	l.online.Store(o)
+	defer func() {
+		l.online.Store(nil)
+		close(o.done)
+	}()
+	apply := func(in any) (bool, error) {
+		end, err := s.apply(in)
+		if t := s.plan.leaseEnd(); !t.IsZero() {
+			leaseEnd.Store(t.UnixMilli())
+		}
+		return end, err
+	}
 	stop := func(ev Trigger, state statestore.LinkState) (bool, error) {
 		if stopped {
 			return false, nil
@@ -352,7 +373,7 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 		stopped, stopping = true, ev
 		drainTimer.Reset(l.cfg.ShutdownTimeout)
 		drain = drainTimer.C
-		return s.apply(txnInStop{state: state})
+		return apply(txnInStop{state: state})
 	}
 	done := ctx.Done()
 	if l.pausing() {
@@ -389,7 +410,7 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 				case InDiscovered:
 					discovering = false
 					if len(e.Created) > 0 {
-						if end, err := s.apply(txnInRecords{recs: e.Created}); end || err != nil {
+						if end, err := apply(txnInRecords{recs: e.Created}); end || err != nil {
 							return s.result(stopping, err)
 						}
 					}
@@ -420,12 +441,12 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 						continue
 					}
 					e2 := txnInAdd{parts: e.Parts}
-					if end, err := s.apply(e2); end || err != nil {
+					if end, err := apply(e2); end || err != nil {
 						return s.result(stopping, err)
 					}
 					continue
 				}
-				if end, err := s.apply(e); end || err != nil {
+				if end, err := apply(e); end || err != nil {
 					return s.result(stopping, err)
 				}
 			}
@@ -438,6 +459,18 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 			continue
 		case <-ck.C:
 			in = txnInCommitDue{now: l.deps.Now()}
+		case q := <-s.queries:
+			q.fn(s.plan)
+			close(q.done)
+			continue
+		case <-o.discover:
+			if discovering || stopped {
+				continue
+			}
+			discovering = true
+			known := s.plan.known()
+			s.txnWork(func(ctx context.Context) any { return s.discoverAll(ctx, known) })
+			continue
 		case <-disc.C:
 			if discovering || stopped {
 				continue
@@ -453,7 +486,7 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 			s.log.Warn("the final commit did not complete within the shutdown timeout; the next session aborts the open transaction and resumes at the last checkpoint")
 			return stopping, nil
 		}
-		if end, err := s.apply(in); end || err != nil {
+		if end, err := apply(in); end || err != nil {
 			return s.result(stopping, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 // txnPlan is the pure core of a transactional-delivery session (DESIGN
@@ -65,8 +66,9 @@ type txnPlan struct {
 	finished  bool
 	// appendedBytes since the last commit started.
 	appendedBytes int64
-	// lastCommit is when the last commit started (the lease it renewed).
-	lastCommit time.Time
+	// lastCommit is when the last commit started (the lease it renewed);
+	// committedAt when the last one that succeeded did.
+	lastCommit, committedAt time.Time
 	// extra are state records the next commit carries besides the
 	// checkpoints.
 	extra []statestore.Record
@@ -256,6 +258,7 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 			return append(out, txnDoFail(e))
 		}
 		p.commit = commitNone
+		p.committedAt = p.lastCommit
 		p.counts.Add(Checkpoints, 1)
 		for _, k := range p.order {
 			pt := p.parts[k]
@@ -575,6 +578,47 @@ func (p *txnPlan) partitions(now time.Time) []PartitionStatus {
 		out = append(out, ps)
 	}
 	return out
+}
+
+// Anchor is what the session knows of source partition src for offset
+// translation (translate.Anchor), copied; false if the session does not
+// mirror it. Only what is committed counts: its head is the last committed
+// checkpoint, not the position of the open transaction's appends, since
+// an abort throws those away and the next session appends them again
+// after the destination offsets they had (a consumer moved to such a
+// position would skip the copies). Translation reads the destination as a
+// read_committed consumer does (translate.Logs.Stamped). A partition
+// without a committed checkpoint has nothing to translate yet.
+func (p *txnPlan) Anchor(src tp.Key) (translate.Anchor, bool) {
+	pt := p.parts[src]
+	if pt == nil {
+		return translate.Anchor{}, false
+	}
+	a := translate.Anchor{Pair: pt.pair, SrcNext: -1, DstNext: -1, CkSrc: -1, CkDst: -1}
+	if pt.hasCk {
+		a.Head = true
+		a.SrcNext, a.DstNext, a.CkSrc, a.CkDst = pt.ckSrc, pt.ckDst, pt.ckSrc, pt.ckDst
+	}
+	return a, true
+}
+
+// Pairs returns every partition the session mirrors, in the order they
+// joined.
+func (p *txnPlan) Pairs() []Pair {
+	out := make([]Pair, 0, len(p.order))
+	for _, k := range p.order {
+		out = append(out, p.parts[k].pair)
+	}
+	return out
+}
+
+// leaseEnd is when the lease of the session's last successful commit ends
+// (its link record's LeaseExpiresMs); the zero time before any.
+func (p *txnPlan) leaseEnd() time.Time {
+	if p.committedAt.IsZero() {
+		return time.Time{}
+	}
+	return p.committedAt.Add(p.lease)
 }
 
 // known is every partition the session mirrors, for discovery.

@@ -43,6 +43,26 @@
 // reads more than translateBudget (16 MiB) from either cluster: past it, it
 // answers ErrUntranslatable.
 //
+// # Transactional delivery
+//
+// A link in transactional delivery (Logs.Stamped) appends every committed
+// source batch under its session's producer ID, epoch and sequence, with
+// the transactional bit: a mirror differs from its source batch in those
+// header fields only, and the destination also holds the data of aborted
+// transactions (a crashed session's appends, appended again by the next
+// session) and the markers. Translation then reads both logs with the
+// producer fields stripped (transform.Unstamp), so that each batch
+// compares as one without a producer ID, by its records alone (copies with
+// the same records and timestamps are told apart by their order, as a
+// plain producer's retries are), and reads the destination as a
+// read_committed consumer does: aborted transactions and markers are
+// skipped by the fetch answer's aborted list, never matched. The session's
+// anchor is its last committed checkpoint (its head); nothing of the open
+// transaction counts, so a position the link appended but did not commit
+// yet is ErrAheadOfLink. An answer is exact for read_committed consumers:
+// the offset it gives may be a marker or aborted data before the mirror,
+// which such a consumer skips.
+//
 // A position below the source's log start translates as the log start (a
 // consumer there would be reset to it); one whose translation lies below
 // the destination's log start is ErrBelowDestinationStart.

@@ -35,6 +35,8 @@ type OfflineConfig struct {
 	// SASL).
 	SourceOpts, DestinationOpts []kgo.Opt
 	Now                         func() time.Time // nil: time.Now
+	// Stamped: the link delivers transactionally (Logs.Stamped).
+	Stamped bool
 }
 
 // Offline translates source positions of one link with nothing but the
@@ -74,7 +76,7 @@ func NewOffline(ctx context.Context, cfg OfflineConfig) (_ *Offline, err error) 
 	region, _ := transform.RegionOf(srcID)
 	o.logs = &Logs{
 		Source: NewCluster(o.src), Destination: NewCluster(o.dst),
-		From: twin.Source{Cluster: srcID, Region: region}, Now: cfg.Now,
+		From: twin.Source{Cluster: srcID, Region: region}, Now: cfg.Now, Stamped: cfg.Stamped,
 	}
 	if o.view, err = statestore.ReadView(ctx, cfg.StateTopic, cfg.DestinationOpts); err != nil {
 		return nil, fmt.Errorf("read the link's state topic %q on cluster %s: %w", cfg.StateTopic, cfg.DestinationName, err)

@@ -104,6 +104,16 @@ type Logs struct {
 	// Budget is what one translation may read from each cluster (0:
 	// translateBudget).
 	Budget int64
+	// Stamped: the link delivers transactionally (DESIGN §14), so its
+	// batches carry its sessions' producer IDs, epochs and sequences,
+	// not the source's. Batches are then compared by content alone:
+	// both sides are read with their producer fields stripped
+	// (transform.Unstamp), which makes every batch one without a
+	// producer ID, whose copies the search tells apart by their order;
+	// and the destination is read as a read_committed consumer reads
+	// it, so that the data of an aborted session's transaction is never
+	// taken for a mirror.
+	Stamped bool
 }
 
 // Cluster is one cluster as translations read it: raw fetches and
@@ -1183,6 +1193,12 @@ func (x *job) committed(ctx context.Context, pos int64) (read, error) {
 		if len(offs) == 0 || offs[len(offs)-1] < pos {
 			continue
 		}
+		if x.Stamped {
+			transform.Unstamp(raw) // kgo decided on a copy (hard)
+			if h, err = transform.ParseHeader(raw); err != nil {
+				return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
+			}
+		}
 		r.batches = append(r.batches, srcBatch{raw: raw, h: h, from: max(pos, h.BaseOffset), offsets: offs})
 	}
 	x.last, x.lastPos = &r, pos
@@ -1195,10 +1211,26 @@ func plainDense(h transform.Header) bool {
 	return !h.Transactional() && !h.Control() && h.NumRecords > 0 && h.Dense()
 }
 
-// dstBatches reads the destination from pos (READ_UNCOMMITTED: the link's
-// batches are not transactional): its batches with offsets at or after pos,
-// in order. A position below the log start reads from the log start.
+// dstBatches reads the destination from pos: its batches with offsets at
+// or after pos, in order. A position below the log start reads from the log
+// start. In preserve delivery the destination is read READ_UNCOMMITTED (the
+// link's batches are not transactional); Stamped, it is read as a
+// read_committed consumer reads it (committedOnly), and a read that holds
+// only aborted data and markers reads on past them, so that nothing but
+// the log's end returns no batch.
 func (x *job) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
+	for {
+		out, next, err := x.dstRead1(ctx, pos)
+		if err != nil || len(out) > 0 || next <= pos {
+			return out, err
+		}
+		pos = next
+	}
+}
+
+// dstRead1 is one read of dstBatches; next is the offset after the last
+// batch the read returned, kept or not.
+func (x *job) dstRead1(ctx context.Context, pos int64) (out [][]byte, next int64, err error) {
 	rp, err := x.fetch(ctx, false, pos)
 	var re *rangeError
 	if errors.As(err, &re) && pos < re.start {
@@ -1206,24 +1238,71 @@ func (x *job) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
 		rp, err = x.fetch(ctx, false, re.start)
 	}
 	if err != nil {
-		return nil, err
+		return nil, pos, err
 	}
 	x.dstStart = rp.LogStartOffset
 	raws, _, err := transform.Split(rp.RecordBatches, nil)
 	if err != nil {
-		return nil, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+		return nil, pos, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
 	}
-	out := raws[:0]
+	next = pos
+	var aborted *abortedTxns
+	if x.Stamped {
+		aborted = newAbortedTxns(rp.AbortedTransactions)
+	}
+	out = raws[:0]
 	for _, b := range raws {
 		h, err := transform.ParseHeader(b)
 		if err != nil {
-			return nil, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+			return nil, pos, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+		}
+		next = max(next, h.NextOffset())
+		if aborted != nil && !aborted.committed(h) {
+			continue
 		}
 		if h.NextOffset() > pos {
+			if x.Stamped {
+				transform.Unstamp(b)
+			}
 			out = append(out, b)
 		}
 	}
-	return out, nil
+	return out, next, nil
+}
+
+// abortedTxns decides which batches of one read_committed fetch answer a
+// read_committed consumer gets records of, as Kafka's consumers decide
+// (KIP-98; the Java client's CompletedFetch, kgo's processRecordBatch):
+// the answer lists each aborted transaction that overlaps the fetch by
+// producer ID and first offset; a producer's transactional batches from
+// that offset on are aborted until its next control batch (the abort
+// marker). Control batches are never data.
+type abortedTxns struct {
+	pending []kmsg.FetchResponseTopicPartitionAbortedTransaction // by first offset
+	open    map[int64]bool                                       // producers inside an aborted transaction
+}
+
+func newAbortedTxns(list []kmsg.FetchResponseTopicPartitionAbortedTransaction) *abortedTxns {
+	a := &abortedTxns{pending: slices.Clone(list), open: map[int64]bool{}}
+	slices.SortFunc(a.pending, func(x, y kmsg.FetchResponseTopicPartitionAbortedTransaction) int {
+		return cmp.Compare(x.FirstOffset, y.FirstOffset)
+	})
+	return a
+}
+
+// committed reports whether batch h, the next of the answer in order, holds
+// records a read_committed consumer gets.
+func (a *abortedTxns) committed(h transform.Header) bool {
+	last := h.NextOffset() - 1
+	for len(a.pending) > 0 && a.pending[0].FirstOffset <= last {
+		a.open[a.pending[0].ProducerID] = true
+		a.pending = a.pending[1:]
+	}
+	if h.Control() {
+		delete(a.open, h.ProducerID) // the marker ends the producer's transaction
+		return false
+	}
+	return h.NumRecords > 0 && !(h.Transactional() && a.open[h.ProducerID])
 }
 
 // fetch is one raw fetch of the partition at pos from its leader,
@@ -1251,7 +1330,7 @@ func (x *job) fetch(ctx context.Context, source bool, pos int64) (*kmsg.FetchRes
 		q.ID = ld.ID
 		x.out.Requests++
 		rp, err := rawfetch.Do(ctx, cl, ld.Broker, rawfetch.Request{
-			Partition: q, Offset: pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: translateChunk, ReadCommitted: source,
+			Partition: q, Offset: pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: translateChunk, ReadCommitted: source || x.Stamped,
 		})
 		if err == nil {
 			err = kerr.ErrorForCode(rp.ErrorCode)

@@ -542,10 +542,17 @@ func VerifyMode(t testing.TB, src, dst *Cluster, stateTopic string, topics map[s
 // record, and fails on the first difference.
 func WaitMirrored(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string, within time.Duration) verify.Report {
 	t.Helper()
+	return WaitMirroredMode(t, src, dst, stateTopic, topics, within, false)
+}
+
+// WaitMirroredMode is WaitMirrored for a mirror written in either delivery
+// mode (verify.Config.Transactional).
+func WaitMirroredMode(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string, within time.Duration, transactional bool) verify.Report {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	var last verify.Report
 	for {
-		rep, err := Verify(t, src, dst, stateTopic, topics)
+		rep, err := VerifyMode(t, src, dst, stateTopic, topics, transactional)
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, statestore.ErrNoTopic) {
 			t.Fatalf("verify: %v", err)
 		}
