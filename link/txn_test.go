@@ -218,7 +218,7 @@ func TestTransactionalDelivery(t *testing.T) {
 			topic, k := f.topic(c.base), tp.Key{Topic: f.topic(c.base), Partition: c.part}
 			lt := readTruthTxn(t, f.src, f.dst, topic, topic, c.part)
 			ws := []way{
-				{name: "link", must: "timestamp", fn: func(ctx context.Context, p int64) (translate.Result, error) {
+				{name: "link", must: "window", fn: func(ctx context.Context, p int64) (translate.Result, error) {
 					return prev.Translate(ctx, k.Topic, k.Partition, p)
 				}},
 				{name: "offline", must: "timestamp", fn: func(ctx context.Context, p int64) (translate.Result, error) {

@@ -120,6 +120,12 @@ type txnPart struct {
 	// lastTS is the max timestamp of the last batch appended, for lag in
 	// seconds.
 	lastTS int64
+	// win is the window of the partition's last committed appends (its
+	// anchor's spans); pend the spans of the open transaction's appends,
+	// which join it when the transaction commits (at most the last
+	// WindowSpans of them are kept).
+	win  window
+	pend []translate.Span
 	// err is set once an answer contradicts the positions: the session
 	// fails.
 	err error
@@ -263,6 +269,10 @@ func (p *txnPlan) step(now time.Time, in any) []any {
 		for _, k := range p.order {
 			pt := p.parts[k]
 			pt.acked = false // the next transaction's first append goes alone
+			for _, sp := range pt.pend {
+				pt.win.add(sp)
+			}
+			pt.pend = pt.pend[:0]
 			if pt.dirty {
 				pt.ckSrc, pt.ckDst, pt.hasCk, pt.dirty = pt.src, pt.dst, true, false
 				pt.shown = pt.shown || pt.appended
@@ -509,6 +519,10 @@ func (p *txnPlan) apply(pt *txnPart, q txnQueued, e txnInAppended) {
 		return
 	}
 	pt.src, pt.dst, pt.dirty, pt.appended, pt.acked = max(pt.src, q.end), e.base+e.n, true, true, true
+	if len(pt.pend) == 2*WindowSpans {
+		pt.pend = append(pt.pend[:0], pt.pend[WindowSpans:]...)
+	}
+	pt.pend = append(pt.pend, translate.Span{From: max(q.from, q.hdr.BaseOffset), Base: q.hdr.BaseOffset, End: q.end, DstBase: e.base, DstEnd: e.base + e.n})
 	pt.lastTS = q.hdr.MaxTimestamp
 	p.appendedBytes += int64(len(q.raw))
 	p.counts.Add(BatchesMirrored, 1)
@@ -587,8 +601,9 @@ func (p *txnPlan) partitions(now time.Time) []PartitionStatus {
 // an abort throws those away and the next session appends them again
 // after the destination offsets they had (a consumer moved to such a
 // position would skip the copies). Translation reads the destination as a
-// read_committed consumer does (translate.Logs.Stamped). A partition
-// without a committed checkpoint has nothing to translate yet.
+// read_committed consumer does (translate.Logs.Stamped). Its window is
+// the partition's last committed appends. A partition without a committed
+// checkpoint has nothing to translate yet.
 func (p *txnPlan) Anchor(src tp.Key) (translate.Anchor, bool) {
 	pt := p.parts[src]
 	if pt == nil {
@@ -598,6 +613,7 @@ func (p *txnPlan) Anchor(src tp.Key) (translate.Anchor, bool) {
 	if pt.hasCk {
 		a.Head = true
 		a.SrcNext, a.DstNext, a.CkSrc, a.CkDst = pt.ckSrc, pt.ckDst, pt.ckSrc, pt.ckDst
+		a.Spans = pt.win.list()
 	}
 	return a, true
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/translate"
 )
 
 var txnT0 = time.UnixMilli(1_700_000_000_000)
@@ -377,5 +378,50 @@ func TestTxnPlanEmptyReencode(t *testing.T) {
 	st := p.partitions(txnT0)[0]
 	if st.SourceNextOffset != 12 || st.DestNextOffset != 7 || p.counts.Get(RecordsMirrored) != 0 {
 		t.Fatalf("after an empty re-encode: %+v, %d records mirrored", st, p.counts.Get(RecordsMirrored))
+	}
+}
+
+// Guards translation in transactional delivery: the plan's anchor is the
+// last committed checkpoint, never the open transaction's appends (an
+// abort throws them away and the next session appends them again
+// later), and its window holds committed appends only.
+func TestTxnPlanAnchorIsCommitted(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	key := txnPair(0).Src.Key()
+	p.step(txnT0, txnInAdd{parts: []Placement{{Pair: txnPair(0), StartOffset: 8, DstEnd: 98}}})
+	if a, ok := p.Anchor(key); !ok || a.Head || a.CkSrc != -1 || len(a.Spans) != 0 {
+		t.Fatalf("anchor before any commit: %+v %v; want no head, no checkpoint", a, ok)
+	}
+	if _, ok := p.Anchor(txnPair(1).Src.Key()); ok {
+		t.Fatal("an anchor of a partition the session does not mirror")
+	}
+	p.step(txnT0, txnInFetched{r: fetchedTo(0, 10, 100, 8)})
+	p.step(txnT0, txnInAppended{p: key, id: 1, base: 98, n: 2})
+	p.step(txnT0, txnInCommitted{})
+	a, _ := p.Anchor(key)
+	if !a.Head || a.SrcNext != 10 || a.DstNext != 100 || a.CkSrc != 10 || len(a.Spans) != 1 ||
+		a.Spans[0] != (translate.Span{From: 8, Base: 8, End: 10, DstBase: 98, DstEnd: 100}) {
+		t.Fatalf("anchor after the first commit: %+v", a)
+	}
+	// Appended, not committed: the anchor stays where it was.
+	p.step(txnT0, txnInFetched{r: fetchedTo(0, 14, 100, 10, 12)})
+	p.step(txnT0, txnInAppended{p: key, id: 2, base: 101, n: 2})
+	p.step(txnT0, txnInAppended{p: key, id: 3, base: 103, n: 2})
+	if a, _ := p.Anchor(key); a.SrcNext != 10 || a.DstNext != 100 || len(a.Spans) != 1 {
+		t.Fatalf("anchor with appends not committed: %+v", a)
+	}
+	if p.leaseEnd() != txnT0.Add(30*time.Second) {
+		t.Fatalf("lease end %v, want the first commit's", p.leaseEnd())
+	}
+	now := txnT0.Add(time.Second)
+	if cs := actionsOf[txnDoCommit](p.step(now, txnInCommitDue{now: now})); len(cs) != 1 {
+		t.Fatal("no commit")
+	}
+	p.step(now, txnInCommitted{})
+	if a, _ := p.Anchor(key); a.SrcNext != 14 || a.DstNext != 105 || len(a.Spans) != 3 || a.Spans[2].DstBase != 103 {
+		t.Fatalf("anchor after the second commit: %+v", a)
+	}
+	if p.leaseEnd() != now.Add(30*time.Second) {
+		t.Fatalf("lease end %v, want the second commit's", p.leaseEnd())
 	}
 }
