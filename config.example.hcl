@@ -365,7 +365,22 @@ link "dc1_to_cloud" {
     exclude = [".*-test"]
   }
 
-  # How often the selected groups are synced. Default: "10s".
+  # Share-group sync (KIP-932; README "Share groups"): the source share
+  # groups whose share-partition start offsets the link translates, exactly,
+  # and sets at the share group of the same ID at the destination
+  # (AlterShareGroupOffsets), for the partitions it mirrors. A share group
+  # is left alone while it has members at the destination, and its start
+  # offsets are never moved back. Records above a start offset that the
+  # group already acknowledged at the source are delivered again after a
+  # move: brokers expose only the start offset. Needs Kafka 4.1 or later
+  # with share groups enabled at both ends (production-ready since 4.2).
+  # Patterns as in groups. Default: no share_groups block, no sync.
+  share_groups {
+    include = ["orders-workers"]
+  }
+
+  # How often the selected groups and share groups are synced.
+  # Default: "10s".
   group_sync_interval = "10s"
 
   # Topic config sync (README "Topic settings"): the settings of each source

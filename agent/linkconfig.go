@@ -54,6 +54,9 @@ func linkSettings(l *config.Link) link.Settings {
 	if l.Groups != nil { // a nil *config.Groups would make a non-nil selector
 		s.Groups = l.Groups
 	}
+	if l.ShareGroups != nil {
+		s.ShareGroups = l.ShareGroups
+	}
 	return s
 }
 

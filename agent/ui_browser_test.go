@@ -444,7 +444,7 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		st := bigStatus(1_000_000 + n*25_000)
 		st.GroupSync = &failover.GroupSyncStatus{Interval: 10 * time.Second, LastRound: at, Groups: []failover.GroupStatus{
 			{Group: "billing", State: "synced", Partitions: make([]failover.GroupPartitionSync, 3), At: at.Add(-12 * time.Second)},
-			{Group: "audit", State: "active", Members: 2, At: at.Add(-5 * time.Minute), Error: "2 members at the destination"},
+			{Group: "audit", Type: failover.TypeShare, State: "active", Members: 2, At: at.Add(-5 * time.Minute), Error: "2 members at the destination"},
 		}}
 		raw := Overview{At: at, History: HistoryShape{IntervalSeconds: 10, Capacity: 360}, Counters: link.CounterTable(), Links: []LinkView{newLinkView(st)}}
 		rec := httptest.NewRecorder()
@@ -556,8 +556,8 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		t.Errorf("the card lists the counters %q, want %q", got, counters)
 	}
 	if got := eval[[]string](b, fmt.Sprintf(`%s.hidden ? [] : [...%s.querySelectorAll('th, td')].map(c => c.textContent)`, field("big", "groups"), field("big", "groups"))); !slices.Equal(got,
-		[]string{"group", "state", "partitions", "destination members", "last sync", "error",
-			"billing", "synced", "3", "0", "12s ago", "", "audit", "active", "0", "2", "5m 0s ago", "2 members at the destination"}) {
+		[]string{"group", "type", "state", "partitions", "destination members", "last sync", "error",
+			"billing", "consumer", "synced", "3", "0", "12s ago", "", "audit", "share", "active", "0", "2", "5m 0s ago", "2 members at the destination"}) {
 		t.Errorf("the groups section shows %q", got)
 	}
 

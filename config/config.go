@@ -329,7 +329,12 @@ type Link struct {
 	// the link translates and commits to the destination (the groups
 	// block); nil: no group offset sync.
 	Groups *Groups
-	// GroupSyncInterval is how often the selected groups are synced.
+	// ShareGroups selects the source share groups (KIP-932) whose
+	// share-partition start offsets the link translates and sets at the
+	// destination (the share_groups block); nil: none.
+	ShareGroups *Groups
+	// GroupSyncInterval is how often the selected groups and share groups
+	// are synced.
 	GroupSyncInterval time.Duration
 	// ConfigSync says which settings of the source topics their mirrors
 	// follow (the config_sync block); ConfigSyncInterval is how often

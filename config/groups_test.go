@@ -52,3 +52,27 @@ func TestParseGroupsProblems(t *testing.T) {
 		})
 	}
 }
+
+// Guards the share_groups block: no block is no share-group sync; a block
+// selects share group IDs as groups does, in every delivery mode, beside
+// a groups block or alone; an empty one names file, line and key.
+func TestParseShareGroups(t *testing.T) {
+	l := mustParse(t, withLink()).Links[0]
+	if l.ShareGroups != nil || l.ShareGroups.Selects("any") {
+		t.Errorf("without a share_groups block: %+v", l.ShareGroups)
+	}
+	l = mustParse(t, withLink(`delivery = "transactional"`, `share_groups {`, `  include = ["workers-.*"]`, `  exclude = ["workers-test"]`, `}`)).Links[0]
+	if l.ShareGroups == nil || l.Groups != nil {
+		t.Fatalf("share groups %+v, groups %+v", l.ShareGroups, l.Groups)
+	}
+	for g, want := range map[string]bool{"workers-eu": true, "workers-test": false, "workers": false} {
+		if got := l.ShareGroups.Selects(g); got != want {
+			t.Errorf("Selects(%q) = %v, want %v", g, got, want)
+		}
+	}
+	got := problemLines(t, withLink(`share_groups {}`))
+	want := []string{`t.hcl:11:3: link.l.share_groups.include: at least one pattern is required (to sync every share group write include = [".*"]; to sync none, leave the share_groups block out)`}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%q\nwant\n%q", got, want)
+	}
+}

@@ -215,6 +215,7 @@ type fileLink struct {
 	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
 	CheckCRCs                    *bool          `koanf:"check_crcs"`
 	Groups                       fileTopics     `koanf:"groups"`
+	ShareGroups                  fileTopics     `koanf:"share_groups"`
 	GroupSyncInterval            *time.Duration `koanf:"group_sync_interval"`
 	ConfigSync                   fileConfigSync `koanf:"config_sync"`
 	ConfigSyncInterval           *time.Duration `koanf:"config_sync_interval"`
@@ -466,6 +467,12 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		l.Groups = &Groups{
 			Include: d.groupPatterns(key+".groups.include", fl.Groups.Include),
 			Exclude: d.groupPatterns(key+".groups.exclude", fl.Groups.Exclude),
+		}
+	}
+	if _, ok := d.origins[key+".share_groups"]; ok {
+		l.ShareGroups = &Groups{
+			Include: d.groupPatterns(key+".share_groups.include", fl.ShareGroups.Include),
+			Exclude: d.groupPatterns(key+".share_groups.exclude", fl.ShareGroups.Exclude),
 		}
 	}
 	if p := fl.StateTopicPartitions; p != nil {

@@ -84,6 +84,10 @@ var (
 		{name: "include", kind: kindList},
 		{name: "exclude", kind: kindList},
 	}}
+	shareGroupsSpec = &blockSpec{typ: "share_groups", keys: []keySpec{
+		{name: "include", kind: kindList},
+		{name: "exclude", kind: kindList},
+	}}
 	configSyncSpec = &blockSpec{typ: "config_sync", keys: []keySpec{
 		{name: "enabled", kind: kindBool},
 		{name: "all_topics", kind: kindBool},
@@ -125,7 +129,7 @@ var (
 		{name: "check_crcs", kind: kindBool},
 		{name: "group_sync_interval", kind: kindDuration},
 		{name: "config_sync_interval", kind: kindDuration},
-	}, blocks: []*blockSpec{topicsSpec, groupsSpec, configSyncSpec}}
+	}, blocks: []*blockSpec{topicsSpec, groupsSpec, shareGroupsSpec, configSyncSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )
 

@@ -375,6 +375,9 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	if l.Groups != nil && len(l.Groups.Include) == 0 {
 		c.report(key+".groups.include", "at least one pattern is required", `to sync every group write include = [".*"]; to sync none, leave the groups block out`)
 	}
+	if l.ShareGroups != nil && len(l.ShareGroups.Include) == 0 {
+		c.report(key+".share_groups.include", "at least one pattern is required", `to sync every share group write include = [".*"]; to sync none, leave the share_groups block out`)
+	}
 	c.positive(key+".config_sync_interval", l.ConfigSyncInterval)
 	validateConfigSync(c, key+".config_sync", l.ConfigSync)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {

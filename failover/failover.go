@@ -206,7 +206,7 @@ func (m *Mover) run(ctx context.Context, o Options) {
 		return
 	}
 	groups := []GroupStatus{}
-	if m.cfg.Groups != nil {
+	if m.syncs() {
 		groups, err = m.SyncGroups(ctx)
 		failed := err
 		for _, g := range groups {

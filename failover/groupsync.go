@@ -73,6 +73,9 @@ type GroupSyncStatus struct {
 // GroupStatus is one group after the last round.
 type GroupStatus struct {
 	Group string `json:"group"`
+	// Type is the group's kind: consumer (a consumer group, its
+	// committed offsets) or share (a share group, its start offsets).
+	Type string `json:"type"`
 	// State: synced (offsets committed this round), up_to_date (nothing
 	// to move forward), active (members at the destination, or a state
 	// other than Empty or Dead: left alone), failed (see Error; partitions
@@ -228,9 +231,10 @@ type groupSync struct {
 	dstAdm   *kadm.Client
 
 	mu sync.Mutex // one round at a time
-	// noneListed: the last round's source listing held no selected group
-	// (said once in the log until one appears).
-	noneListed bool
+	// noneListed, noShareListed: the last round's source listing held no
+	// selected group, share group (said once in the log until one
+	// appears).
+	noneListed, noShareListed bool
 }
 
 // Why group sync needs each Group permission (docs/acls.md).
@@ -298,7 +302,14 @@ func (g *groupSync) round(ctx context.Context) ([]GroupStatus, error) {
 		g.idle()
 		return []GroupStatus{}, ErrNotLive
 	}
-	out, err := g.sync(ctx)
+	out, err := []GroupStatus{}, error(nil)
+	if g.m.cfg.Groups != nil {
+		out, err = g.sync(ctx)
+	}
+	if g.m.cfg.ShareGroups != nil && ctx.Err() == nil {
+		shares, serr := g.syncShare(ctx)
+		out, err = append(out, shares...), errors.Join(err, serr)
+	}
 	now := g.m.now()
 	ok := err == nil
 	for _, s := range out {
@@ -330,9 +341,11 @@ func (g *groupSync) sync(ctx context.Context) ([]GroupStatus, error) {
 		return []GroupStatus{}, fmt.Errorf("list the source's groups: %w", err)
 	}
 	var names []string
-	for _, n := range listed.Groups() {
-		if g.m.cfg.Groups.Selects(n) {
-			names = append(names, n)
+	for _, l := range listed {
+		// Share groups (KIP-932) have no committed offsets: the
+		// share_groups block selects those (syncShare).
+		if l.GroupType != TypeShare && g.m.cfg.Groups.Selects(l.Group) {
+			names = append(names, l.Group)
 		}
 	}
 	slices.Sort(names)
@@ -402,7 +415,7 @@ func (g *groupSync) describe(ctx context.Context, name string) kadm.DescribedGro
 // group syncs one group.
 func (g *groupSync) group(ctx context.Context, name string, tr translate.Func) GroupStatus {
 	d := g.describe(ctx, name)
-	st := GroupStatus{Group: name, At: g.m.now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
+	st := GroupStatus{Group: name, Type: TypeConsumer, At: g.m.now(), Members: len(d.Members), DstState: d.State, Partitions: []GroupPartitionSync{}}
 	fail := func(err error) GroupStatus {
 		st.State, st.Error = GroupFailed, err.Error()
 		if ctx.Err() != nil {

@@ -21,8 +21,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mirrord", Name: name, Help: help}, []string{"link"})
 	}
 	m := &Metrics{
-		synced:     counter("group_sync_groups_synced_total", "Consumer groups whose round of the group offset sync ended without an error (offsets committed, or nothing to move forward)."),
-		translated: counter("group_sync_partitions_translated_total", "Committed offsets of source groups translated by the group offset sync."),
+		synced:     counter("group_sync_groups_synced_total", "Consumer groups and share groups whose round of the group offset sync ended without an error (offsets committed, or nothing to move forward)."),
+		translated: counter("group_sync_partitions_translated_total", "Committed offsets of source groups, and start offsets of source share groups, translated by the group offset sync."),
 		errors:     counter("group_sync_translation_errors_total", "Group offset sync failures: offsets that could not be translated, and groups that could not be read or committed."),
 		age: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mirrord", Name: "group_sync_last_success_age_seconds",
 			Help: "Seconds since the last round of the group offset sync in which every selected group synced without an error, refreshed every second (absent before the first)."}, []string{"link"}),

@@ -67,6 +67,9 @@ type Config struct {
 	// GroupSyncInterval is how often they are synced.
 	Groups            GroupSelector
 	GroupSyncInterval time.Duration
+	// ShareGroups selects the source share groups whose start offsets
+	// are synced to the destination, in the same rounds; nil: none.
+	ShareGroups GroupSelector
 	// PauseTimeout bounds the wait for PAUSED once a failover paused the
 	// link: its drain, a state commit in flight and its final checkpoint
 	// (default 1m).
@@ -134,19 +137,24 @@ func New(cfg Config, link Link, deps Deps) *Mover {
 		requests:         make(chan Options, 1),
 		coordinatorRetry: defaultCoordinatorRetry, coordinatorPatience: defaultCoordinatorPatience,
 	}
-	if cfg.Groups != nil {
+	if m.syncs() {
 		m.groupStat = &GroupSyncStatus{Interval: cfg.GroupSyncInterval, Groups: []GroupStatus{}}
 	}
 	return m
 }
 
-// Run runs the group offset sync (with a Groups selector: a round every
-// GroupSyncInterval) and carries out failovers, one at a time, until ctx
-// ends; it waits for both and closes the sync's clients before it returns.
+// syncs reports whether the link syncs any groups: consumer groups, share
+// groups or both.
+func (m *Mover) syncs() bool { return m.cfg.Groups != nil || m.cfg.ShareGroups != nil }
+
+// Run runs the group offset sync (with a Groups or ShareGroups selector: a
+// round every GroupSyncInterval) and carries out failovers, one at a time,
+// until ctx ends; it waits for both and closes the sync's clients before
+// it returns.
 func (m *Mover) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if m.cfg.Groups != nil {
+	if m.syncs() {
 		g, err := newGroupSync(m)
 		if err != nil {
 			return err
@@ -168,7 +176,7 @@ func (m *Mover) Run(ctx context.Context) error {
 
 // ErrNoGroupSync is SyncGroups' error when the link has no groups block, or
 // its Mover does not run.
-var ErrNoGroupSync = errors.New("the link syncs no groups (no groups block)")
+var ErrNoGroupSync = errors.New("the link syncs no groups (no groups or share_groups block)")
 
 // SyncGroups runs one round of the group offset sync now and returns each
 // group's outcome; ErrNoGroupSync-wrapped if there is no group sync

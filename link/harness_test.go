@@ -87,6 +87,9 @@ func settingsOf(l *config.Link) Settings {
 		if !f.IsValid() {
 			panic("config.Link has no field " + dst.Type().Field(i).Name)
 		}
+		if f.Kind() == reflect.Pointer && f.IsNil() && dst.Field(i).Kind() == reflect.Interface {
+			continue // a nil block (groups, share_groups) is no selector
+		}
 		if d, ok := reflect.TypeAssert[config.Delivery](f); ok {
 			if d == config.DeliveryTransactional {
 				s.Delivery = statestore.DeliveryTransactional

@@ -86,6 +86,10 @@ type Settings struct {
 	// offset sync. GroupSyncInterval is how often they are synced.
 	Groups            GroupSelector
 	GroupSyncInterval time.Duration
+	// ShareGroups selects the source share groups whose share-partition
+	// start offsets the link translates and sets at the destination (on
+	// GroupSyncInterval too); nil: none.
+	ShareGroups GroupSelector
 	// ConfigSync says which settings of the source topics their mirrors
 	// follow (configsync.go); ConfigSyncInterval is how often they are
 	// synced.
@@ -334,7 +338,7 @@ func New(cfg Config, deps Deps) (*Link, error) {
 func (l *Link) newMover(view failover.Link) *failover.Mover {
 	cfg, deps := l.cfg, l.deps
 	return failover.New(failover.Config{
-		Groups: cfg.Link.Groups, GroupSyncInterval: cfg.Link.GroupSyncInterval, Selects: cfg.Link.Selects,
+		Groups: cfg.Link.Groups, ShareGroups: cfg.Link.ShareGroups, GroupSyncInterval: cfg.Link.GroupSyncInterval, Selects: cfg.Link.Selects,
 		// A pause drains for up to ShutdownTimeout, waits for a
 		// state commit in flight (the lease bounds it) and commits
 		// the final checkpoint within ShutdownTimeout.

@@ -379,7 +379,7 @@ auth.init();
 poll();
 
 // groupRows turns the link's group_sync status into the rows of the groups
-// section: each group with its state, its partitions, the members it has at
+// section: each group (a consumer group, or a share group) with its state, its partitions, the members it has at
 // the destination (a group with members is left alone), how long ago it was
 // last synced, and its error.
 function groupRows(sync, atMs) {
@@ -388,6 +388,7 @@ function groupRows(sync, atMs) {
     const at = fmt.isTime(g.at) ? Date.parse(g.at) : NaN;
     return {
       group: g.group,
+      type: g.type || 'consumer',
       state: g.state,
       partitions: Array.isArray(g.partitions) ? g.partitions.length : 0,
       destination_members: g.destination_members || 0,

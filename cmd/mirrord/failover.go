@@ -115,13 +115,15 @@ func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stder
 		if len(fo.Groups) > 0 {
 			fmt.Fprintln(stdout)
 			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "GROUP\tSTATE\tSOURCE\tSOURCE COMMITTED\tDESTINATION\tDESTINATION COMMITTED\tACTION\tERROR")
+			// A share group's offsets are its share-partition start
+			// offsets.
+			fmt.Fprintln(tw, "GROUP\tTYPE\tSTATE\tSOURCE\tSOURCE COMMITTED\tDESTINATION\tDESTINATION COMMITTED\tACTION\tERROR")
 			for _, g := range fo.Groups {
 				if len(g.Partitions) == 0 {
-					fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t%s\n", g.Group, g.State, g.Error)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t%s\n", g.Group, g.Type, g.State, g.Error)
 				}
 				for _, p := range g.Partitions {
-					fmt.Fprintf(tw, "%s\t%s\t%s[%d]\t%d\t%s[%d]\t%d\t%s\t%s\n", g.Group, g.State, p.SourceTopic, p.Partition, p.SourceCommitted,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s[%d]\t%d\t%s[%d]\t%d\t%s\t%s\n", g.Group, g.Type, g.State, p.SourceTopic, p.Partition, p.SourceCommitted,
 						p.DestinationTopic, p.Partition, p.DestinationCommitted, p.Action, p.Error)
 				}
 			}

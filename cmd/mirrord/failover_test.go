@@ -54,7 +54,7 @@ func TestFailoverCommand(t *testing.T) {
 		`(?m)^link l: failover done \(lag 0 records\)$`,
 		`(?m)^SOURCE\s+DESTINATION\s+SOURCE LAST STABLE\s+SOURCE HIGH WATERMARK\s+LINK POSITION\s+DESTINATION OFFSET\s+LAG$`,
 		`(?m)^orders\[0\]\s+orders\[0\]\s+15\s+15\s+1[45]\s+9\s+0$`,
-		`(?m)^g\s+synced\s+orders\[0\]\s+12\s+orders\[0\]\s+7\s+committed\s*$`,
+		`(?m)^g\s+consumer\s+synced\s+orders\[0\]\s+12\s+orders\[0\]\s+7\s+committed\s*$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("report does not match %s:\n%s", re, out)
