@@ -646,3 +646,77 @@ func testTranslateRetriesAfterDeletions(t *testing.T, e *env) {
 		}
 	}
 }
+
+// Transactional delivery's translation tells batches apart by content
+// alone, so a range of batches the source holds twice with the same
+// records and timestamps (an upstream's replay, longer than the search's
+// lookahead) is ambiguous: before, a position inside the second copy
+// translated to the first copy's mirror, and a moved consumer re-read the
+// whole range (found in review). Every position now translates exactly or
+// answers ErrUntranslatable with ErrInexact, never a wrong offset; outside
+// the second copy every position is exact.
+func TestTxnTranslateRepeatedRange(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "trepeat", srcTopic("r", 1))
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		f.cfg.Link.TransactionTimeout = 30 * time.Second
+		f.cfg.Link.CheckpointInterval = 300 * time.Millisecond
+		topic := f.topic("r")
+		at := time.Now().Add(-time.Hour).UnixMilli()
+		build := func(n int) []byte {
+			recs := make([]batchtest.Record, 3)
+			for i := range recs {
+				recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%02d-%d", n, i), Value: fmt.Appendf(nil, "batch %d record %d", n, i), TimestampDelta: int64(i), OffsetDelta: -1}
+			}
+			return batchtest.Build(batchtest.Spec{PID: -1, BaseSequence: -1, FirstTimestamp: at + int64(n)*1000, LastOffsetDelta: -1, Records: recs, Codec: int8(n % 5)})
+		}
+		const repeat = 40 // longer than the search's lookahead (32 batches)
+		var second [2]int64
+		off := int64(0)
+		for n := range 5 {
+			produceRaw(t, f.src, topic, 0, build(100+n))
+			off += 3
+		}
+		for copyOf := range 2 {
+			if copyOf == 1 {
+				second[0] = off
+			}
+			for n := range repeat {
+				produceRaw(t, f.src, topic, 0, build(n))
+				off += 3
+			}
+		}
+		second[1] = off
+		for n := range 5 {
+			produceRaw(t, f.src, topic, 0, build(200+n))
+			off += 3
+		}
+		l := f.start("trepeat")
+		mirrortest.WaitMirroredMode(t, f.src, f.dst, f.stateTopic(), f.same("r"), 90*time.Second, true)
+		lt := readTruthTxn(t, f.src, f.dst, topic, topic, 0)
+		k := tp.Key{Topic: topic, Partition: 0}
+		a, tr := liveAnchor(t, l, k)
+		a.Spans, a.CkSrc, a.CkDst = nil, -1, -1 // the timestamp search alone
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var exact, refused int
+		for p := int64(0); p <= lt.srcEnd; p++ {
+			got, err := tr.Translate(ctx, a, p)
+			want := lt.want(p)
+			switch {
+			case err == nil && lt.canon(got.DestinationOffset) == want:
+				exact++
+			case err == nil:
+				t.Errorf("translate %d: destination offset %d via %s (source batch %d, destination batch %d), want %d: a moved consumer would re-read or skip",
+					p, got.DestinationOffset, got.Via, got.SourceBatch, got.DestinationBatch, want)
+			case !errors.Is(err, translate.ErrUntranslatable) || !errors.Is(err, translate.ErrInexact):
+				t.Errorf("translate %d: %v; want an exact answer or ErrUntranslatable with ErrInexact", p, err)
+			case p < second[0] || p > second[1]:
+				t.Errorf("translate %d, outside the second copy (%d-%d): %v; want an exact answer", p, second[0], second[1]-1, err)
+			default:
+				refused++
+			}
+		}
+		t.Logf("%d positions exact, %d inside the second copy refused as ambiguous", exact, refused)
+	})
+}

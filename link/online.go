@@ -123,10 +123,16 @@ type moverView struct{ l *Link }
 func (v moverView) State() State { return v.l.State() }
 
 // Live reports whether this agent's session of the link is the live one:
-// MIRRORING, and still holding its lease. A session fenced by another
-// agent's stays MIRRORING until its next state commit fails, but its lease
-// lapses before the other session reconciles (it waits the lease out), so
-// the two are never live at once. A standby (PREPARING or FAILED) and a
+// MIRRORING, and still holding its lease. A preserve session fenced by
+// another agent's stays MIRRORING until its next state commit fails, but
+// its lease lapses before the other session reconciles (it waits the lease
+// out), so the two are never live at once. A transactional session fenced
+// by another's InitProducerId (which waits for no lease) stays live until
+// its next append or commit is refused, at most a third of the lease when
+// it is idle: for that long two agents may run group sync rounds (each
+// commits only forward; a round that read the destination before the
+// other's commit can still move a group back to its own, older,
+// translation). A standby (PREPARING or FAILED) and a
 // paused link run no session.
 func (v moverView) Live() bool {
 	o := v.l.online.Load()

@@ -682,15 +682,30 @@ func testTranslateProperty(t *testing.T, e *env, txn bool) {
 // pass without it). It returns how many batches the session re-encoded.
 func crashInTransaction(t *testing.T, f *fixture, renamed func(string) string) float64 {
 	t.Helper()
-	mixed := f.topic("mixed")
+	return crashInTransactionWith(t, f, "mixed", 2, renamed, func() { f.load(idempotent, 2, "uncommitted", 40, "mixed") })
+}
+
+// crashInTransactionWith is crashInTransaction for topic base of parts
+// partitions, with produce writing the records the session appends and
+// never commits (to every partition).
+func crashInTransactionWith(t *testing.T, f *fixture, base string, parts int32, renamed func(string) string, produce func()) float64 {
+	t.Helper()
+	mixed := f.topic(base)
 	was := f.cfg.Link
 	f.cfg.Link.CheckpointInterval, f.cfg.Link.SessionTimeout, f.cfg.Link.TransactionTimeout = 20*time.Second, time.Minute, 90*time.Second
 	a := f.start("crashed")
 	mirrortest.WaitMirroredMode(t, f.src, f.dst, f.stateTopic(), map[string]string{mixed: renamed(mixed)}, 90*time.Second, true)
-	ends := []int64{endOffset(t, f.dst, renamed(mixed), 0), endOffset(t, f.dst, renamed(mixed), 1)}
-	f.load(idempotent, 2, "uncommitted", 40, "mixed")
+	ends := map[int32]int64{}
+	for part := range parts {
+		ends[part] = endOffset(t, f.dst, renamed(mixed), part)
+	}
+	produce()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if endOffset(t, f.dst, renamed(mixed), 0) > ends[0] && endOffset(t, f.dst, renamed(mixed), 1) > ends[1] {
+		grown := true
+		for part := range parts {
+			grown = grown && endOffset(t, f.dst, renamed(mixed), part) > ends[part]
+		}
+		if grown {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -700,7 +715,7 @@ func crashInTransaction(t *testing.T, f *fixture, renamed func(string) string) f
 	a.stop(t, true)
 	f.cfg.Link = was
 	reencoded := testutil.ToFloat64(a.met.counters[BatchesReencoded])
-	for part := range int32(2) {
+	for part := range parts {
 		end := endOffset(t, f.dst, renamed(mixed), part)
 		committed := map[int64]bool{}
 		for _, r := range readPartition(t, f.dst, renamed(mixed), part, true, end) {

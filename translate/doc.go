@@ -48,7 +48,8 @@
 // A link in transactional delivery (Logs.Stamped) appends every committed
 // source batch under its session's producer ID, epoch and sequence, with
 // the transactional bit: a mirror differs from its source batch in those
-// header fields only, and the destination also holds the data of aborted
+// header fields only (a re-encoded one as Decide re-encodes it), and the
+// destination also holds the data of aborted
 // transactions (a crashed session's appends, appended again by the next
 // session) and the markers. Translation then reads both logs with the
 // producer fields stripped (transform.Unstamp), so that each batch
@@ -61,7 +62,12 @@
 // transaction counts, so a position the link appended but did not commit
 // yet is ErrAheadOfLink. An answer is exact for read_committed consumers:
 // the offset it gives may be a marker or aborted data before the mirror,
-// which such a consumer skips.
+// which such a consumer skips. Content alone cannot tell copies apart
+// where the source holds a range of batches twice with the same records
+// and timestamps: the timestamp search checks its answer by counting
+// copies from the front as well (sameOrdinal), and where the count and
+// the search's alignment at the end disagree the answer is
+// ErrUntranslatable with ErrInexact.
 //
 // A position below the source's log start translates as the log start (a
 // consumer there would be reset to it); one whose translation lies below

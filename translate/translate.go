@@ -81,6 +81,10 @@ const (
 	translateChunk = 1 << 20
 	// translateBudget is the most a translation reads from each cluster.
 	translateBudget = 16 << 20
+	// abortedBudgetFactor: a Stamped translation reads up to this many
+	// budgets of aborted transactions at the destination besides its
+	// budget (a crashed session leaves up to 64 MiB, txnCommitBytes).
+	abortedBudgetFactor = 8
 	// translateAttempts bounds the tries of one request that fails
 	// retriably (a leader moved, a connection dropped).
 	translateAttempts = 6
@@ -159,7 +163,7 @@ func (lg *Logs) Translate(ctx context.Context, a Anchor, p int64) (Result, error
 				ErrBelowDestinationStart, x.out.DestinationOffset, start)
 		}
 	}
-	x.out.Bytes = x.srcRead + x.dstRead
+	x.out.Bytes = x.srcRead + x.dstRead + x.dstSkipped
 	if errors.Is(err, errBudget) {
 		err = fmt.Errorf("%w: %w", ErrUntranslatable, err)
 	}
@@ -190,6 +194,7 @@ type job struct {
 	out    Result
 
 	srcRead, dstRead int64
+	dstSkipped       int64 // destination bytes of aborted transactions read past (Stamped)
 	dstStart         int64 // the destination's log start as a fetch reported it; -1 unknown
 
 	last    *read // the last source read, at lastPos: reading the same position twice costs nothing
@@ -691,8 +696,84 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 			return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition",
 				ErrUntranslatable, cands[j].h.BaseOffset, cands[i].h.BaseOffset)
 		}
+		if x.Stamped {
+			if err := x.sameOrdinal(ctx, cands[j], base); err != nil {
+				return err
+			}
+		}
 		return x.found(cands[j], from, d, base, p)
 	}
+}
+
+// sameOrdinal checks, for a Stamped link, the mirror the timestamp search
+// found for source batch c, the destination batch at base, by counting
+// from the front: every batch with c's records and timestamps (a copy:
+// a replay, a retry, an upstream's second delivery) lies, at the source,
+// at or after the first source offset with a timestamp at or after c's
+// earliest, and its mirror, at the destination, at or after the first
+// destination offset with one; a transactional link mirrors every
+// committed batch once and in order, so c's mirror is the mirror after as
+// many copies as c has before it. The search aligns copies at their ends
+// instead (lastOfRun, which allows for copies either log lost from its
+// front, and looks runLookahead batches ahead): where the two disagree,
+// as in a range of batches the source holds twice, longer than the
+// lookahead, no answer is exact and the translation says so.
+func (x *job) sameOrdinal(ctx context.Context, c srcBatch, base int64) error {
+	least, err := x.earliest([]srcBatch{c})
+	if err != nil {
+		return err
+	}
+	srcFrom, err := x.listOffset(ctx, true, least)
+	if err != nil {
+		return err
+	}
+	before := 0 // copies of c before it at the source
+	for pos := max(srcFrom, 0); pos < c.h.BaseOffset; {
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUntranslatable, err)
+		}
+		for _, b := range r.batches {
+			if b.h.BaseOffset < c.h.BaseOffset && twin.Match(b.raw, c.raw) {
+				before++
+			}
+		}
+		if r.next <= pos {
+			break
+		}
+		pos = r.next
+	}
+	dstFrom, err := x.offsetAfter(ctx, least)
+	if err != nil {
+		return err
+	}
+	mirrors := 0 // mirrors of c's records before base at the destination
+	for pos := dstFrom; pos < base; {
+		ds, err := x.dstBatches(ctx, pos)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUntranslatable, err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, e := range ds {
+			eh, _ := transform.ParseHeader(e)
+			pos = eh.NextOffset()
+			if eh.BaseOffset >= base {
+				break
+			}
+			if from, err := x.mirrorOf(c, nil, -1, e, eh); err != nil {
+				return err
+			} else if from >= 0 {
+				mirrors++
+			}
+		}
+	}
+	if mirrors != before {
+		return fmt.Errorf("%w: %w: the source holds %d batches with the same records and timestamps as the batch at offset %d before it (from offset %d), and the destination %d before the mirror the search found at offset %d (from offset %d): which mirror is the batch's cannot be told",
+			ErrUntranslatable, ErrInexact, before, c.h.BaseOffset, srcFrom, mirrors, base, dstFrom)
+	}
+	return nil
 }
 
 // allDuplicates reports whether every one of cands is a duplicate of pred
@@ -1258,6 +1339,14 @@ func (x *job) dstRead1(ctx context.Context, pos int64) (out [][]byte, next int64
 		}
 		next = max(next, h.NextOffset())
 		if aborted != nil && !aborted.committed(h) {
+			// An aborted transaction (a crashed session's appends,
+			// up to txnCommitBytes) is read past, not searched: its
+			// bytes count against a budget of their own, so that one
+			// crash does not spend the search's.
+			x.dstRead -= int64(len(b))
+			if x.dstSkipped += int64(len(b)); x.dstSkipped > abortedBudgetFactor*x.budget {
+				return nil, pos, fmt.Errorf("%w: %d bytes of aborted transactions read from the destination", errBudget, x.dstSkipped)
+			}
 			continue
 		}
 		if h.NextOffset() > pos {
