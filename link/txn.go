@@ -349,8 +349,8 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 	// Offset translation, group sync and failover read the plan's
 	// committed positions through queries, as a preserve session's
 	// pipeline; the session is live while the lease of its last
-	// successful commit holds (a fenced session's next append or commit
-	// fails, and its lease lapses before another session could commit).
+	// successful commit holds (moverView.Live says how long a fenced
+	// one may still seem live).
 	var leaseEnd atomic.Int64
 	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1),
 		leaseValid: func(now time.Time) bool { return now.UnixMilli() < leaseEnd.Load() }}

@@ -1296,7 +1296,7 @@ func plainDense(h transform.Header) bool {
 // or after pos, in order. A position below the log start reads from the log
 // start. In preserve delivery the destination is read READ_UNCOMMITTED (the
 // link's batches are not transactional); Stamped, it is read as a
-// read_committed consumer reads it (committedOnly), and a read that holds
+// read_committed consumer reads it (abortedTxns), and a read that holds
 // only aborted data and markers reads on past them, so that nothing but
 // the log's end returns no batch.
 func (x *job) dstBatches(ctx context.Context, pos int64) ([][]byte, error) {
