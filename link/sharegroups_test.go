@@ -42,7 +42,7 @@ func setShareConfigs(t *testing.T, c *cluster, group string, kv ...string) {
 	r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
 	for i := 0; i+1 < len(kv); i += 2 {
 		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Value, cfg.Op = kv[i], kmsg.StringPtr(kv[i+1]), kmsg.IncrementalAlterConfigOpSet
+		cfg.Name, cfg.Value, cfg.Op = kv[i], new(kv[i+1]), kmsg.IncrementalAlterConfigOpSet
 		r.Configs = append(r.Configs, cfg)
 	}
 	req.Resources = append(req.Resources, r)
