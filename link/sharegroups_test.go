@@ -16,6 +16,7 @@ import (
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/javaclient"
 )
 
 // shareGroupsOffered reports whether the scenario's Kafka offers share
@@ -131,7 +132,9 @@ func shareStarts(t *testing.T, c *cluster, group string) map[tp.Key]int64 {
 // at the destination then gets every record at or above the cut and none
 // below it (the records above it that were accepted at the source come
 // again: the broker exposes only the start offset). A failover's report
-// shows the share group. Share groups need Kafka 4.2 or later on the real
+// shows the share group. On the real tier the Java client's
+// KafkaShareConsumer reads at the destination (the referee), kgo's on
+// kfake. Share groups need Kafka 4.2 or later on the real
 // tier; kfake offers them.
 func TestShareGroupsMoveWithTheMirror(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
@@ -305,16 +308,47 @@ func testShareGroupsMove(t *testing.T, e *env) {
 			}
 		}
 	}
-	got := readShare(t, dst, group, []string{rename(q)}, func(*kgo.Record) kgo.AckStatus { return kgo.AckAccept }, func(got shareRead) bool {
+	var got shareRead
+	if e.b.Real() {
+		// The Java client's KafkaShareConsumer as referee.
+		n := 0
+		for _, offs := range want {
+			n += len(offs)
+		}
+		jc := javaclient.ForTest(t)
+		jctx, jcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer jcancel()
+		recs, err := jc.ShareConsume(jctx, javaclient.ShareConsumeConfig{Bootstrap: dst.Addrs(), Topics: []string{rename(q)}, Group: group, Max: n, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = shareRead{}
+		for _, r := range recs {
+			dk := tp.Key{Topic: r.Topic, Partition: r.Partition}
+			if got[dk] == nil {
+				got[dk] = map[int64]int{}
+			}
+			got[dk][r.Offset]++
+		}
 		for dk, offs := range want {
 			for o := range offs {
 				if got[dk][o] == 0 {
-					return false
+					t.Errorf("the Java share consumer at the destination did not get %s[%d] offset %d", dk.Topic, dk.Partition, o)
 				}
 			}
 		}
-		return true
-	})
+	} else {
+		got = readShare(t, dst, group, []string{rename(q)}, func(*kgo.Record) kgo.AckStatus { return kgo.AckAccept }, func(got shareRead) bool {
+			for dk, offs := range want {
+				for o := range offs {
+					if got[dk][o] == 0 {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
 	for dk, offs := range got {
 		for o, n := range offs {
 			if !want[dk][o] {

@@ -5,15 +5,19 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.Future;
 
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -84,6 +88,7 @@ public final class Main {
         try {
             switch (args[0]) {
                 case "produce" -> produce(opts, extra);
+                case "share-consume" -> shareConsume(opts, extra);
                 case "consume" -> {
                     if (opts.containsKey("group")) {
                         consumeGroup(opts, extra);
@@ -104,7 +109,7 @@ public final class Main {
     }
 
     private static void usage(String why) {
-        System.err.println("javaclient: " + why + "\nusage: javaclient produce|consume --bootstrap=H:P --topics=a,b [options]");
+        System.err.println("javaclient: " + why + "\nusage: javaclient produce|consume|share-consume --bootstrap=H:P --topics=a,b [options]");
         System.exit(2);
     }
 
@@ -389,6 +394,53 @@ public final class Main {
             c.commitSync(commit, Duration.ofMillis(timeoutMs));
         }
         System.err.println("javaclient consume: group " + group + ": " + count + " records");
+    }
+
+    // ---- share-consume ----
+
+    // shareConsume reads the topics as a member of share group --group with
+    // the Java client's KafkaShareConsumer (KIP-932), acknowledging every
+    // record ACCEPT (explicit acknowledgement, committed after each poll),
+    // until it has printed --max distinct records (topic, partition,
+    // offset); a record delivered again is printed again.
+    private static void shareConsume(Map<String, String> opts, Properties extra) throws Exception {
+        String bootstrap = need(opts, "bootstrap");
+        List<String> topics = List.of(need(opts, "topics").split(","));
+        String group = need(opts, "group");
+        int max = intOpt(opts, "max", 0);
+        if (max <= 0) {
+            usage("share-consume needs --max");
+        }
+        long timeoutMs = intOpt(opts, "timeout-ms", 60000);
+        Properties p = new Properties();
+        p.setProperty(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.setProperty(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.setProperty(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.setProperty(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.setProperty("share.acknowledgement.mode", "explicit");
+        p.putAll(extra);
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        Set<String> seen = new HashSet<>();
+        int count = 0;
+        try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(p)) {
+            c.subscribe(topics);
+            while (seen.size() < max) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("share group " + group + ": read " + seen.size() + " of " + max + " records within " + timeoutMs + " ms");
+                }
+                var recs = c.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    printRecord(r);
+                    seen.add(r.topic() + "/" + r.partition() + "/" + r.offset());
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                    count++;
+                }
+                if (!recs.isEmpty()) {
+                    c.commitSync(Duration.ofMillis(timeoutMs));
+                }
+            }
+        }
+        System.err.println("javaclient share-consume: group " + group + ": " + count + " deliveries of " + seen.size() + " records");
     }
 
     // ---- JSON ----
