@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -118,6 +120,132 @@ func TestGroupSyncACLs(t *testing.T) {
 				f.exactlyOnce()
 				if st := l.Status(); st.State != Mirroring || st.LastError != "" {
 					t.Errorf("link %s, last error %q: a group sync refusal must not stop the mirror", st.State, st.LastError)
+				}
+			})
+		}
+	})
+}
+
+// Guards the share-group rows of docs/acls.md on Kafka's authorizer
+// (StandardAuthorizer; Kafka 4.2 or later, which has share groups): with
+// the least set plus Describe on the share group at the source and Read at
+// the destination, the share group's start offsets are set at the
+// destination at their translations; with each left out, the share group's
+// status and the log name the permission and the group, and the mirror
+// goes on.
+func TestShareGroupSyncACLs(t *testing.T) {
+	cases := []struct {
+		name    string
+		drop    []string
+		extra   []string
+		want    string
+		logOnly bool
+	}{
+		{name: "least privilege"},
+		{name: "source group Describe", drop: []string{"src.group.Describe"}, logOnly: true,
+			want: "share-group sync: no source share group matches the link's share_groups among those the source lists"},
+		{name: "destination group Read and Describe", drop: []string{"dst.group.Read"},
+			want: `describe share group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Describe on Group:{group} (` + failover.WhyDstShareDescribe + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+		{name: "destination group Read", drop: []string{"dst.group.Read"}, extra: []string{"+dst.group.Describe"},
+			want: `set the start offsets of share group "{group}" at the destination: destination cluster "dst" does not allow User:{user} Read on Group:{group} (` + failover.WhyDstShareRead + `; see docs/acls.md): GROUP_AUTHORIZATION_FAILED`},
+	}
+	mirrortest.RealOnly(t, func(t *testing.T, b mirrortest.Backend) {
+		if !shareGroupsOffered(&env{b: b}) {
+			t.Skipf("Kafka %s has no share groups (KIP-932: 4.2 or later)", b.Kafka)
+		}
+		src, dst := aclClusters(t, b)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				e := &env{b: b, n: mirrortest.NamesFor(t, b)}
+				f := e.mirroredBetween(t, src.cluster, dst.cluster, "sg", srcTopic("topic", 2))
+				topic := f.topic("topic")
+				group := e.topic("workers")
+				user := principalFor(t, src, dst)
+				blocks := f.viaSCRAM(src, dst, user)
+				f.cfg.Link.ShareGroups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(group) + `)$`)}}
+				f.cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+				f.cfg.Link.SessionTimeout = 30 * time.Second
+				allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}, group), tc.drop, tc.extra...))
+
+				f.load(idempotent, 2, "i", 60)
+				l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)
+				l.waitState(t, Mirroring, 90*time.Second)
+				f.waitMirrored(90 * time.Second)
+				parts := []tp.Key{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
+				cuts := map[tp.Key]int64{}
+				truth := map[tp.Key]logTruth{}
+				for _, k := range parts {
+					truth[k] = readTruth(t, src.cluster, dst.cluster, topic, topic, k.Partition)
+					cuts[k] = truth[k].src[len(truth[k].src)/2].Offset
+				}
+				// The share group (as the super user) accepts every
+				// record below the cuts and releases the rest.
+				setShareConfigs(t, src.cluster, group, "share.auto.offset.reset", "earliest", "share.delivery.count.limit", "10")
+				readShare(t, src.cluster, group, []string{topic}, func(r *kgo.Record) kgo.AckStatus {
+					if r.Offset < cuts[tp.Key{Topic: r.Topic, Partition: r.Partition}] {
+						return kgo.AckAccept
+					}
+					return kgo.AckRelease
+				}, func(got shareRead) bool {
+					for _, k := range parts {
+						if len(got[k]) < committedBelow(truth[k], cuts[k])+1 {
+							return false
+						}
+					}
+					return true
+				})
+				waitFor(t, "the source share group's start offsets at the cuts", 30*time.Second, func() bool {
+					starts := shareStarts(t, src.cluster, group)
+					return starts[parts[0]] == cuts[parts[0]] && starts[parts[1]] == cuts[parts[1]]
+				})
+
+				deadline := time.Now().Add(60 * time.Second)
+				if tc.want == "" {
+					for {
+						// A round that read the source's start offsets at
+						// the cuts (an earlier one may have read them
+						// while the source group was still reading).
+						gs := l.Status().GroupSync
+						if gs != nil && len(gs.Groups) == 1 && gs.Groups[0].Type == failover.TypeShare && gs.Groups[0].State == failover.GroupUpToDate &&
+							len(gs.Groups[0].Partitions) == len(parts) && atCuts(gs.Groups[0], cuts) {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("share group %s not synced after 60 s: %+v", group, gs)
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					starts := shareStarts(t, dst.cluster, group)
+					for _, k := range parts {
+						if want := truth[k].want(cuts[k]); starts[k] != want {
+							t.Errorf("share group at the destination: %s[%d] starts at %d, want %d", k.Topic, k.Partition, starts[k], want)
+						}
+					}
+					return
+				}
+				want := strings.NewReplacer("{user}", user, "{group}", group).Replace(tc.want)
+				for {
+					gs := l.Status().GroupSync
+					inLog := logSays(tap.String(), want)
+					if tc.logOnly && inLog && gs != nil && !gs.LastRound.IsZero() {
+						if len(gs.Groups) != 0 {
+							t.Errorf("the source does not list the share group, yet the status has %+v", gs.Groups)
+						}
+						break
+					}
+					if !tc.logOnly && inLog && gs != nil && len(gs.Groups) == 1 && gs.Groups[0].State == failover.GroupFailed && strings.Contains(gs.Groups[0].Error, want) {
+						t.Logf("share group status: %s", gs.Groups[0].Error)
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("after 60 s: group sync status %+v\nwant the share group's error (and the log) to contain:\n%s", gs, want)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				f.load(plain, 1, "p", 20)
+				f.waitMirrored(90 * time.Second)
+				if st := l.Status(); st.State != Mirroring || st.LastError != "" {
+					t.Errorf("link %s, last error %q: a share-group sync refusal must not stop the mirror", st.State, st.LastError)
 				}
 			})
 		}

@@ -226,7 +226,10 @@ func testShareGroupsMove(t *testing.T, e *env) {
 			return false
 		}
 		for _, g := range st.Groups {
-			if g.Group == group && (g.State == failover.GroupSynced || g.State == failover.GroupUpToDate) && len(g.Partitions) == len(parts) {
+			// A round that read the source's start offsets at the cuts
+			// (an earlier one may have read them while the source
+			// group was still reading).
+			if g.Group == group && (g.State == failover.GroupSynced || g.State == failover.GroupUpToDate) && len(g.Partitions) == len(parts) && atCuts(g, cuts) {
 				synced = g
 				return true
 			}
@@ -357,6 +360,17 @@ func testShareGroupsMove(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("share group at the destination: %d and %d records, every one at or above the cuts %v", len(got[tp.Key{Topic: rename(q), Partition: 0}]), len(got[tp.Key{Topic: rename(q), Partition: 1}]), cuts)
+}
+
+// atCuts reports whether a group's round read every source start offset at
+// its cut.
+func atCuts(g failover.GroupStatus, cuts map[tp.Key]int64) bool {
+	for _, p := range g.Partitions {
+		if p.SourceCommitted != cuts[tp.Key{Topic: p.SourceTopic, Partition: p.Partition}] {
+			return false
+		}
+	}
+	return true
 }
 
 // committedBelow counts the committed source records of lt below offset o.

@@ -214,7 +214,7 @@ func TestTransactionalDelivery(t *testing.T) {
 		for _, c := range []struct {
 			base string
 			part int32
-		}{{"t", 0}, {"t", 1}, {"t", 2}, {"u", 0}, {"u", 1}} {
+		}{{"t", 0}, {"u", 1}} { // two of the five: the race detector makes each translation slow
 			topic, k := f.topic(c.base), tp.Key{Topic: f.topic(c.base), Partition: c.part}
 			lt := readTruthTxn(t, f.src, f.dst, topic, topic, c.part)
 			ws := []way{
@@ -225,7 +225,9 @@ func TestTransactionalDelivery(t *testing.T) {
 					return off.Translate(ctx, k.Topic, k.Partition, p)
 				}},
 			}
-			checkTranslations(t, ws, lt, lt.points(rng, 40, 0), 0)
+			// Under CI's race detector a translation takes up to 0.4 s
+			// on kfake: 40 positions, evenly spread over all.
+			checkTranslations(t, ws, lt, thin(lt.points(rng, 10, 0), 40), 0)
 		}
 
 		// mirrord verify's way: the same, batch boundaries and codecs
