@@ -194,10 +194,7 @@ func TestShareGroupSyncACLs(t *testing.T) {
 					}
 					return true
 				})
-				waitFor(t, "the source share group's start offsets at the cuts", 30*time.Second, func() bool {
-					starts := shareStarts(t, src.cluster, group)
-					return starts[parts[0]] == cuts[parts[0]] && starts[parts[1]] == cuts[parts[1]]
-				})
+				cuts = settledStarts(t, src.cluster, group, cuts)
 
 				deadline := time.Now().Add(60 * time.Second)
 				if tc.want == "" {
