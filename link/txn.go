@@ -366,6 +366,16 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 		}
 		return end, err
 	}
+	// discover starts a topic discovery unless one runs or the session
+	// stops (on the interval, or asked for by a failover).
+	discover := func() {
+		if discovering || stopped {
+			return
+		}
+		discovering = true
+		known := s.plan.known()
+		s.txnWork(func(ctx context.Context) any { return s.discoverAll(ctx, known) })
+	}
 	stop := func(ev Trigger, state statestore.LinkState) (bool, error) {
 		if stopped {
 			return false, nil
@@ -464,20 +474,10 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 			close(q.done)
 			continue
 		case <-o.discover:
-			if discovering || stopped {
-				continue
-			}
-			discovering = true
-			known := s.plan.known()
-			s.txnWork(func(ctx context.Context) any { return s.discoverAll(ctx, known) })
+			discover()
 			continue
 		case <-disc.C:
-			if discovering || stopped {
-				continue
-			}
-			discovering = true
-			known := s.plan.known()
-			s.txnWork(func(ctx context.Context) any { return s.discoverAll(ctx, known) })
+			discover()
 			continue
 		case <-tick.C:
 			s.publishTxn()
