@@ -720,3 +720,76 @@ func TestTxnTranslateRepeatedRange(t *testing.T) {
 		t.Logf("%d positions exact, %d inside the second copy refused as ambiguous", exact, refused)
 	})
 }
+
+// Case 7, with both sides deleted past a late retry: a plain producer's
+// batch a, then b, then a's retry (created before b, appended after it),
+// mirrored; a clean stop commits a checkpoint after a's retry, and c comes
+// after it. The source then loses a's first copy, the destination the
+// mirrors of a and b. A position in b (or below it) has its mirror deleted:
+// the timestamp search from b's create time meets no mirror up to the
+// checkpoint (a's retry's mirror is older), and must search again from the
+// earliest create time of the candidates before it concludes. Before, the
+// search gave up there with ErrUntranslatable (CI, TestHistories seed
+// 982952).
+func TestTranslateLateRetryBelowDeletions(t *testing.T) {
+	scenario(t, testTranslateLateRetryBelowDeletions)
+}
+
+func testTranslateLateRetryBelowDeletions(t *testing.T, e *env) {
+	f := e.mirrored(t, "tlate", srcTopic("r", 1))
+	topic := f.topic("r")
+	at := time.Now().Add(-time.Minute).UnixMilli()
+	n := 0
+	batch := func() []byte {
+		recs := make([]batchtest.Record, 4)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: fmt.Appendf(nil, "b%d-%d", n, i), Value: fmt.Appendf(nil, "batch %d record %d", n, i), TimestampDelta: int64(i), OffsetDelta: -1}
+		}
+		n++
+		return batchtest.Build(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, FirstTimestamp: at + int64(n)*1000, Records: recs, Codec: 0})
+	}
+	a, b, c := batch(), batch(), batch()
+	for _, bt := range [][]byte{a, b, a} { // 0-3, 4-7, 8-11 (a late)
+		produceRaw(t, f.src, topic, 0, bt)
+	}
+	l := f.start("tlate")
+	waitCaughtUp(t, l, 12, 60*time.Second)
+	// The final checkpoint pairs source 12 with destination 12.
+	l.stop(t, false)
+	produceRaw(t, f.src, topic, 0, c) // 12-15
+	l = f.start("tlate2")
+	waitCaughtUp(t, l, 16, 60*time.Second)
+	l.waitState(t, Mirroring, 30*time.Second)
+	lt := readTruth(t, f.src, f.dst, topic, topic, 0) // mirrored at the same offsets
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	del := func(c *cluster, to int64) {
+		t.Helper()
+		offs := kadm.Offsets{}
+		offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: to})
+		if _, err := c.Admin.DeleteRecords(ctx, offs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del(f.src, 4) // a's first copy
+	del(f.dst, 8) // the mirrors of a and b
+	off, err := NewOffline(ctx, f.cfg, Deps{SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	for p := int64(0); p < 16; p++ {
+		for name, tr := range map[string]func(context.Context, string, int32, int64) (translate.Result, error){"link": l.Translate, "offline": off.Translate} {
+			got, err := tr(ctx, topic, 0, p)
+			below := p < 8
+			switch {
+			case below && errors.Is(err, translate.ErrBelowDestinationStart):
+			case err != nil:
+				t.Errorf("%s: translate %d: %v", name, p, err)
+			case below || got.DestinationOffset != lt.want(p):
+				t.Errorf("%s: translate %d: destination offset %d via %s, want %d (below the log start: %v)", name, p, got.DestinationOffset, got.Via, lt.want(p), below)
+			}
+		}
+	}
+}

@@ -663,6 +663,18 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 			// position after them.
 			return x.viaTimestamp(ctx, cands[len(cands)-1].h.NextOffset(), hi)
 		}
+		if j < 0 && pass == 0 && len(cands) > 1 {
+			// No candidate met from the first's create time: a later
+			// candidate created earlier (a plain producer's retry that
+			// landed late) has its mirror before the scan's start.
+			// Search again from the earliest create time of all.
+			if l, err := x.earliest(cands); err != nil {
+				return err
+			} else if l < least {
+				least = l
+				continue
+			}
+		}
 		if j < 0 {
 			// Every batch mirrored from below hi is below hi.d: one not
 			// found from the destination's log start on is below it.
