@@ -20,6 +20,7 @@ const (
 	TypePIDReset     RecordType = 2 // MirrorPidResetKey → MirrorPidResetValue
 	TypePIDCollision RecordType = 3 // MirrorPidCollisionKey → MirrorPidCollisionValue
 	TypeTopic        RecordType = 4 // MirrorTopicKey → MirrorTopicValue
+	TypeACL          RecordType = 5 // MirrorAclKey → MirrorAclValue
 )
 
 // String is the schema name of the type without its Key/Value suffix.
@@ -35,6 +36,8 @@ func (t RecordType) String() string {
 		return "MirrorPidCollision"
 	case TypeTopic:
 		return "MirrorTopic"
+	case TypeACL:
+		return "MirrorAcl"
 	}
 	return fmt.Sprintf("unknown(%d)", int16(t))
 }
@@ -112,7 +115,7 @@ func (u UUID) String() string { return base64.RawURLEncoding.EncodeToString(u[:]
 func (u UUID) MarshalJSON() ([]byte, error) { return []byte(`"` + u.String() + `"`), nil }
 
 // Key is the key of a state record: LinkKey, CheckpointKey, PIDResetKey,
-// PIDCollisionKey or TopicKey. The set is closed.
+// PIDCollisionKey, TopicKey or ACLKey. The set is closed.
 type Key interface {
 	Type() RecordType
 	appendKey(dst []byte) []byte
@@ -275,7 +278,34 @@ type TopicValue struct {
 	TimestampMs int64  `json:"TimestampMs"`
 }
 
+// ACLKey is MirrorAclKey: an ACL binding that the link's ACL sync created
+// at the destination (package internal/aclsync). Only bindings recorded
+// here are ever deleted by the link; a binding an operator made is not.
+// The resource pattern is always LITERAL.
+type ACLKey struct {
+	LinkName     string `json:"LinkName"`
+	ResourceType int8   `json:"ResourceType"`
+	ResourceName string `json:"ResourceName"`
+	PatternType  int8   `json:"PatternType"`
+	Principal    string `json:"Principal"`
+	Host         string `json:"Host"`
+	Operation    int8   `json:"Operation"`
+	Permission   int8   `json:"Permission"`
+}
+
+// ACLValue is MirrorAclValue: the source resource the binding follows
+// from, whether it grants WRITE that a failover granted (write was not
+// granted by the link's settings), and when it was recorded, just before
+// the link created it.
+type ACLValue struct {
+	SourceResource string `json:"SourceResource"`
+	Failover       bool   `json:"Failover"`
+	TimestampMs    int64  `json:"TimestampMs"`
+}
+
 func (LinkKey) Type() RecordType           { return TypeLink }
+func (ACLKey) Type() RecordType            { return TypeACL }
+func (ACLValue) Type() RecordType          { return TypeACL }
 func (LinkValue) Type() RecordType         { return TypeLink }
 func (CheckpointKey) Type() RecordType     { return TypeCheckpoint }
 func (CheckpointValue) Type() RecordType   { return TypeCheckpoint }
@@ -320,6 +350,18 @@ func (k TopicKey) appendKey(b []byte) []byte {
 	return kbin.AppendUuid(b, k.TopicID)
 }
 
+func (k ACLKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeACL))
+	b = kbin.AppendString(b, k.LinkName)
+	b = kbin.AppendInt8(b, k.ResourceType)
+	b = kbin.AppendString(b, k.ResourceName)
+	b = kbin.AppendInt8(b, k.PatternType)
+	b = kbin.AppendString(b, k.Principal)
+	b = kbin.AppendString(b, k.Host)
+	b = kbin.AppendInt8(b, k.Operation)
+	return kbin.AppendInt8(b, k.Permission)
+}
+
 // checkString rejects a string that an int16 length cannot carry.
 func checkString(field, s string) error {
 	if len(s) > math.MaxInt16 {
@@ -332,6 +374,14 @@ func (k LinkKey) check() error       { return checkString("LinkName", k.LinkName
 func (k CheckpointKey) check() error { return checkString("LinkName", k.LinkName) }
 func (k PIDResetKey) check() error   { return nil }
 func (k TopicKey) check() error      { return checkString("LinkName", k.LinkName) }
+func (k ACLKey) check() error {
+	for _, f := range []struct{ name, s string }{{"LinkName", k.LinkName}, {"ResourceName", k.ResourceName}, {"Principal", k.Principal}, {"Host", k.Host}} {
+		if err := checkString(f.name, f.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 func (k PIDCollisionKey) check() error {
 	return checkString("SourceClusterId", k.SourceClusterID)
 }
@@ -408,6 +458,14 @@ func (v TopicValue) appendValue(b []byte) []byte {
 	return appendNoTags(b)
 }
 
+func (v ACLValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendCompactString(b, v.SourceResource)
+	b = kbin.AppendBool(b, v.Failover)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
 // EncodeKey returns the wire bytes of a key. It fails only for a string
 // longer than an int16 length can say.
 func EncodeKey(k Key) ([]byte, error) {
@@ -449,6 +507,9 @@ func DecodeKey(b []byte) (Key, error) {
 		k = PIDCollisionKey{TopicID: r.Uuid(), Partition: r.Int32(), SourceClusterID: r.String(), OriginalPID: r.Int64()}
 	case TypeTopic:
 		k = TopicKey{LinkName: r.String(), TopicID: r.Uuid()}
+	case TypeACL:
+		k = ACLKey{LinkName: r.String(), ResourceType: r.Int8(), ResourceName: r.String(), PatternType: r.Int8(),
+			Principal: r.String(), Host: r.String(), Operation: r.Int8(), Permission: r.Int8()}
 	default:
 		return nil, fmt.Errorf("key record type %d: %w", int16(t), ErrUnknownRecord)
 	}
@@ -544,6 +605,16 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 		v = PIDCollisionValue{Salt: r.Int64(), CollidingClusterID: r.CompactString(), TimestampMs: r.Int64()}
 	case TypeTopic:
 		v = TopicValue{Topic: r.CompactString(), SourceTopic: r.CompactString(), TimestampMs: r.Int64()}
+	case TypeACL:
+		av := ACLValue{SourceResource: r.CompactString()}
+		switch f := r.Int8(); {
+		case f == 1:
+			av.Failover = true
+		case f != 0 && r.Ok():
+			return nil, fmt.Errorf("%s value: Failover is %d, not a boolean: %w", t, f, ErrCorrupt)
+		}
+		av.TimestampMs = r.Int64()
+		v = av
 	default:
 		return nil, fmt.Errorf("value record type %d: %w", int16(t), ErrUnknownRecord)
 	}

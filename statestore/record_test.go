@@ -206,6 +206,29 @@ func TestGolden(t *testing.T) {
 				[]byte{0x00},                                           // tagged fields: none
 			),
 		},
+		{
+			name:  "acl",
+			key:   ACLKey{LinkName: "ab", ResourceType: 2, ResourceName: "t", PatternType: 3, Principal: "User:u", Host: "*", Operation: 3, Permission: 3},
+			value: ACLValue{SourceResource: "s", Failover: true, TimestampMs: 1700000000000},
+			kb: cat(
+				[]byte{0x00, 0x05},           // int16 record type 5
+				[]byte{0x00, 0x02, 'a', 'b'}, // LinkName: string (int16 length)
+				[]byte{0x02},                 // ResourceType int8: TOPIC
+				[]byte{0x00, 0x01, 't'},      // ResourceName: string
+				[]byte{0x03},                 // PatternType int8: LITERAL
+				[]byte{0x00, 0x06, 'U', 's', 'e', 'r', ':', 'u'}, // Principal
+				[]byte{0x00, 0x01, '*'},                          // Host
+				[]byte{0x03},                                     // Operation int8: READ
+				[]byte{0x03},                                     // Permission int8: ALLOW
+			),
+			vb: cat(
+				[]byte{0x00, 0x00}, // int16 version 0
+				[]byte{0x02, 's'},  // SourceResource: compact
+				[]byte{0x01},       // Failover: true
+				[]byte{0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00}, // TimestampMs
+				[]byte{0x00}, // tagged fields: none
+			),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ type View struct {
 	Salts       map[PIDCollisionKey]PIDCollisionValue
 	Barriers    map[PIDResetKey]PIDResetValue // latest barrier per destination partition
 	Topics      map[TopicKey]TopicValue       // destination topics the links created
+	ACLs        map[ACLKey]ACLValue           // destination ACL bindings the links created
 
 	// Records holds every record the replay decoded, tombstones included,
 	// in log order: partition by partition in ascending partition order,
@@ -37,6 +38,7 @@ func NewView() *View {
 		Salts:       make(map[PIDCollisionKey]PIDCollisionValue),
 		Barriers:    make(map[PIDResetKey]PIDResetValue),
 		Topics:      make(map[TopicKey]TopicValue),
+		ACLs:        make(map[ACLKey]ACLValue),
 	}
 }
 
@@ -75,6 +77,12 @@ func (v *View) Apply(r Record) {
 			v.Topics[k] = val
 		} else {
 			delete(v.Topics, k)
+		}
+	case ACLKey:
+		if val, ok := r.Value.(ACLValue); ok {
+			v.ACLs[k] = val
+		} else {
+			delete(v.ACLs, k)
 		}
 	}
 }
