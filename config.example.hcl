@@ -421,4 +421,31 @@ link "dc1_to_cloud" {
   # How often topic settings are synced; a sync also runs right after the
   # link creates or starts mirroring topics. Default: "1m".
   config_sync_interval = "1m"
+
+  # ACL sync (README "ACLs"; off by default): the source's ACL bindings on
+  # the mirrored topics, and on the consumer groups and share groups the
+  # groups and share_groups blocks select, are created at the destination
+  # on the topic's mirror (with the rename) and the group of the same
+  # name, so that consumers can read there before and after a failover.
+  # A prefixed or wildcard binding becomes one literal binding per
+  # mirrored topic or synced group it covers; DENY bindings follow; ALLOW
+  # WRITE on topics waits until WRITE is granted (ALLOW ALL follows as
+  # every other topic operation until then). The link records each
+  # binding it creates in its state topic and deletes only those, when the
+  # source no longer calls for them; a binding the destination held
+  # already is left alone. Needs DESCRIBE on the source cluster, DESCRIBE
+  # and ALTER on the destination cluster (docs/acls.md). Runs only in the
+  # agent whose session holds the link; errors are reported in the link
+  # status's acl_sync section; mirroring goes on.
+  acl_sync {
+    # Default: false.
+    enabled = true
+    # ALLOW WRITE on the mirrored topics follows at once. Default: false:
+    # it follows after `mirrord failover --grant-write`, and from then on.
+    write = false
+  }
+
+  # How often ACLs are synced; a sync also runs right after the link
+  # starts mirroring or adds topics. Default: "1m".
+  acl_sync_interval = "1m"
 }

@@ -53,7 +53,7 @@ POST /v1/links/{name}/pause     stop mirroring after a final checkpoint
 POST /v1/links/{name}/resume    prepare and mirror again
 GET  /v1/links/{name}/translate?topic=T&partition=P&offset=O
                                 the destination offset of source position O of T[P] (offset translation)
-POST /v1/links/{name}/failover?timeout=5m&allow_lag=false
+POST /v1/links/{name}/failover?timeout=5m&allow_lag=false&grant_write=false
                                 catch up, sync groups a last time, pause; progress in the link's status
 `)
 }

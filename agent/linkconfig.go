@@ -50,6 +50,8 @@ func linkSettings(l *config.Link) link.Settings {
 		GroupSyncInterval:            l.GroupSyncInterval,
 		ConfigSync:                   link.ConfigSync(l.ConfigSync),
 		ConfigSyncInterval:           l.ConfigSyncInterval,
+		ACLSync:                      link.ACLSync(l.ACLSync),
+		ACLSyncInterval:              l.ACLSyncInterval,
 	}
 	if l.Groups != nil { // a nil *config.Groups would make a non-nil selector
 		s.Groups = l.Groups

@@ -32,11 +32,15 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 		case reflect.Slice:
 			f.Set(reflect.ValueOf([]*regexp.Regexp{regexp.MustCompile(v.Type().Field(i).Name)}))
 		case reflect.Struct:
-			if f.Type() != reflect.TypeFor[config.ConfigSync]() {
+			switch f.Type() {
+			case reflect.TypeFor[config.ConfigSync]():
+				f.Set(reflect.ValueOf(config.ConfigSync{Enabled: true, AllTopics: true, Include: []string{"min.insync.replicas"},
+					Exclude: []*regexp.Regexp{regexp.MustCompile("segment")}}))
+			case reflect.TypeFor[config.ACLSync]():
+				f.Set(reflect.ValueOf(config.ACLSync{Enabled: true, Write: true}))
+			default:
 				t.Fatalf("config.Link.%s: a struct of type %s the test does not fill", v.Type().Field(i).Name, f.Type())
 			}
-			f.Set(reflect.ValueOf(config.ConfigSync{Enabled: true, AllTopics: true, Include: []string{"min.insync.replicas"},
-				Exclude: []*regexp.Regexp{regexp.MustCompile("segment")}}))
 		case reflect.Pointer:
 			if f.Type() != reflect.TypeFor[*config.Groups]() {
 				t.Fatalf("config.Link.%s: a pointer of type %s the test does not fill", v.Type().Field(i).Name, f.Type())

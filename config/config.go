@@ -35,6 +35,7 @@ const (
 	DefaultDiscoveryInterval            = 30 * time.Second
 	DefaultGroupSyncInterval            = 10 * time.Second
 	DefaultConfigSyncInterval           = time.Minute
+	DefaultACLSyncInterval              = time.Minute
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
 	DefaultCheckCRCs                    = false
 	DefaultShutdownTimeout              = 15 * time.Second
@@ -341,6 +342,21 @@ type Link struct {
 	// they are synced.
 	ConfigSync         ConfigSync
 	ConfigSyncInterval time.Duration
+	// ACLSync says whether the source's ACLs on the mirrored topics and
+	// the synced groups follow to the destination (the acl_sync block;
+	// off by default); ACLSyncInterval is how often they are synced.
+	ACLSync         ACLSync
+	ACLSyncInterval time.Duration
+}
+
+// ACLSync is an acl_sync block. Its fields are those of link.ACLSync, in
+// the same order, so that one converts to the other.
+type ACLSync struct {
+	// Enabled: the link syncs ACLs (default false).
+	Enabled bool
+	// Write: ALLOW WRITE on topics follows too (default false: not
+	// until a failover grants it).
+	Write bool
 }
 
 // ConfigSync is a config_sync block. Its fields are those of
@@ -443,6 +459,7 @@ func Default() *Config {
 			GroupSyncInterval:            DefaultGroupSyncInterval,
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
+			ACLSyncInterval:              DefaultACLSyncInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 			CheckCRCs:                    DefaultCheckCRCs,
 		}},

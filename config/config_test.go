@@ -226,6 +226,7 @@ link "back" {
 			GroupSyncInterval:            DefaultGroupSyncInterval,
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
+			ACLSyncInterval:              DefaultACLSyncInterval,
 		}, {
 			Name: "back", Source: "dst", Destination: "src",
 			Include:                      patterns(t, ".*"),
@@ -248,6 +249,7 @@ link "back" {
 			GroupSyncInterval:            DefaultGroupSyncInterval,
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
+			ACLSyncInterval:              DefaultACLSyncInterval,
 		}},
 		File: "t.hcl",
 	}

@@ -70,3 +70,36 @@ func TestParseConfigSyncProblems(t *testing.T) {
 		})
 	}
 }
+
+// Guards the acl_sync block and acl_sync_interval: off without the block,
+// WRITE held back by default, and the problems of its keys with file:line.
+func TestParseACLSync(t *testing.T) {
+	l := mustParse(t, withLink()).Links[0]
+	if l.ACLSync.Enabled || l.ACLSync.Write || l.ACLSyncInterval != time.Minute {
+		t.Errorf("without an acl_sync block: %+v, interval %v; want off, every minute", l.ACLSync, l.ACLSyncInterval)
+	}
+	l = mustParse(t, withLink(`acl_sync { enabled = true }`)).Links[0]
+	if !l.ACLSync.Enabled || l.ACLSync.Write {
+		t.Errorf("acl_sync { enabled = true }: %+v; want on, WRITE held back", l.ACLSync)
+	}
+	l = mustParse(t, withLink(`acl_sync {`, `  enabled = true`, `  write = true`, `}`, `acl_sync_interval = "30s"`)).Links[0]
+	if !l.ACLSync.Enabled || !l.ACLSync.Write || l.ACLSyncInterval != 30*time.Second {
+		t.Errorf("acl_sync %+v, interval %v", l.ACLSync, l.ACLSyncInterval)
+	}
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string
+	}{
+		{"zero interval", []string{`acl_sync_interval = "0s"`},
+			[]string{`t.hcl:11:23: link.l.acl_sync_interval: 0s is not positive (write a number with a unit: ms, s, m or h, e.g. "5s" or "1h30m")`}},
+		{"unknown key", []string{`acl_sync { writes = true }`},
+			[]string{`t.hcl:11:14: link.l.acl_sync.writes: unknown key (did you mean write?)`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := problemLines(t, withLink(tc.lines...)); !slices.Equal(got, tc.want) {
+				t.Errorf("problems:\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+}

@@ -219,6 +219,13 @@ type fileLink struct {
 	GroupSyncInterval            *time.Duration `koanf:"group_sync_interval"`
 	ConfigSync                   fileConfigSync `koanf:"config_sync"`
 	ConfigSyncInterval           *time.Duration `koanf:"config_sync_interval"`
+	ACLSync                      fileACLSync    `koanf:"acl_sync"`
+	ACLSyncInterval              *time.Duration `koanf:"acl_sync_interval"`
+}
+
+type fileACLSync struct {
+	Enabled *bool `koanf:"enabled"`
+	Write   *bool `koanf:"write"`
 }
 
 type fileConfigSync struct {
@@ -462,6 +469,11 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 			Exclude:   d.configPatterns(key+".config_sync.exclude", fl.ConfigSync.Exclude),
 		},
 		ConfigSyncInterval: or(fl.ConfigSyncInterval, DefaultConfigSyncInterval),
+		ACLSync: ACLSync{
+			Enabled: or(fl.ACLSync.Enabled, false),
+			Write:   or(fl.ACLSync.Write, false),
+		},
+		ACLSyncInterval: or(fl.ACLSyncInterval, DefaultACLSyncInterval),
 	}
 	if _, ok := d.origins[key+".groups"]; ok {
 		l.Groups = &Groups{

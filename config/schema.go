@@ -94,6 +94,10 @@ var (
 		{name: "include", kind: kindList},
 		{name: "exclude", kind: kindList},
 	}}
+	aclSyncSpec = &blockSpec{typ: "acl_sync", keys: []keySpec{
+		{name: "enabled", kind: kindBool},
+		{name: "write", kind: kindBool},
+	}}
 	agentSpec = &blockSpec{typ: "agent", keys: []keySpec{
 		{name: "name"},
 		{name: "listen"},
@@ -129,7 +133,8 @@ var (
 		{name: "check_crcs", kind: kindBool},
 		{name: "group_sync_interval", kind: kindDuration},
 		{name: "config_sync_interval", kind: kindDuration},
-	}, blocks: []*blockSpec{topicsSpec, groupsSpec, shareGroupsSpec, configSyncSpec}}
+		{name: "acl_sync_interval", kind: kindDuration},
+	}, blocks: []*blockSpec{topicsSpec, groupsSpec, shareGroupsSpec, configSyncSpec, aclSyncSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )
 

@@ -379,6 +379,7 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		c.report(key+".share_groups.include", "at least one pattern is required", `to sync every share group write include = [".*"]; to sync none, leave the share_groups block out`)
 	}
 	c.positive(key+".config_sync_interval", l.ConfigSyncInterval)
+	c.positive(key+".acl_sync_interval", l.ACLSyncInterval)
 	validateConfigSync(c, key+".config_sync", l.ConfigSync)
 	if l.CheckpointInterval > 0 && l.SessionTimeout > 0 && 3*l.CheckpointInterval > l.SessionTimeout && !c.ps.hasFailed(st) {
 		// Reported at whichever of the two was set, checkpoint_interval first.

@@ -37,6 +37,10 @@ type Options struct {
 	// AllowLag fails over after Timeout even if the link has not caught
 	// up, reporting the lag.
 	AllowLag bool
+	// GrantWrite has the link's ACL sync grant WRITE at the destination
+	// after the final group sync (acl_sync must be on): producers can
+	// write to the mirrored topics once they move.
+	GrantWrite bool
 }
 
 // DefaultTimeout is Options.Timeout's default.
@@ -70,6 +74,10 @@ type Status struct {
 	Partitions []Partition `json:"partitions"`
 	// Groups is the final group sync's outcome, per group and partition.
 	Groups []GroupStatus `json:"groups"`
+	// GrantWrite says whether the failover was asked to grant WRITE;
+	// ACLs is what the grant did (nil: not asked, or not reached).
+	GrantWrite bool      `json:"grant_write"`
+	ACLs       *ACLGrant `json:"acls,omitempty"`
 }
 
 // Partition is one mirrored partition at the end of a failover.
@@ -113,7 +121,7 @@ func (m *Mover) Start(o Options) error {
 		return ErrRunning
 	}
 	m.mu.Lock()
-	m.failover = &Status{Started: m.now(), Timeout: o.Timeout, AllowLag: o.AllowLag, Outcome: Running,
+	m.failover = &Status{Started: m.now(), Timeout: o.Timeout, AllowLag: o.AllowLag, GrantWrite: o.GrantWrite, Outcome: Running,
 		Partitions: []Partition{}, Groups: []GroupStatus{}}
 	m.mu.Unlock()
 	select {
@@ -222,6 +230,19 @@ func (m *Mover) run(ctx context.Context, o Options) {
 			return
 		}
 	}
+	var acls *ACLGrant
+	if o.GrantWrite {
+		g, err := m.link.GrantACLWrite(ctx)
+		if err != nil {
+			log.Error("failover: WRITE could not be granted at the destination; the link keeps mirroring", "error", err)
+			m.endFailover(func(f *Status) {
+				f.Outcome, f.Error, f.Groups, f.Partitions, f.Lag = Failed, "grant WRITE: "+err.Error(), groups, parts, lag
+			})
+			return
+		}
+		acls = &g
+		log.Info("failover: WRITE granted at the destination", "created", len(g.Created), "deleted", len(g.Deleted), "managed", g.Managed)
+	}
 	m.link.Pause()
 	if err := m.awaitPaused(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -239,7 +260,7 @@ func (m *Mover) run(ctx context.Context, o Options) {
 	}
 	log.Info("failover: done; the link is paused", "outcome", outcome, "lag_records", lag, "groups", len(groups))
 	m.endFailover(func(f *Status) {
-		f.Outcome, f.Groups, f.Partitions, f.Lag, f.Error = outcome, groups, parts, lag, ""
+		f.Outcome, f.Groups, f.Partitions, f.Lag, f.Error, f.ACLs = outcome, groups, parts, lag, "", acls
 	})
 }
 

@@ -64,6 +64,10 @@ func (f *fakeLink) Translate(context.Context, string, int32, int64) (translate.R
 
 func (f *fakeLink) Discover(context.Context) error { return nil }
 
+func (f *fakeLink) GrantACLWrite(context.Context) (ACLGrant, error) {
+	return ACLGrant{}, errors.New("fakeLink has no ACL sync")
+}
+
 func (f *fakeLink) Translator(context.Context) (translate.Func, func(), error) {
 	return nil, nil, errors.New("fakeLink: no translator")
 }

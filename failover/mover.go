@@ -52,6 +52,24 @@ type Link interface {
 	// (through the running session) and a function that releases what it
 	// holds; an error when no session runs.
 	Translator(ctx context.Context) (translate.Func, func(), error)
+	// GrantACLWrite has the link's ACL sync grant WRITE at the
+	// destination (Options.GrantWrite): the source's ALLOW WRITE on the
+	// mirrored topics follows from now on. An error when the link has no
+	// ACL sync, is not live, or the round fails.
+	GrantACLWrite(ctx context.Context) (ACLGrant, error)
+}
+
+// ACLGrant is what a failover's grant of WRITE did: the bindings the ACL
+// sync round created (WRITE among them), those it deleted (the topics'
+// ALLOW ALL split without WRITE, replaced by ALLOW ALL), and how many
+// bindings the link holds at the destination after it.
+type ACLGrant struct {
+	Created []string `json:"created"`
+	Deleted []string `json:"deleted"`
+	Managed int      `json:"managed"`
+	// LeftAlone are the bindings the source calls for that the
+	// destination held already, someone else's.
+	LeftAlone int `json:"left_alone"`
 }
 
 // GroupSelector says which consumer groups a link syncs (the config's

@@ -49,6 +49,10 @@ func (f *liveLink) Anchors(context.Context) ([]translate.Anchor, error) {
 
 func (f *liveLink) Discover(context.Context) error { return nil }
 
+func (f *liveLink) GrantACLWrite(context.Context) (ACLGrant, error) {
+	return ACLGrant{}, errors.New("liveLink has no ACL sync")
+}
+
 func (f *liveLink) Translate(_ context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
 	if f.beforeTranslate != nil {
 		f.beforeTranslate()

@@ -66,6 +66,14 @@ func principalFor(t *testing.T, src, dst *aclCluster) string {
 	t.Helper()
 	sum := sha256.Sum256([]byte(t.Name()))
 	user := "mirror-" + hex.EncodeToString(sum[:4])
+	scramUser(t, src, dst, user)
+	return user
+}
+
+// scramUser creates SCRAM user user on both clusters and waits until it
+// can log in to each.
+func scramUser(t *testing.T, src, dst *aclCluster, user string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, c := range []*aclCluster{src, dst} {
@@ -91,7 +99,6 @@ func principalFor(t *testing.T, src, dst *aclCluster) string {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	return user
 }
 
 func pingOnce(ctx context.Context, c *config.Cluster) error {
@@ -228,6 +235,8 @@ func allow(t *testing.T, user string, src, dst *aclCluster, gs []grant) {
 			b.Topics(g.name)
 		case kmsg.ACLResourceTypeTransactionalId:
 			b.TransactionalIDs(g.name)
+		case kmsg.ACLResourceTypeCluster:
+			b.Clusters()
 		case kmsg.ACLResourceTypeGroup:
 			b.Groups(g.name)
 		default:

@@ -779,7 +779,7 @@ func testTranslateLateRetryBelowDeletions(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer off.Close()
-	for p := int64(0); p < 16; p++ {
+	for p := range int64(16) {
 		for name, tr := range map[string]func(context.Context, string, int32, int64) (translate.Result, error){"link": l.Translate, "offline": off.Translate} {
 			got, err := tr(ctx, topic, 0, p)
 			below := p < 8

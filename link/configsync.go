@@ -156,11 +156,16 @@ func (o *ownedTopics) merge(link string, view *statestore.View) []statestore.Rec
 	return missing
 }
 
-// kickConfigSync asks for a config sync round now; it never blocks.
+// kickConfigSync asks for a config sync round and an ACL sync round now;
+// it never blocks.
 func (l *Link) kickConfigSync() {
 	select {
 	case l.syncNow <- struct{}{}:
 	default: // one is asked for already
+	}
+	select {
+	case l.aclNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -221,11 +226,15 @@ func (cs *configSync) set(fn func(*ConfigSyncStatus)) {
 }
 
 // live reports whether this agent's session of the link is the live one.
-func (cs *configSync) live() bool {
-	if cs.l.cfg.Link.Delivery == statestore.DeliveryTransactional {
-		return cs.l.txnTopics.Load() != nil
+func (cs *configSync) live() bool { return cs.l.syncLive() }
+
+// syncLive reports whether this agent's session of the link is the live
+// one, for the config and ACL syncs.
+func (l *Link) syncLive() bool {
+	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		return l.txnTopics.Load() != nil
 	}
-	return moverView{cs.l}.Live()
+	return moverView{l}.Live()
 }
 
 // mirrored is one mirrored topic pair.
@@ -237,14 +246,20 @@ type mirrored struct {
 // mirroredTopics asks the running session for the topics it mirrors, in
 // destination name order.
 func (cs *configSync) mirroredTopics(ctx context.Context) ([]mirrored, error) {
-	if cs.l.cfg.Link.Delivery == statestore.DeliveryTransactional {
-		ts := cs.l.txnTopics.Load()
+	return cs.l.mirroredTopics(ctx)
+}
+
+// mirroredTopics asks the running session for the topics it mirrors, in
+// destination name order; errConfigSyncNotLive without one.
+func (l *Link) mirroredTopics(ctx context.Context) ([]mirrored, error) {
+	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		ts := l.txnTopics.Load()
 		if ts == nil {
 			return nil, errConfigSyncNotLive
 		}
 		return slices.Clone(*ts), nil
 	}
-	o := cs.l.online.Load()
+	o := l.online.Load()
 	if o == nil {
 		return nil, errConfigSyncNotLive
 	}

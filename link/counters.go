@@ -61,6 +61,10 @@ var (
 	ConfigSyncRounds       = counter(CounterInfo{Name: "config_sync_rounds", Label: "config sync rounds", Help: "Rounds of topic config sync that ran (only in the agent whose session holds the link)."})
 	ConfigsSet             = counter(CounterInfo{Name: "config_sync_configs_set", Label: "topic settings set", Help: "Destination topic settings config sync set: a source setting that is new or changed, or a pinned setting (compression.type, message.timestamp.type) put back."})
 	ConfigsDeleted         = counter(CounterInfo{Name: "config_sync_configs_deleted", Label: "topic overrides deleted", Help: "Destination topic overrides config sync deleted because the source topic no longer sets them."})
+	ACLSyncRounds          = counter(CounterInfo{Name: "acl_sync_rounds", Label: "ACL sync rounds", Help: "Rounds of ACL sync that ran (only in the agent whose session holds the link)."})
+	ACLsCreated            = counter(CounterInfo{Name: "acl_sync_acls_created", Label: "ACLs created", Help: "ACL bindings ACL sync created at the destination (each recorded in the state topic first, as the link's)."})
+	ACLsDeleted            = counter(CounterInfo{Name: "acl_sync_acls_deleted", Label: "ACLs deleted", Help: "ACL bindings the link had created that ACL sync deleted because the source no longer calls for them (a binding deleted at the source, a topic or group no longer mirrored)."})
+	ACLSyncErrors          = counter(CounterInfo{Name: "acl_sync_errors", Label: "ACL sync errors", Alarm: true, Help: "ACL sync rounds that failed (a missing permission, a cluster without an authorizer, an unreachable cluster) and bindings the destination refused to create or delete; each is in the status's acl_sync section and logged."})
 	ConfigSyncErrors       = counter(CounterInfo{Name: "config_sync_errors", Label: "config sync errors", Alarm: true, Help: "Topics whose settings config sync could not read or change in a round (a missing permission, a value the destination refuses), and rounds that could not read the topics at all; each is in the status's config_sync section and logged."})
 )
 

@@ -95,6 +95,10 @@ type Settings struct {
 	// synced.
 	ConfigSync         ConfigSync
 	ConfigSyncInterval time.Duration
+	// ACLSync says whether the source's ACLs follow (aclsync.go);
+	// ACLSyncInterval is how often they are synced.
+	ACLSync         ACLSync
+	ACLSyncInterval time.Duration
 }
 
 // GroupSelector says which consumer groups a link syncs (the config's
@@ -199,6 +203,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("link %s: settle_delay (%s), discovery_interval (%s) and produce_timeout (%s) must be positive",
 			l.Name, l.SettleDelay, l.DiscoveryInterval, l.ProduceTimeout))
 	}
+	if l.ACLSync.Enabled && l.ACLSyncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("link %s: acl_sync_interval (%s) must be positive", l.Name, l.ACLSyncInterval))
+	}
 	if l.ConfigSync.Enabled && l.ConfigSyncInterval <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: config_sync_interval (%s) must be positive", l.Name, l.ConfigSyncInterval))
 	}
@@ -268,6 +275,10 @@ type Link struct {
 	// syncNow asks the config sync for a round now (a buffer of one).
 	owned   ownedTopics
 	syncNow chan struct{}
+	// aclNow asks the ACL sync for a round now (a buffer of one);
+	// aclGrants carries a failover's request to grant WRITE.
+	aclNow    chan struct{}
+	aclGrants chan aclGrant
 }
 
 // commands is how an operator's pause and resume reach the link
@@ -322,6 +333,9 @@ func New(cfg Config, deps Deps) (*Link, error) {
 
 		owned:   ownedTopics{ids: map[[16]byte]statestore.TopicValue{}},
 		syncNow: make(chan struct{}, 1),
+
+		aclNow:    make(chan struct{}, 1),
+		aclGrants: make(chan aclGrant),
 	}
 	l.acl.src = access.Cluster{Role: "source", Name: cfg.Source.Name, Principal: cfg.Source.Principal}
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
@@ -329,6 +343,9 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name, Delivery: cfg.Link.Delivery.String()}
 	if l.cfg.Link.ConfigSync.Enabled {
 		l.status.ConfigSync = &ConfigSyncStatus{Interval: cfg.Link.ConfigSyncInterval, AllTopics: cfg.Link.ConfigSync.AllTopics, Topics: []TopicConfigStatus{}}
+	}
+	if l.cfg.Link.ACLSync.Enabled {
+		l.status.ACLSync = &ACLSyncStatus{Interval: cfg.Link.ACLSyncInterval, Write: cfg.Link.ACLSync.Write}
 	}
 	return l, nil
 }
@@ -381,7 +398,8 @@ type handover struct {
 // checkpoint) and returns nil. It returns an error only for a broken
 // internal invariant. Beside the lifecycle it runs, and waits for, the
 // link's Mover (group offset sync with a groups block, and failovers) and
-// its topic config sync (unless config_sync is off).
+// its topic config sync (unless config_sync is off) and its ACL sync (with
+// acl_sync on).
 func (l *Link) Run(ctx context.Context) error {
 	aux, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -397,6 +415,9 @@ func (l *Link) Run(ctx context.Context) error {
 	})
 	if l.cfg.Link.ConfigSync.Enabled {
 		wg.Go(func() { l.runConfigSync(aux) })
+	}
+	if l.cfg.Link.ACLSync.Enabled {
+		wg.Go(func() { l.runACLSync(aux) })
 	}
 	return l.lifecycle(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
@@ -142,6 +143,11 @@ func (v moverView) Live() bool {
 func (v moverView) Pause() { v.l.Pause() }
 
 func (v moverView) Pausing() bool { return v.l.pausing() }
+
+// GrantACLWrite has the ACL sync grant WRITE (Link.GrantACLWrite).
+func (v moverView) GrantACLWrite(ctx context.Context) (failover.ACLGrant, error) {
+	return v.l.GrantACLWrite(ctx)
+}
 
 // Discover asks the running session to look for new topics and
 // partitions now; the partitions it finds show in Anchors once they are

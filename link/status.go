@@ -43,6 +43,8 @@ type Status struct {
 	// ConfigSync is the topic config sync's last round (nil: config_sync
 	// is off).
 	ConfigSync *ConfigSyncStatus `json:"config_sync,omitempty"`
+	// ACLSync is the ACL sync's last round (nil: acl_sync is off).
+	ACLSync *ACLSyncStatus `json:"acl_sync,omitempty"`
 }
 
 // PartitionStatus is one destination partition of a link.

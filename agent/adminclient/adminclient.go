@@ -403,7 +403,7 @@ func (c *Client) Failover(ctx context.Context, name string, o failover.Options) 
 	var out link.Status
 	p, err := linkPath(name, "failover")
 	if err == nil {
-		p += fmt.Sprintf("?timeout=%s&allow_lag=%t", o.Timeout, o.AllowLag)
+		p += fmt.Sprintf("?timeout=%s&allow_lag=%t&grant_write=%t", o.Timeout, o.AllowLag, o.GrantWrite)
 		err = c.call(ctx, http.MethodPost, p, &out)
 	}
 	return out, err

@@ -37,6 +37,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("link", "", "the link (required)")
 	timeout := fs.Duration("timeout", failover.DefaultTimeout, "how long the link may take to mirror up to the source's last stable offsets")
 	allowLag := fs.Bool("allow-lag", false, "fail over after --timeout even if the link has not caught up, and report the lag")
+	grantWrite := fs.Bool("grant-write", false, "after the final group sync, have the link's ACL sync grant the source's ALLOW WRITE on the mirrored topics at the destination (needs acl_sync), so that producers can move too")
 	asJSON := fs.Bool("json", false, "print the failover's status (the failover field of GET /v1/links/{name}) as JSON")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -52,7 +53,7 @@ func runFailover(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	st, err := c.Failover(ctx, *name, failover.Options{Timeout: *timeout, AllowLag: *allowLag})
+	st, err := c.Failover(ctx, *name, failover.Options{Timeout: *timeout, AllowLag: *allowLag, GrantWrite: *grantWrite})
 	if err != nil {
 		fmt.Fprintf(stderr, "mirrord failover: %v\n", err)
 		if errors.Is(err, adminclient.ErrNotFound) {
@@ -128,6 +129,15 @@ func reportFailover(name string, fo *failover.Status, asJSON bool, stdout, stder
 				}
 			}
 			_ = tw.Flush()
+		}
+		if a := fo.ACLs; a != nil {
+			fmt.Fprintf(stdout, "\nWRITE granted: %d ACLs created, %d deleted; the link holds %d ACLs at the destination\n", len(a.Created), len(a.Deleted), a.Managed)
+			for _, c := range a.Created {
+				fmt.Fprintf(stdout, "  created %s\n", c)
+			}
+			for _, d := range a.Deleted {
+				fmt.Fprintf(stdout, "  deleted %s\n", d)
+			}
 		}
 	}
 	switch fo.Outcome {

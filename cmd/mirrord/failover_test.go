@@ -118,3 +118,24 @@ func TestFailoverReportUndecidedTransaction(t *testing.T) {
 		t.Errorf("stderr %q", errs.String())
 	}
 }
+
+// A failover that granted WRITE lists, below the tables, what the grant
+// created and deleted.
+func TestFailoverReportGrant(t *testing.T) {
+	var out, errs strings.Builder
+	created := `ALLOW WRITE on literal topic "orders" for User:app from host *`
+	code := reportFailover("l", &failover.Status{Outcome: failover.Done, GrantWrite: true, ACLs: &failover.ACLGrant{
+		Created: []string{created}, Deleted: []string{}, Managed: 3,
+	}}, false, &out, &errs)
+	if code != exitOK {
+		t.Errorf("exit %d, want %d", code, exitOK)
+	}
+	for _, re := range []string{
+		`(?m)^WRITE granted: 1 ACLs created, 0 deleted; the link holds 3 ACLs at the destination$`,
+		`(?m)^  created ` + regexp.QuoteMeta(created) + `$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("report does not match %s:\n%s", re, out.String())
+		}
+	}
+}
