@@ -2,6 +2,7 @@ package link
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
@@ -282,6 +283,9 @@ func testShareGroupsMove(t *testing.T, e *env) {
 		if g.Group == group && g.Type == failover.TypeShare && len(g.Partitions) == len(parts) && g.State != failover.GroupFailed {
 			reported = true
 			t.Logf("failover report: share group %s %s, %+v", g.Group, g.State, g.Partitions)
+			if b, err := json.MarshalIndent(fo, "", "  "); err == nil {
+				t.Logf("the failover's report as mirrord failover --json prints it:\n%s", b)
+			}
 		}
 	}
 	if !reported {
