@@ -428,7 +428,9 @@ link "dc1_to_cloud" {
   # on the topic's mirror (with the rename) and the group of the same
   # name, so that consumers can read there before and after a failover.
   # A prefixed or wildcard binding becomes one literal binding per
-  # mirrored topic or synced group it covers; DENY bindings follow; ALLOW
+  # mirrored topic or synced group it covers; DENY bindings follow (but
+  # not one that would apply to the link's own principal: it would refuse
+  # the link its writes); ALLOW
   # WRITE on topics waits until WRITE is granted (ALLOW ALL follows as
   # every other topic operation until then). The link records each
   # binding it creates in its state topic and deletes only those, when the

@@ -70,6 +70,9 @@ type ACLGrant struct {
 	// LeftAlone are the bindings the source calls for that the
 	// destination held already, someone else's.
 	LeftAlone int `json:"left_alone"`
+	// Skipped are the source's DENY bindings not synced because they
+	// would apply to the link's own principal at the destination.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // GroupSelector says which consumer groups a link syncs (the config's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -82,6 +83,10 @@ type ACLSyncStatus struct {
 	// Errors are the last round's bindings that could not be created or
 	// deleted.
 	Errors []string `json:"errors,omitempty"`
+	// Skipped are the source's DENY bindings not synced because they
+	// would apply to the link's own principal at the destination (it, or
+	// User:*): they would refuse the link its writes to the mirror.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // ACLRound is what one ACL sync round did, as a failover reports it.
@@ -127,8 +132,13 @@ type aclSyncer struct {
 	srcAdm   *kadm.Client
 	// recorded are the bindings the link created, as the state topic
 	// and this sync's own writes say; nil until read, and read again
-	// whenever the session becomes the live one.
+	// whenever this agent's session of the link is a new one (session),
+	// or was not live (another agent's session may have written).
 	recorded map[aclsync.Binding]statestore.ACLValue
+	session  *online
+	// skipped is the last round's skipped DENY bindings, logged when
+	// they change.
+	skipped string
 }
 
 // runACLSync syncs on the interval, when asked, and for a failover's
@@ -232,7 +242,7 @@ func (as *aclSyncer) round(ctx context.Context, grant bool) (ACLRound, error) {
 	as.set(func(c *ACLSyncStatus) {
 		c.LastRound, c.LastError, c.Idle = now, "", ""
 		c.Write, c.WriteGrantedBy = write, by
-		c.Managed, c.LeftAlone, c.Created, c.Deleted, c.Errors = r.Managed, r.LeftAlone, r.Created, r.Deleted, errs
+		c.Managed, c.LeftAlone, c.Created, c.Deleted, c.Errors, c.Skipped = r.Managed, r.LeftAlone, r.Created, r.Deleted, errs, r.Skipped
 		if err == nil && len(errs) == 0 {
 			c.LastSuccess = now
 		}
@@ -268,6 +278,9 @@ func (as *aclSyncer) writeGranted(grant bool) (bool, string) {
 func (as *aclSyncer) sync(ctx context.Context, grant bool) (r ACLRound, errs []string, err error) {
 	r = ACLRound{Created: []string{}, Deleted: []string{}}
 	l := as.l
+	if o := l.online.Load(); o != as.session {
+		as.recorded, as.session = nil, o
+	}
 	if as.recorded == nil {
 		view, err := statestore.ReadView(ctx, l.cfg.Link.StateTopic, l.deps.DestinationOpts)
 		if err != nil {
@@ -299,6 +312,16 @@ func (as *aclSyncer) sync(ctx context.Context, grant bool) (r ACLRound, errs []s
 	for _, g := range groups {
 		resources = append(resources, aclsync.Resource{Type: kmsg.ACLResourceTypeGroup, Source: g, Destination: g})
 	}
+	sources := make(map[aclsync.Binding]string, len(as.recorded))
+	for b, v := range as.recorded {
+		sources[b] = v.SourceResource
+	}
+	resources = aclsync.Scope(resources, sources, func(t kmsg.ACLResourceType, source string) bool {
+		if t == kmsg.ACLResourceTypeTopic {
+			return l.cfg.Link.Selects(source)
+		}
+		return as.selectsGroup(source)
+	})
 	dst, err := describeACLs(ctx, as.dst, l.acl.dst, whyACLDstDescribe, kmsg.ACLResourcePatternTypeLiteral)
 	if err != nil {
 		return r, nil, err
@@ -308,7 +331,18 @@ func (as *aclSyncer) sync(ctx context.Context, grant bool) (r ACLRound, errs []s
 		held[b] = true
 	}
 	write, _ := as.writeGranted(grant)
-	desired := aclsync.Desired(aclsync.Plan(src, resources), write)
+	wants, skipped := aclsync.Plan(src, resources, l.cfg.Destination.Principal)
+	r.Skipped = r.Skipped[:0]
+	for _, w := range skipped {
+		r.Skipped = append(r.Skipped, w.String())
+	}
+	if s := strings.Join(r.Skipped, "; "); s != as.skipped {
+		as.skipped = s
+		if s != "" {
+			as.log.Warn("ACL sync: DENY bindings of the source not synced: they would apply to the link's own principal at the destination and refuse it its writes to the mirror", "principal", l.cfg.Destination.Principal, "skipped", s)
+		}
+	}
+	desired := aclsync.Desired(wants, write)
 	ch := aclsync.Compare(desired, held, setOf(as.recorded))
 	r.Managed, r.LeftAlone = ch.InPlace, len(ch.LeftAlone)
 	if len(ch.Create) == 0 && len(ch.Delete) == 0 {
@@ -350,9 +384,7 @@ func (as *aclSyncer) groups(ctx context.Context, src []aclsync.Binding) ([]strin
 	if cfg.Groups == nil && cfg.ShareGroups == nil {
 		return nil, nil
 	}
-	selects := func(g string) bool {
-		return cfg.Groups != nil && cfg.Groups.Selects(g) || cfg.ShareGroups != nil && cfg.ShareGroups.Selects(g)
-	}
+	selects := as.selectsGroup
 	names := map[string]bool{}
 	for _, b := range src {
 		if b.Resource == kmsg.ACLResourceTypeGroup && b.Pattern == kmsg.ACLResourcePatternTypeLiteral && b.Name != "*" && selects(b.Name) {
@@ -372,6 +404,13 @@ func (as *aclSyncer) groups(ctx context.Context, src []aclsync.Binding) ([]strin
 		}
 	}
 	return slices.Sorted(maps.Keys(names)), nil
+}
+
+// selectsGroup reports whether the link syncs group g (its groups or
+// share_groups block selects it).
+func (as *aclSyncer) selectsGroup(g string) bool {
+	cfg := &as.l.cfg.Link
+	return cfg.Groups != nil && cfg.Groups.Selects(g) || cfg.ShareGroups != nil && cfg.ShareGroups.Selects(g)
 }
 
 // create records each binding as the link's, then creates them; it

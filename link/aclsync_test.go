@@ -98,6 +98,12 @@ func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 		opTopic, // also made at the destination by an operator
 		bd(topicT, topic, lit, "writer", kmsg.ACLOperationAlter, denyP), // DENY follows
 	}
+	// DENY bindings that would refuse the link its own writes at the
+	// destination: not synced, shown as skipped.
+	linkDeny := aclsync.Binding{Resource: topicT, Name: topic, Pattern: lit, Principal: f.cfg.Destination.Principal, Host: "*", Operation: write, Permission: denyP}
+	anyDeny := linkDeny
+	anyDeny.Principal = "User:*"
+	source = append(source, linkDeny, anyDeny)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	createBindings(ctx, t, f.src, source...)
@@ -118,6 +124,7 @@ func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 				deleteBindings(ctx, t, c, b)
 			}
 		}
+		deleteBindings(ctx, t, f.src, linkDeny, anyDeny)
 	})
 
 	at := func(b aclsync.Binding) aclsync.Binding { b.Name, b.Pattern = mirror, lit; return b }
@@ -179,8 +186,12 @@ func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 		}
 	}
 	settled(len(want)-1, false, want)
-	if st := l.Status().ACLSync; st.WriteGrantedBy != "" || st.LeftAlone != 1 {
-		t.Errorf("write granted by %q before any grant, %d bindings left alone (want the operator's one)", st.WriteGrantedBy, st.LeftAlone)
+	if st := l.Status().ACLSync; st.WriteGrantedBy != "" || st.LeftAlone != 1 || len(st.Skipped) != 2 {
+		t.Errorf("write granted by %q before any grant, %d bindings left alone (want the operator's one), skipped %v (want the two DENYs that would refuse the link)",
+			st.WriteGrantedBy, st.LeftAlone, st.Skipped)
+	}
+	if got := describeBindings(ctx, t, f.dst, map[string]bool{linkDeny.Principal: true, anyDeny.Principal: true}); len(got) != 0 {
+		t.Errorf("DENY bindings that would refuse the link are at the destination: %v", got)
 	}
 	recordsAre(ctx, t, f, want, opAtDst, nil)
 

@@ -21,9 +21,18 @@
 //     failover that grants it): ALLOW ALL then follows as every other
 //     topic operation. Until a failover, the mirror is written by the
 //     link alone. DENY bindings always follow: they only take away.
+//   - A DENY binding that would apply to the link's own principal at the
+//     destination (its principal, or the wildcard principal User:*) is
+//     not synced: it would refuse the link its own writes to the mirror.
+//     Plan returns it as skipped, for the status.
 //   - Only bindings the link created are ever deleted (Compare): a binding
 //     that the destination held already, made by an operator, is left
 //     alone and is not recorded as the link's.
+//   - The resources in scope are those the link mirrors or syncs now, and
+//     those it created bindings for that its settings still select
+//     (Scope): a topic or group missing from one round's list (a
+//     session starting, a group that expired) does not lose its
+//     bindings; a topic the link's settings no longer select does.
 package aclsync
 
 import (
@@ -122,11 +131,20 @@ func Covers(b Binding, r Resource) bool {
 // Plan returns the destination bindings that the source's bindings call
 // for on the given resources, in a stable order, each once (the same
 // binding called for by two source bindings keeps the first kind that
-// follows always).
-func Plan(src []Binding, resources []Resource) []Want {
+// follows always), and the DENY bindings it skipped because they would
+// apply to principal, the link's own at the destination.
+func Plan(src []Binding, resources []Resource, principal string) (wants []Want, skipped []Want) {
 	seen := map[Binding]int{}
+	skip := map[Binding]bool{}
 	var out []Want
 	add := func(w Want) {
+		if w.Permission == kmsg.ACLPermissionTypeDeny && (w.Principal == principal || w.Principal == "User:*") {
+			if !skip[w.Binding] {
+				skip[w.Binding] = true
+				skipped = append(skipped, w)
+			}
+			return
+		}
 		if i, ok := seen[w.Binding]; ok {
 			if w.Kind == Always {
 				out[i].Kind, out[i].Source, out[i].From = Always, w.Source, w.From
@@ -160,7 +178,40 @@ func Plan(src []Binding, resources []Resource) []Want {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Want) int { return Order(a.Binding, b.Binding) })
-	return out
+	slices.SortStableFunc(skipped, func(a, b Want) int { return Order(a.Binding, b.Binding) })
+	return out, skipped
+}
+
+// Scope is the resources a round plans for: those the link mirrors or
+// syncs now (current), and the resources of the bindings it recorded
+// (each with the source resource it follows from) that selects still
+// selects. Each resource once, current ones first.
+func Scope(current []Resource, recorded map[Binding]string, selects func(t kmsg.ACLResourceType, source string) bool) []Resource {
+	type key struct {
+		t        kmsg.ACLResourceType
+		src, dst string
+	}
+	seen := map[key]bool{}
+	out := make([]Resource, 0, len(current))
+	for _, r := range current {
+		if k := (key{r.Type, r.Source, r.Destination}); !seen[k] {
+			seen[k] = true
+			out = append(out, r)
+		}
+	}
+	var more []Resource
+	for b, src := range recorded {
+		k := key{b.Resource, src, b.Name}
+		if seen[k] || !selects(b.Resource, src) {
+			continue
+		}
+		seen[k] = true
+		more = append(more, Resource{Type: b.Resource, Source: src, Destination: b.Name})
+	}
+	slices.SortFunc(more, func(a, b Resource) int {
+		return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Destination, b.Destination))
+	})
+	return append(out, more...)
 }
 
 // Order orders bindings: resource type, name, principal, host,

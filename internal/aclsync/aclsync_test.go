@@ -38,7 +38,10 @@ func TestPlan(t *testing.T) {
 		{Type: topic, Source: "orders", Destination: "east.orders"},
 		{Type: group, Source: "app", Destination: "app"},
 	}
-	wants := Plan(src, res)
+	wants, skipped := Plan(src, res, "User:mirror")
+	if len(skipped) != 0 {
+		t.Errorf("skipped %v", skipped)
+	}
 	got := map[Binding]Kind{}
 	for _, w := range wants {
 		if w.Pattern != literal {
@@ -102,7 +105,8 @@ func TestPlanAlwaysWins(t *testing.T) {
 		bind(topic, "t", literal, "User:u", kmsg.ACLOperationAll, allow),
 		bind(topic, "t", literal, "User:u", kmsg.ACLOperationRead, allow),
 	}
-	for _, w := range Plan(src, []Resource{{Type: topic, Source: "t", Destination: "t"}}) {
+	wants, _ := Plan(src, []Resource{{Type: topic, Source: "t", Destination: "t"}}, "User:mirror")
+	for _, w := range wants {
 		if w.Operation == kmsg.ACLOperationRead && w.Kind != Always {
 			t.Errorf("READ: kind %d, want Always", w.Kind)
 		}
@@ -141,5 +145,43 @@ func TestCompare(t *testing.T) {
 	// An operator's binding that is not desired is never deleted.
 	if ch := Compare(nil, map[Binding]bool{b: true}, nil); len(ch.Delete) != 0 {
 		t.Errorf("deletes an operator's binding: %v", ch.Delete)
+	}
+}
+
+// A DENY that would apply to the link's own principal at the destination
+// (its name, or User:*) is skipped: it would refuse the link its writes.
+// An ALLOW for it, and a DENY for anyone else, follow.
+func TestPlanSkipsDenyOfTheLink(t *testing.T) {
+	src := []Binding{
+		bind(topic, "t", literal, "User:mirror", kmsg.ACLOperationWrite, deny),
+		bind(topic, "t", literal, "User:*", kmsg.ACLOperationAll, deny),
+		bind(topic, "t", literal, "User:mirror", kmsg.ACLOperationRead, allow),
+		bind(topic, "t", literal, "User:other", kmsg.ACLOperationWrite, deny),
+	}
+	wants, skipped := Plan(src, []Resource{{Type: topic, Source: "t", Destination: "t"}}, "User:mirror")
+	if len(skipped) != 2 || skipped[0].Principal != "User:*" || skipped[1].Principal != "User:mirror" {
+		t.Errorf("skipped %v, want the two DENYs of User:* and User:mirror", skipped)
+	}
+	if len(wants) != 2 {
+		t.Errorf("wants %v, want User:mirror's READ and User:other's DENY", wants)
+	}
+}
+
+// Scope keeps the resources of recorded bindings the link still selects
+// (a topic missing from one round's list keeps its bindings) and drops
+// those it no longer selects.
+func TestScope(t *testing.T) {
+	cur := []Resource{{Type: topic, Source: "a", Destination: "x.a"}}
+	rec := map[Binding]string{
+		bind(topic, "x.a", literal, "User:u", kmsg.ACLOperationRead, allow): "a",
+		bind(topic, "x.b", literal, "User:u", kmsg.ACLOperationRead, allow): "b", // selected, missing this round
+		bind(topic, "x.c", literal, "User:u", kmsg.ACLOperationRead, allow): "c", // no longer selected
+		bind(group, "g", literal, "User:u", kmsg.ACLOperationRead, allow):   "g",
+	}
+	selects := func(rt kmsg.ACLResourceType, s string) bool { return s != "c" }
+	got := Scope(cur, rec, selects)
+	want := []Resource{{Type: topic, Source: "a", Destination: "x.a"}, {Type: topic, Source: "b", Destination: "x.b"}, {Type: group, Source: "g", Destination: "g"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("scope %v, want %v", got, want)
 	}
 }
