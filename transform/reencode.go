@@ -109,12 +109,37 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 		return nil, nil, fmt.Errorf("%w: no record of the batch at offset %d is at or after offset %d", ErrEmptyBatch, h.BaseOffset, from)
 	}
 
+	n := int32(len(offsets))
+	out, err = r.seal(dst, Header{
+		Attributes:      h.Attributes &^ AttrTransactional,
+		LastOffsetDelta: n - 1,
+		FirstTimestamp:  h.FirstTimestamp,
+		MaxTimestamp:    h.MaxTimestamp,
+		ProducerID:      pid,
+		ProducerEpoch:   h.ProducerEpoch,
+		BaseSequence:    h.BaseSequence,
+		NumRecords:      n,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("re-encode batch at offset %d: %w", h.BaseOffset, err)
+	}
+	return out, offsets, nil
+}
+
+// seal builds a batch from the records in r.raw (uncompressed, offset
+// deltas dense from 0) and header h, appended to dst[:0]: the records
+// compressed with h's codec through kgo's compressor (which keeps the codec
+// even when the output is larger), base offset 0, partition leader epoch
+// -1, magic 2, a fresh length and CRC; the other fields as h gives them.
+func (r *Reencoder) seal(dst []byte, h Header) ([]byte, error) {
+	codec := h.Compression()
 	records := r.raw
 	if codec != 0 {
 		c := r.comp[codec]
 		if c == nil {
+			var err error
 			if c, err = kgo.DefaultCompressor(kgoCodecs[codec]); err != nil {
-				return nil, nil, fmt.Errorf("%s compressor: %w", codecNames[codec], err)
+				return nil, fmt.Errorf("%s compressor: %w", codecNames[codec], err)
 			}
 			r.comp[codec] = c
 		}
@@ -122,33 +147,19 @@ func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (o
 		var used kgo.CompressionCodecType
 		records, used = c.Compress(&r.zbuf, r.raw)
 		if int8(used) != codec {
-			return nil, nil, fmt.Errorf("recompress batch at offset %d: compressor used codec %d, want %s", h.BaseOffset, used, codecNames[codec])
+			return nil, fmt.Errorf("recompress: compressor used codec %d, want %s", used, codecNames[codec])
 		}
 	}
 	size := BatchHeaderSize + len(records)
 	if size-LengthOverhead > math.MaxInt32 {
-		return nil, nil, fmt.Errorf("re-encoded batch at offset %d is %d bytes, too large for a batch", h.BaseOffset, size)
+		return nil, fmt.Errorf("%d bytes, too large for a batch", size)
 	}
-
-	n := int32(len(offsets))
-	out = append(dst[:0], make([]byte, BatchHeaderSize)...)
-	putHeader(out, Header{
-		BaseOffset:           0,
-		Length:               int32(size - LengthOverhead),
-		PartitionLeaderEpoch: -1,
-		Magic:                2,
-		Attributes:           h.Attributes &^ AttrTransactional,
-		LastOffsetDelta:      n - 1,
-		FirstTimestamp:       h.FirstTimestamp,
-		MaxTimestamp:         h.MaxTimestamp,
-		ProducerID:           pid,
-		ProducerEpoch:        h.ProducerEpoch,
-		BaseSequence:         h.BaseSequence,
-		NumRecords:           n,
-	})
+	h.BaseOffset, h.Length, h.PartitionLeaderEpoch, h.Magic = 0, int32(size-LengthOverhead), -1, 2
+	out := append(dst[:0], make([]byte, BatchHeaderSize)...)
+	putHeader(out, h)
 	out = append(out, records...)
 	binary.BigEndian.PutUint32(out[PosCRC:], crc32.Checksum(out[PosAttributes:], crcTable))
-	return out, offsets, nil
+	return out, nil
 }
 
 // MinTimestamp returns the earliest create time among the records of batch
@@ -192,11 +203,19 @@ func (r *Reencoder) MinTimestamp(b []byte) (int64, error) {
 // records) into r.raw with dense offset deltas, leaving out records before
 // offset from, and returns the offset map of those kept.
 func (r *Reencoder) renumber(b []byte, h Header, raw []byte, from int64) ([]OffsetMap, error) {
+	r.raw = r.raw[:0]
+	return r.reframe(b, h, raw, from, 0, make([]OffsetMap, 0, max(h.NumRecords, 0)))
+}
+
+// reframe appends the records of raw (batch b's decompressed records,
+// header h) at or after offset from to r.raw, numbered on from
+// len(offsets) and with their timestamp deltas moved by shift, and appends
+// each one's source offset and new delta to offsets. Every record is
+// checked, kept or not.
+func (r *Reencoder) reframe(b []byte, h Header, raw []byte, from, shift int64, offsets []OffsetMap) ([]OffsetMap, error) {
 	if h.NumRecords < 0 || int64(h.NumRecords) > int64(len(raw)/minRecordSize) {
 		return nil, corrupt(b, -1, CheckRecords, "%d records cannot fit in %d bytes", h.NumRecords, len(raw))
 	}
-	offsets := make([]OffsetMap, 0, h.NumRecords)
-	r.raw = r.raw[:0]
 	prev := int32(-1)
 	rec := kmsg.NewRecord()
 	for i := range int(h.NumRecords) {
@@ -209,7 +228,7 @@ func (r *Reencoder) renumber(b []byte, h Header, raw []byte, from int64) ([]Offs
 		if err := rec.ReadFrom(one); err != nil {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: %v", i, h.NumRecords, err)
 		}
-		oldDelta := rec.OffsetDelta
+		oldDelta, oldTS := rec.OffsetDelta, rec.TimestampDelta64
 		if oldDelta <= prev || oldDelta > h.LastOffsetDelta {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: offset delta %d after %d, last offset delta %d",
 				i, h.NumRecords, oldDelta, prev, h.LastOffsetDelta)
@@ -217,13 +236,16 @@ func (r *Reencoder) renumber(b []byte, h Header, raw []byte, from int64) ([]Offs
 		prev = oldDelta
 		kept := int32(len(offsets))
 		rec.OffsetDelta = kept
+		rec.TimestampDelta64 = oldTS + shift
 		rec.Length = 0
 		r.rec = rec.AppendTo(r.rec[:0])
 		body := r.rec[1:] // a zero varint length is one byte
 		// ReadFrom does not say whether the fields filled the length
 		// prefix exactly; encoding them back must give the same size
-		// (all clients write minimal varints, as kmsg does).
-		if want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(kept); len(body) != want {
+		// with the two deltas changed (all clients write minimal
+		// varints, as kmsg does).
+		want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(kept) - kbin.VarlongLen(oldTS) + kbin.VarlongLen(rec.TimestampDelta64)
+		if len(body) != want {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: its fields do not fill its length of %d bytes",
 				i, h.NumRecords, length)
 		}
