@@ -15,7 +15,7 @@ import (
 // run (the same producer with consecutive sequences in preserve delivery,
 // any batches in transactional delivery) is the caller's decision.
 
-// ErrNotMergeable: the batches cannot form one batch as they are (a
+// ErrNotMergeable says the batches cannot form one batch as they are (a
 // control batch, different codecs, broker-stamped LogAppendTime, too many
 // records).
 var ErrNotMergeable = errors.New("batches cannot be merged")
