@@ -313,6 +313,14 @@ func (s Sample) MBps() float64 { return float64(s.SourceBytes) / 1e6 / s.Wall.Se
 // CPUPerGB is CPU seconds per source gigabyte (10^9).
 func (s Sample) CPUPerGB() float64 { return s.CPU().Seconds() / (float64(s.SourceBytes) / 1e9) }
 
+// DestBrokerCPUPerGB is the destination broker's CPU seconds during the
+// run per GB of the source topic: what the mirror cost the cluster it
+// writes to (a broker's cost is per batch, so a mirror that appends many
+// small batches costs more).
+func (s Sample) DestBrokerCPUPerGB() float64 {
+	return s.DestBrokerCPU.Seconds() / (float64(s.SourceBytes) / 1e9)
+}
+
 // Busy is how many cores the mirror and the two brokers kept busy on
 // average during the run.
 func (s Sample) Busy() float64 {

@@ -44,12 +44,13 @@ type sideStats struct {
 	wall, mbps, cpu, rss  stat // seconds, MB/s, CPU s per GB, MiB
 	steadyMBps, steadyCPU stat // of the steady part; runs without one are left out
 	srcCPU, dstCPU        stat // the brokers' CPU seconds during the run
+	dstPerGB              stat // the destination broker's CPU seconds per GB mirrored
 	busy                  stat // cores busy: mirror, source and destination CPU over wall time
 	machine               stat // cores busy on the whole machine
 }
 
 func (r *Report) sideStats(side, codec string) (sideStats, bool) {
-	var wall, mbps, cpu, rss, smbps, scpu, src, dst, busy, machine []float64
+	var wall, mbps, cpu, rss, smbps, scpu, src, dst, dstGB, busy, machine []float64
 	for _, s := range r.Samples {
 		if s.Side != side || s.Codec != codec {
 			continue
@@ -64,6 +65,7 @@ func (r *Report) sideStats(side, codec string) (sideStats, bool) {
 		}
 		src = append(src, s.SourceBrokerCPU.Seconds())
 		dst = append(dst, s.DestBrokerCPU.Seconds())
+		dstGB = append(dstGB, s.DestBrokerCPUPerGB())
 		busy = append(busy, s.Busy())
 		machine = append(machine, s.MachineBusy())
 	}
@@ -72,7 +74,7 @@ func (r *Report) sideStats(side, codec string) (sideStats, bool) {
 	}
 	return sideStats{n: len(wall), wall: stats(wall), mbps: stats(mbps), cpu: stats(cpu), rss: stats(rss),
 		steadyMBps: stats(smbps), steadyCPU: stats(scpu),
-		srcCPU: stats(src), dstCPU: stats(dst), busy: stats(busy), machine: stats(machine)}, true
+		srcCPU: stats(src), dstCPU: stats(dst), dstPerGB: stats(dstGB), busy: stats(busy), machine: stats(machine)}, true
 }
 
 // Ratios are mirrord's medians over another side's for one codec.
@@ -86,6 +88,10 @@ type Ratios struct {
 	SteadyCPUPerGB, SteadyThroughput float64
 	Wall                             float64 // mirrord ÷ other
 	PeakRSS                          float64 // mirrord ÷ other
+	// DestBrokerCPUPerGB is the destination broker's CPU per GB while
+	// mirrord mirrored over that while the other side did (whole runs):
+	// what each mirror costs the cluster it writes to.
+	DestBrokerCPUPerGB float64
 	// MirrordRSSOverBuffer is mirrord's largest peak RSS minus
 	// max_buffered_bytes, in bytes: the constant of "peak RSS bounded by
 	// max_buffered_bytes plus a constant".
@@ -115,6 +121,7 @@ func (r *Report) Ratios() []Ratios {
 				Throughput:           m.mbps.med / p.mbps.med,
 				Wall:                 m.wall.med / p.wall.med,
 				PeakRSS:              m.rss.med / p.rss.med,
+				DestBrokerCPUPerGB:   m.dstPerGB.med / p.dstPerGB.med,
 				MirrordRSSOverBuffer: int64(m.rss.max*(1<<20)) - r.Config.MaxBufferedBytes,
 			}
 			if m.steadyMBps.med > 0 && p.steadyMBps.med > 0 {
@@ -236,29 +243,29 @@ func (r *Report) Write(w io.Writer) {
 			c.Partitions, c.LatencyRate, c.LatencyWarmup, c.LatencyDuration)
 	}
 	if len(r.Samples) > 0 {
-		fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | cores busy, bench / machine (med) |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| codec | side | wall s (min / med) | MB/s whole run (med) | MB/s steady (best / med) | CPU s per GB whole run (med) | CPU s per GB steady (min / med) | peak RSS MiB (min / med / max) | brokers' CPU s, src / dst (med) | dst broker CPU s per GB (med) | cores busy, bench / machine (med) |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, t := range r.Topics {
 			for _, side := range c.Sides {
 				s, ok := r.sideStats(side, t.Codec)
 				if !ok {
 					continue
 				}
-				fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f | %.1f / %.1f | %.2f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f / %.2f |\n",
+				fmt.Fprintf(w, "| %s | %s | %.2f / %.2f | %.1f | %.1f / %.1f | %.2f | %.2f / %.2f | %.0f / %.0f / %.0f | %.2f / %.2f | %.2f | %.2f / %.2f |\n",
 					t.Codec, side, s.wall.min, s.wall.med, s.mbps.med, s.steadyMBps.max, s.steadyMBps.med, s.cpu.med, s.steadyCPU.min, s.steadyCPU.med,
-					s.rss.min, s.rss.med, s.rss.max, s.srcCPU.med, s.dstCPU.med, s.busy.med, s.machine.med)
+					s.rss.min, s.rss.med, s.rss.max, s.srcCPU.med, s.dstCPU.med, s.dstPerGB.med, s.busy.med, s.machine.med)
 			}
 		}
-		fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). A whole run goes from the mirror's start until the destination holds every record (its end offsets reach the source's; for mm2-eos, whose destination also holds transaction markers, until the offsets MirrorMaker committed with its transactions cover every record); its CPU time (user + system) is the mirror process's own from its rusage after a clean SIGTERM stop, so it includes the start and the stop. The steady part goes from the first poll (every %s) that found mirrored data at the destination to the end of the run, its bytes are the source bytes not yet mirrored at its start, and its CPU time is the process's from /proc/PID/stat: it leaves out the start (JVM class loading and JIT, Connect's group join and internal topics; mirrord's PREPARING). Peak RSS is the process's VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two cluster processes during the run (/proc/PID/stat); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, and that of every process on the machine (/proc/stat), out of %d: where the machine's figure is higher, other load competed with the run. Ratios are of medians.\n",
+		fmt.Fprintf(w, "\nMB and GB are 10^6 and 10^9 bytes of the source topic as stored (compressed batches). A whole run goes from the mirror's start until the destination holds every record (its end offsets reach the source's; for mm2-eos, whose destination also holds transaction markers, until the offsets MirrorMaker committed with its transactions cover every record); its CPU time (user + system) is the mirror process's own from its rusage after a clean SIGTERM stop, so it includes the start and the stop. The steady part goes from the first poll (every %s) that found mirrored data at the destination to the end of the run, its bytes are the source bytes not yet mirrored at its start, and its CPU time is the process's from /proc/PID/stat: it leaves out the start (JVM class loading and JIT, Connect's group join and internal topics; mirrord's PREPARING). Peak RSS is the process's VmHWM (/proc/PID/status, read every 10 ms until it exits), not ru_maxrss, which for a child also counts the parent's memory at exec. The brokers' CPU is that of the two cluster processes during the run (/proc/PID/stat), and the destination broker's per GB what the mirror cost the cluster it writes to (its CPU during the whole run over the source bytes); cores busy is the mirror's, the source's and the destination's CPU time over the wall time, and that of every process on the machine (/proc/stat), out of %d: where the machine's figure is higher, other load competed with the run. Ratios are of medians.\n",
 			DefaultPollInterval, h.NumCPU)
 	}
 
 	ratios := r.Ratios()
 	if len(ratios) > 0 {
-		fmt.Fprintf(w, "\n| codec | mirrord ÷ | throughput, steady (whole run) | CPU per GB, steady (whole run) | peak RSS | mirrord peak RSS − max_buffered_bytes (%d MiB) |\n", c.MaxBufferedBytes>>20)
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+		fmt.Fprintf(w, "\n| codec | mirrord ÷ | throughput, steady (whole run) | CPU per GB, steady (whole run) | dst broker CPU per GB | peak RSS | mirrord peak RSS − max_buffered_bytes (%d MiB) |\n", c.MaxBufferedBytes>>20)
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 		for _, x := range ratios {
-			fmt.Fprintf(w, "| %s | %s | %.2fx (%.2fx) | %.3f (%.3f) | %.2f | %+d MiB |\n", x.Codec, sideName(x.Other), x.SteadyThroughput, x.Throughput, x.SteadyCPUPerGB, x.CPUPerGB, x.PeakRSS, x.MirrordRSSOverBuffer>>20)
+			fmt.Fprintf(w, "| %s | %s | %.2fx (%.2fx) | %.3f (%.3f) | %.3f | %.2f | %+d MiB |\n", x.Codec, sideName(x.Other), x.SteadyThroughput, x.Throughput, x.SteadyCPUPerGB, x.CPUPerGB, x.DestBrokerCPUPerGB, x.PeakRSS, x.MirrordRSSOverBuffer>>20)
 		}
 	}
 	if vs := r.Verdicts(); len(vs) > 0 {

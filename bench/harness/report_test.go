@@ -67,3 +67,32 @@ func TestReportVerdicts(t *testing.T) {
 		t.Errorf("latency report prints an empty throughput table:\n%s", out.String())
 	}
 }
+
+// Guards the destination broker's CPU per GB (issue 23): in the side table
+// for each side, and as mirrord's ratio over each other side.
+func TestReportDestBrokerCPU(t *testing.T) {
+	top := SourceTopic{}
+	top.Name, top.Codec = "bench.lz4", "lz4"
+	sample := func(side string, dstCPU float64) Sample {
+		return Sample{Side: side, Codec: "lz4", Wall: 10 * time.Second, SourceBytes: 2e9, User: time.Second,
+			DestBrokerCPU: time.Duration(dstCPU * float64(time.Second))}
+	}
+	rep := &Report{Config: Config{Backend: BackendKafka, Sides: []string{Mirrord, Peer}}, Topics: []SourceTopic{top},
+		Samples: []Sample{sample(Mirrord, 3), sample(Peer, 2)}}
+	var ratio float64
+	for _, x := range rep.Ratios() {
+		if x.Other == Peer {
+			ratio = x.DestBrokerCPUPerGB
+		}
+	}
+	if ratio != 1.5 {
+		t.Errorf("dst broker CPU per GB ratio %v, want 1.5 (1.5 s/GB over 1.0 s/GB)", ratio)
+	}
+	var out bytes.Buffer
+	rep.Write(&out)
+	for _, want := range []string{"| dst broker CPU s per GB (med) |", "| 0.00 / 3.00 | 1.50 |", "| 1.500 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
