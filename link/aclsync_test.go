@@ -56,6 +56,16 @@ func TestACLSync(t *testing.T) {
 	})
 }
 
+// The same in transactional delivery (kfake): the topics come from the
+// transactional session, and the records are written beside its
+// transactions.
+func TestACLSyncTransactional(t *testing.T) {
+	e := onKfake(t)
+	f := e.mirrored(t, "aclstxn", srcTopic("ta", 2), srcTopic("tb", 1).unmirrored())
+	f.cfg.Link.Delivery = statestore.DeliveryTransactional
+	testACLSync(t, e, f, nil, nil)
+}
+
 func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 	onKafka := srcA != nil
 	topic, other := f.topic("ta"), f.topic("tb")
@@ -148,8 +158,14 @@ func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 	f.load(idempotent, 2, "i", 200)
 	l := f.start("acls")
 	l.waitState(t, Mirroring, 90*time.Second)
-	f.waitMirrored(90 * time.Second)
-	f.exactlyOnce()
+	if f.cfg.Link.Delivery == statestore.DeliveryTransactional {
+		// The batches carry the session's producer ID, and commit
+		// markers sit between them: read_committed, the same records.
+		f.waitSameCommitted(90 * time.Second)
+	} else {
+		f.waitMirrored(90 * time.Second)
+		f.exactlyOnce()
+	}
 
 	// principals are ours: on a shared cluster other tests' bindings
 	// are not compared.
