@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -278,34 +279,46 @@ func testACLSync(t *testing.T, e *env, f *fixture, srcA, dstA *aclCluster) {
 }
 
 // recordsAre checks the link's ACL records in the state topic: every
-// wanted binding but the operator's, those in failover marked so.
+// wanted binding but the operator's, those in failover marked so. The
+// records are read read_committed, behind the session's open state
+// transaction: the check is retried for a few commits.
 func recordsAre(ctx context.Context, t *testing.T, f *fixture, want map[aclsync.Binding]bool, operators aclsync.Binding, failover []aclsync.Binding) {
 	t.Helper()
-	view, err := statestore.ReadView(ctx, f.cfg.Link.StateTopic, f.dst.Opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[aclsync.Binding]statestore.ACLValue{}
-	for k, v := range view.ACLs {
-		if k.LinkName == f.cfg.Link.Name {
-			got[bindingOf(k)] = v
+	var problems []string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		view, err := statestore.ReadView(ctx, f.cfg.Link.StateTopic, f.dst.Opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[aclsync.Binding]statestore.ACLValue{}
+		for k, v := range view.ACLs {
+			if k.LinkName == f.cfg.Link.Name {
+				got[bindingOf(k)] = v
+			}
+		}
+		problems = problems[:0]
+		for b := range want {
+			v, ok := got[b]
+			switch {
+			case b == operators && ok:
+				problems = append(problems, fmt.Sprintf("the operator's binding %s is recorded as the link's", b))
+			case b != operators && !ok:
+				problems = append(problems, fmt.Sprintf("binding %s is not recorded as the link's", b))
+			case ok && v.Failover != slices.Contains(failover, b):
+				problems = append(problems, fmt.Sprintf("binding %s: recorded with Failover %v", b, v.Failover))
+			}
+		}
+		for b := range got {
+			if !want[b] {
+				problems = append(problems, fmt.Sprintf("binding %s is recorded as the link's, and not wanted at the destination", b))
+			}
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
-	for b := range want {
-		v, ok := got[b]
-		switch {
-		case b == operators && ok:
-			t.Errorf("the operator's binding %s is recorded as the link's", b)
-		case b != operators && !ok:
-			t.Errorf("binding %s is not recorded as the link's", b)
-		case ok && v.Failover != slices.Contains(failover, b):
-			t.Errorf("binding %s: recorded with Failover %v", b, v.Failover)
-		}
-	}
-	for b := range got {
-		if !want[b] {
-			t.Errorf("binding %s is recorded as the link's, and not wanted at the destination", b)
-		}
+	for _, p := range problems {
+		t.Error(p)
 	}
 }
 
@@ -567,15 +580,28 @@ func TestACLSyncRefusals(t *testing.T) {
 				}
 				if tc.want != "" {
 					// Nothing recorded as the link's that it did
-					// not create.
-					view, err := statestore.ReadView(ctx, f.cfg.Link.StateTopic, f.dst.Opts())
-					if err != nil {
-						t.Fatal(err)
-					}
-					for k := range view.ACLs {
-						if k.LinkName == f.cfg.Link.Name {
-							t.Errorf("recorded as the link's, not created: %+v", k)
+					// not create: a refused creation's records are
+					// removed again. The tombstones are read
+					// read_committed, behind the session's open state
+					// transaction: give them a few commits.
+					var left []statestore.ACLKey
+					for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+						view, err := statestore.ReadView(ctx, f.cfg.Link.StateTopic, f.dst.Opts())
+						if err != nil {
+							t.Fatal(err)
 						}
+						left = left[:0]
+						for k := range view.ACLs {
+							if k.LinkName == f.cfg.Link.Name {
+								left = append(left, k)
+							}
+						}
+						if len(left) == 0 || time.Now().After(deadline) {
+							break
+						}
+					}
+					for _, k := range left {
+						t.Errorf("recorded as the link's, not created: %+v", k)
 					}
 				}
 				// ACL sync is beside the mirror: the link mirrors on.
