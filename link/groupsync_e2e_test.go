@@ -355,7 +355,7 @@ func testGroupsMove(t *testing.T, e *env, rd groupConsumer, txnMode bool) {
 	}
 	waitFor("a round that synced app and saw app-active active", func() bool {
 		m := byGroup()
-		return m["app"].State == failover.GroupUpToDate && m["app-active"].State == failover.GroupActive && m["app-ahead"].At.After(time.Time{})
+		return m["app"].State == failover.GroupUpToDate && committedAll(m["app"], app.atSrc) && m["app-active"].State == failover.GroupActive && m["app-ahead"].At.After(time.Time{})
 	})
 	m := byGroup()
 	if _, ok := m["app-skip"]; ok {
