@@ -565,7 +565,11 @@ func (h *history) check() {
 		deleted := dstStart.Offset > 0 && (firstMirrored < 0 || q <= firstMirrored)
 		for _, w := range ways {
 			h.positions++
-			got, err := w.fn(ctx, p)
+			// Each translation has its minute (a hang guard; the
+			// check's deadline is for its reads).
+			tctx, tcancel := context.WithTimeout(context.Background(), time.Minute)
+			got, err := w.fn(tctx, p)
+			tcancel()
 			switch {
 			case deleted && errors.Is(err, translate.ErrBelowDestinationStart):
 			case errors.Is(err, translate.ErrInexact):

@@ -395,14 +395,18 @@ func ways(t *testing.T, l *testLink, cfg Config, src, dst *cluster, k tp.Key, lt
 // answer read from both logs; it returns how often each strategy answered.
 func checkTranslations(t *testing.T, ws []way, lt logTruth, ps []int64, srcStart int64) map[string]int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	vias := map[string]int{}
 	for _, w := range ws {
 		seen := map[string]int{}
 		began := time.Now()
 		for _, p := range ps {
+			// Each translation has its minute, a guard against a hang:
+			// one deadline for all of them (it was 2 minutes) made the
+			// sum of the timestamp searches, about a second each under
+			// -race on a loaded 2-core machine, a timed assertion.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			got, err := w.fn(ctx, p)
+			cancel()
 			if p > lt.srcEnd {
 				if !errors.Is(err, translate.ErrPastSourceEnd) {
 					t.Errorf("%s: translate %d past the source's end %d: %+v, %v; want translate.ErrPastSourceEnd", w.name, p, lt.srcEnd, got, err)
