@@ -267,17 +267,52 @@ func TestTxnCommitAndAbort(t *testing.T) {
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
 
 		// The appends show in the appender's metrics, as the preserve
-		// mode's do: one latency sample and one request per batch
-		// (5 transactions of 3 batches to each of 2 partitions), no error.
+		// mode's do: one latency sample per batch (5 transactions of 3
+		// batches to each of 2 partitions), and one request of one batch
+		// per attempt: one per batch, plus at most one per retriable
+		// failure (the only error kind allowed; a failed leader lookup
+		// is one without a request) and per overtaken batch sent again.
+		// (A loaded machine can earn a retry: CI's Kafka 4.4.0 answered
+		// one of 30 appends with a retriable error; the test had wanted
+		// none, a timing assumption.)
 		const appends = 5 * 2 * 3
 		got := gathered(t, reg)
-		if got["mirrord_append_latency_seconds"] != appends || got["mirrord_produce_requests_total"] != appends || got["mirrord_produce_request_batches"] != appends {
-			t.Fatalf("metrics %v, want %d appends, requests and request sizes", got, appends)
+		byKind := errorsByKind(t, reg)
+		retries, overtaken := byKind[appender.KindRetriable], float64(s.txn.Overtaken())
+		if got["mirrord_append_errors_total"] != retries {
+			t.Fatalf("append errors by kind %v, want retriable ones only", byKind)
 		}
-		if got["mirrord_append_errors_total"] != 0 {
-			t.Fatalf("append errors %v, want none", got["mirrord_append_errors_total"])
+		if retries+overtaken > 0 {
+			t.Logf("%v retriable failures and %v overtaken batches, sent again", retries, overtaken)
+		}
+		reqs := got["mirrord_produce_requests_total"]
+		if got["mirrord_append_latency_seconds"] != appends || reqs < appends || reqs > appends+retries+overtaken || got["mirrord_produce_request_batches"] != reqs {
+			t.Fatalf("metrics %v, want %d appends and from %d to %v requests of one batch each", got, appends, appends, appends+retries+overtaken)
 		}
 	})
+}
+
+// errorsByKind is mirrord_append_errors_total of reg by its kind label.
+func errorsByKind(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "mirrord_append_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // gathered sums each metric of reg over its labels: a counter's value, a
