@@ -621,69 +621,114 @@ func TestACLSyncRefusals(t *testing.T) {
 // at the destination and recorded as the failover's), the report lists
 // it, and the link pauses. Without acl_sync the same failover fails
 // before the pause with an error that says what to do, and the link
-// keeps mirroring.
+// keeps mirroring. On Kafka the authorizer referees: the application's
+// principal may not write to the mirror before the failover and may
+// after it.
 func TestFailoverGrantsWrite(t *testing.T) {
-	for _, enabled := range []bool{true, false} {
-		t.Run(map[bool]string{true: "acl_sync", false: "without acl_sync"}[enabled], func(t *testing.T) {
-			e := onKfake(t)
-			fx := e.mirrored(t, "fogrant", srcTopic("t", 1))
-			topic := fx.topic("t")
-			w := aclsync.Binding{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral,
-				Principal: "User:app", Host: "*", Operation: kmsg.ACLOperationWrite, Permission: kmsg.ACLPermissionTypeAllow}
-			r := w
-			r.Operation = kmsg.ACLOperationRead
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			createBindings(ctx, t, fx.src, w, r)
-			fx.cfg.Link.ACLSync = ACLSync{Enabled: enabled}
-			fx.cfg.Link.ACLSyncInterval = 200 * time.Millisecond
-			fx.load(idempotent, 0, "before", 30)
-			l := fx.start("fogrant")
-			fx.waitMirrored(60 * time.Second)
-			if enabled {
-				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-					if st := l.Status().ACLSync; st != nil && st.Managed == 1 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("READ not synced: %+v", l.Status().ACLSync)
-					}
-				}
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		for _, enabled := range []bool{true, false} {
+			t.Run(map[bool]string{true: "acl_sync", false: "without acl_sync"}[enabled], func(t *testing.T) {
+				testFailoverGrantsWrite(t, &env{b: b, n: mirrortest.NamesFor(t, b)}, enabled)
+			})
+		}
+	})
+}
+
+func testFailoverGrantsWrite(t *testing.T, e *env, enabled bool) {
+	var fx *fixture
+	var srcA, dstA *aclCluster
+	user := "app"
+	if e.b.Real() {
+		srcA, dstA = aclClusters(t, e.b)
+		fx = e.mirroredBetween(t, srcA.cluster, dstA.cluster, "fogrant", srcTopic("t", 1))
+		user = principalName(t) + "-app"
+		scramUser(t, srcA, dstA, user)
+	} else {
+		fx = e.mirrored(t, "fogrant", srcTopic("t", 1))
+	}
+	topic := fx.topic("t")
+	mirror := fx.cfg.Link.DestinationTopic(topic, fx.cfg.Source.Name)
+	w := aclsync.Binding{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral,
+		Principal: "User:" + user, Host: "*", Operation: kmsg.ACLOperationWrite, Permission: kmsg.ACLPermissionTypeAllow}
+	r := w
+	r.Operation = kmsg.ACLOperationRead
+	wAt, rAt := w, r
+	wAt.Name, rAt.Name = mirror, mirror
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createBindings(ctx, t, fx.src, w, r)
+	// The clusters are shared with other tests on Kafka: the bindings of
+	// the test's principal go with it.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, c := range []*cluster{fx.src, fx.dst} {
+			for b := range describeBindings(ctx, t, c, map[string]bool{w.Principal: true}) {
+				deleteBindings(ctx, t, c, b)
 			}
-			if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second, GrantWrite: true}); err != nil {
-				t.Fatal(err)
+		}
+	})
+	fx.cfg.Link.ACLSync = ACLSync{Enabled: enabled}
+	fx.cfg.Link.ACLSyncInterval = 200 * time.Millisecond
+	fx.load(idempotent, 0, "before", 30)
+	l := fx.start("fogrant")
+	fx.waitMirrored(60 * time.Second)
+	if enabled {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if st := l.Status().ACLSync; st != nil && st.Managed == 1 {
+				break
 			}
-			var f *failover.Status
-			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if f = l.Status().Failover; f != nil && f.Outcome != failover.Running {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the failover did not end: %+v", f)
-				}
+			if time.Now().After(deadline) {
+				t.Fatalf("READ not synced: %+v", l.Status().ACLSync)
 			}
-			if !enabled {
-				if f.Outcome != failover.Failed || !strings.Contains(f.Error, errACLSyncOff.Error()) || f.ACLs != nil {
-					t.Fatalf("failover %+v, want failed with %q", f, errACLSyncOff)
-				}
-				time.Sleep(200 * time.Millisecond)
-				if st := l.State(); st != Mirroring {
-					t.Fatalf("link %s after the failed grant, want MIRRORING", st)
-				}
-				return
-			}
-			if f.Outcome != failover.Done || !f.GrantWrite || f.ACLs == nil || len(f.ACLs.Created) != 1 || f.ACLs.Managed != 2 {
-				t.Fatalf("failover %+v (acls %+v), want done with WRITE created and 2 managed", f, f.ACLs)
-			}
-			if f.ACLs.Created[0] != w.String() {
-				t.Errorf("created %q, want %q", f.ACLs.Created[0], w)
-			}
-			l.waitState(t, Paused, 30*time.Second)
-			got := describeBindings(ctx, t, fx.dst, map[string]bool{"User:app": true})
-			if len(got) != 2 || !got[w] || !got[r] {
-				t.Errorf("destination bindings %v, want READ and WRITE of User:app", got)
-			}
-			recordsAre(ctx, t, fx, map[aclsync.Binding]bool{w: true, r: true}, aclsync.Binding{}, []aclsync.Binding{w})
-		})
+		}
+	}
+	if dstA != nil {
+		// Refused: with READ alone at the destination the principal may
+		// not write anywhere there, so Kafka refuses its idempotent
+		// producer's InitProducerId on the cluster first (KIP-679:
+		// IdempotentWrite, or Write on some topic).
+		if err := produceAs(ctx, dstA, user, mirror); !errors.Is(err, kerr.ClusterAuthorizationFailed) && !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("%s's produce to the mirror before the failover: %v, want CLUSTER_ or TOPIC_AUTHORIZATION_FAILED", w.Principal, err)
+		}
+	}
+	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second, GrantWrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	var f *failover.Status
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if f = l.Status().Failover; f != nil && f.Outcome != failover.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover did not end: %+v", f)
+		}
+	}
+	if !enabled {
+		if f.Outcome != failover.Failed || !strings.Contains(f.Error, errACLSyncOff.Error()) || f.ACLs != nil {
+			t.Fatalf("failover %+v, want failed with %q", f, errACLSyncOff)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if st := l.State(); st != Mirroring {
+			t.Fatalf("link %s after the failed grant, want MIRRORING", st)
+		}
+		return
+	}
+	if f.Outcome != failover.Done || !f.GrantWrite || f.ACLs == nil || len(f.ACLs.Created) != 1 || f.ACLs.Managed != 2 {
+		t.Fatalf("failover %+v (acls %+v), want done with WRITE created and 2 managed", f, f.ACLs)
+	}
+	if f.ACLs.Created[0] != wAt.String() {
+		t.Errorf("created %q, want %q", f.ACLs.Created[0], wAt)
+	}
+	l.waitState(t, Paused, 30*time.Second)
+	got := describeBindings(ctx, t, fx.dst, map[string]bool{w.Principal: true})
+	if len(got) != 2 || !got[wAt] || !got[rAt] {
+		t.Errorf("destination bindings %v, want READ and WRITE of %s", got, w.Principal)
+	}
+	recordsAre(ctx, t, fx, map[aclsync.Binding]bool{wAt: true, rAt: true}, aclsync.Binding{}, []aclsync.Binding{wAt})
+	if dstA != nil {
+		if err := produceAs(ctx, dstA, user, mirror); err != nil {
+			t.Errorf("%s's produce to the mirror after the failover granted WRITE: %v", w.Principal, err)
+		}
 	}
 }
