@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -295,12 +296,8 @@ func TestTxnCommitAndAbort(t *testing.T) {
 // errorsByKind is mirrord_append_errors_total of reg by its kind label.
 func errorsByKind(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
+	for _, mf := range gather(t, reg) {
 		if mf.GetName() != "mirrord_append_errors_total" {
 			continue
 		}
@@ -315,16 +312,21 @@ func errorsByKind(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// gathered sums each metric of reg over its labels: a counter's value, a
-// histogram's sample count.
-func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mfs
+}
+
+// gathered sums each metric of reg over its labels: a counter's value, a
+// histogram's sample count.
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	for _, mf := range mfs {
+	for _, mf := range gather(t, reg) {
 		for _, m := range mf.GetMetric() {
 			switch {
 			case m.GetCounter() != nil:

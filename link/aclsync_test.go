@@ -695,15 +695,7 @@ func testFailoverGrantsWrite(t *testing.T, e *env, enabled bool) {
 	if err := l.StartFailover(failover.Options{Timeout: 30 * time.Second, GrantWrite: true}); err != nil {
 		t.Fatal(err)
 	}
-	var f *failover.Status
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if f = l.Status().Failover; f != nil && f.Outcome != failover.Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the failover did not end: %+v", f)
-		}
-	}
+	f := failoverEnd(t, l, 60*time.Second)
 	if !enabled {
 		if f.Outcome != failover.Failed || !strings.Contains(f.Error, errACLSyncOff.Error()) || f.ACLs != nil {
 			t.Fatalf("failover %+v, want failed with %q", f, errACLSyncOff)
