@@ -26,9 +26,21 @@ const (
 	NeedSalt
 	// Forward: the destination gets Out.
 	Forward
+	// SkipHome: the batch's producer ID says it was first produced at the
+	// destination (transform.Home): it is not sent back there.
+	SkipHome
+	// SkipUnattributed: the batch has no producer ID and the link's
+	// unattributed policy skips those (transform.Unattributed).
+	SkipUnattributed
 )
 
-var verdictNames = [...]string{"skip", "duplicate", "salt", "forward"}
+var verdictNames = [...]string{"skip", "duplicate", "salt", "forward", "home", "unattributed"}
+
+// Skips reports whether v leaves the batch out of the destination for
+// good: nothing of it is appended, and the link moves past it.
+func (v Verdict) Skips() bool {
+	return v == SkipEmpty || v == SkipDuplicate || v == SkipHome || v == SkipUnattributed
+}
 
 func (v Verdict) String() string { return verdictNames[v] }
 
@@ -49,6 +61,10 @@ type Decision struct {
 type Source struct {
 	Cluster string
 	Region  transform.Region
+	// Returns keeps batches that started at the destination (and, by
+	// the link's policy, those without a producer ID) from being sent
+	// there (DESIGN §16).
+	Returns transform.Returns
 }
 
 // Decide decides a fetched source batch raw with header h, fetched from
@@ -62,6 +78,12 @@ type Source struct {
 func Decide(psm *transform.PSM, src Source, reenc *transform.Reencoder, scratch, raw []byte, h transform.Header, from int64, inScratch bool) (Decision, error) {
 	if h.NumRecords == 0 || h.NextOffset() <= from {
 		return Decision{Verdict: SkipEmpty}, nil
+	}
+	switch src.Returns.Of(h.ProducerID) {
+	case transform.Home:
+		return Decision{Verdict: SkipHome}, nil
+	case transform.Unattributed:
+		return Decision{Verdict: SkipUnattributed}, nil
 	}
 	d := psm.Decide(transform.InfoOf(h, src.Cluster, src.Region))
 	switch d.Kind {

@@ -63,7 +63,7 @@ func Same(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte
 	if d.Verdict == Forward && Match(d.Out, dst) {
 		return Twin, d, nil
 	}
-	if d.Verdict == NeedSalt || d.Verdict == SkipDuplicate {
+	if d.Verdict == NeedSalt || d.Verdict == SkipDuplicate || d.Verdict == SkipHome || d.Verdict == SkipUnattributed {
 		return NotSame, d, nil
 	}
 	if from > h.BaseOffset && h.NumRecords > 0 {

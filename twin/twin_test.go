@@ -11,7 +11,7 @@ import (
 
 // Guards the names the log and the scripts show for decisions.
 func TestVerdictNames(t *testing.T) {
-	for v, want := range map[Verdict]string{SkipEmpty: "skip", SkipDuplicate: "duplicate", NeedSalt: "salt", Forward: "forward"} {
+	for v, want := range map[Verdict]string{SkipEmpty: "skip", SkipDuplicate: "duplicate", NeedSalt: "salt", Forward: "forward", SkipHome: "home", SkipUnattributed: "unattributed"} {
 		if got := v.String(); got != want {
 			t.Errorf("verdict %d named %q, want %q", v, got, want)
 		}

@@ -35,7 +35,8 @@ const (
 	// the next destination batch.
 	StepForeign
 	// StepSkip: the pipeline never appends this source batch (no records
-	// to forward, or a duplicate); the source advances.
+	// to forward, a duplicate, a batch that started at the destination or
+	// an unattributed one the link skips); the source advances.
 	StepSkip
 	// StepEmptied: the destination batch is the mirror of a source batch
 	// the cleaner emptied since (the walk skipped it): the link's own;
@@ -100,6 +101,12 @@ type Counts struct {
 	Passed  int
 	Foreign int // destination batches the link did not write
 	Skipped int // source batches the pipeline skips
+	// Home and Unattributed count the skipped source batches that
+	// started at the destination, and those without a producer ID the
+	// link's policy skips (Decide's SkipHome, SkipUnattributed);
+	// HomeRecords and UnattributedRecords their records.
+	Home, Unattributed               int
+	HomeRecords, UnattributedRecords int64
 	// Deleted counts the source batches taken for batches the link
 	// appended and the destination deleted since (Hole), confirmed by a
 	// match after them; DeletedRecords their records.
@@ -231,6 +238,19 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.psm.Commit(d.PSM, now)
 		w.srcNext = h.NextOffset()
 		w.counts.Skipped++
+		return StepSkip, nil
+	case SkipHome, SkipUnattributed:
+		// Never appended: the batch started at the destination, or
+		// carries no producer ID and the link skips those.
+		w.srcNext = max(w.srcNext, h.NextOffset())
+		w.counts.Skipped++
+		if d.Verdict == SkipHome {
+			w.counts.Home++
+			w.counts.HomeRecords += int64(h.NumRecords)
+		} else {
+			w.counts.Unattributed++
+			w.counts.UnattributedRecords += int64(h.NumRecords)
+		}
 		return StepSkip, nil
 	case NeedSalt:
 		w.stopped = true

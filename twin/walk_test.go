@@ -305,3 +305,51 @@ func TestWalkerHole(t *testing.T) {
 		t.Errorf("steps %v, hole open %v; want [deleted deleted foreign], open", steps, w.HoleOpen())
 	}
 }
+
+// Guards origin during reconciliation (DESIGN §16): a source batch that
+// started at the destination, and one without a producer ID under
+// unattributed = "skip", were never appended; the walk moves past them
+// and takes the destination's own batch, which the reverse link's copy
+// came from, for one the link did not write.
+func TestWalkerReturns(t *testing.T) {
+	home, _ := transform.RegionOf("MkU3OEVBNTcwNTJENDM2Qg")
+	m := transform.MapPID(3, 42)
+	s0 := batchtest.Simple(100, 3, 0, 0, 5)                           // 100-104
+	back := batchtest.Simple(105, transform.MapPID(9, home), 0, 0, 2) // 105-106: the reverse link's copy of a destination batch
+	plain := batchtest.Simple(107, -1, -1, -1, 2)                     // 107-108
+	s1 := batchtest.Simple(109, 3, 0, 5, 5)                           // 109-113
+	local := batchtest.Simple(55, 9, 0, 0, 2)                         // the destination's own batch, at 55-56
+
+	src := Source{Cluster: walkCluster, Region: 42, Returns: transform.Returns{Home: home, Check: true, SkipUnattributed: true}}
+	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), src, transform.NewReencoder(), 100, 50)
+	steps := walkAll(t, w, [][]byte{s0, back, plain, s1}, [][]byte{appended(s0, m, 50), local, appended(s1, m, 57)})
+	if want := []Step{StepMatch, StepSkip, StepSkip, StepForeign, StepMatch}; fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Errorf("steps %v, want %v", steps, want)
+	}
+	if n := w.Counts(); w.SrcNext() != 114 || w.DstNext() != 62 || n.Foreign != 1 || n.Skipped != 2 ||
+		n.Home != 1 || n.HomeRecords != 2 || n.Unattributed != 1 || n.UnattributedRecords != 2 {
+		t.Errorf("srcNext %d dstNext %d counts %+v; want 114, 62, 1 foreign, 2 skipped: 1 home, 1 unattributed, 2 records each", w.SrcNext(), w.DstNext(), n)
+	}
+
+	// Decide says why; Same never takes a batch that is not sent for the
+	// link's, even where the destination holds its twin (the policy
+	// changed since it was appended).
+	psm := transform.NewPSM(transform.PSMConfig{})
+	for _, tc := range []struct {
+		raw  []byte
+		want Verdict
+	}{{back, SkipHome}, {plain, SkipUnattributed}, {s0, Forward}} {
+		h := mustHeader(t, tc.raw)
+		d, err := Decide(psm, src, transform.NewReencoder(), nil, tc.raw, h, h.BaseOffset, true)
+		if err != nil || d.Verdict != tc.want || d.Verdict.Skips() == (tc.want == Forward) {
+			t.Errorf("batch at %d: verdict %v (skips %v), err %v; want %v", h.BaseOffset, d.Verdict, d.Verdict.Skips(), err, tc.want)
+		}
+		if tc.want == Forward {
+			continue
+		}
+		same, _, err := Same(psm, src, transform.NewReencoder(), tc.raw, h, h.BaseOffset, appended(tc.raw, transform.MapPID(h.ProducerID, 42), 70))
+		if err != nil || same != NotSame {
+			t.Errorf("batch at %d: Same = %v, %v; want NotSame", h.BaseOffset, same, err)
+		}
+	}
+}
