@@ -327,6 +327,36 @@ link "dc1_to_cloud" {
   # transaction.max.timeout.ms (15m by default). Default: "1m".
   transaction_timeout = "1m"
 
+  # Origin (README, "Active-active and failback"). A batch whose producer ID
+  # says it was first produced at the destination cluster (the reverse
+  # link, or a mirror further up a chain, brought it here) is not sent
+  # back: that is what lets links run in both directions over the same
+  # topic names. Counted as mirrord_batches_returned_home_total.
+  #
+  # What the link does with batches that carry no producer ID (producers
+  # with enable.idempotence off, the Kafka client default before 3.0),
+  # which do not say where they were first produced: "forward" appends
+  # them like any other, "skip" leaves them out (counted as
+  # mirrord_batches_unattributed_skipped_total). Links in both directions
+  # over the same topic names must set it: "skip" for active-active
+  # (otherwise such a batch would go back and forth for ever), "forward"
+  # if the two links mirror different topics. Default: "forward".
+  unattributed = "forward"
+
+  # Send batches that started at the destination back to it after all:
+  # only for a destination rebuilt under its old cluster ID that should get
+  # its own records back from this mirror. Default: false.
+  return_home = false
+
+  # The destination topics have producers of their own (active-active, or
+  # writes after a failover while the link still runs): destination batches
+  # the link did not write are expected, counted as
+  # mirrord_destination_local_offsets_total and
+  # mirrord_destination_local_batches_total, and not logged as errors. Off,
+  # they count as destination_gap_offsets and foreign_batches, which alarm.
+  # Default: false.
+  shared_destination = false
+
   # An append whose outcome is unknown is settled against the destination
   # before anything else is sent for its partition. One a broker answered
   # with an error (NOT_LEADER_OR_FOLLOWER after a leader move,

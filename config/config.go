@@ -31,6 +31,7 @@ const (
 	DefaultSettleDelay                  = 5 * time.Second
 	DefaultProduceTimeout               = 30 * time.Second
 	DefaultDelivery                     = DeliveryPreserve
+	DefaultUnattributed                 = UnattributedForward
 	DefaultTransactionTimeout           = 60 * time.Second
 	DefaultDiscoveryInterval            = 30 * time.Second
 	DefaultGroupSyncInterval            = 10 * time.Second
@@ -56,6 +57,10 @@ type StartFrom string
 // start offset (on_offset_out_of_range).
 type OutOfRange string
 
+// Unattributed is what a link does with a batch without a producer ID
+// (unattributed, DESIGN §16).
+type Unattributed string
+
 // Delivery is how a link appends to the destination (delivery, DESIGN
 // §14).
 type Delivery string
@@ -74,6 +79,12 @@ const (
 	DeliveryPreserve      Delivery = "preserve"
 	DeliveryTransactional Delivery = "transactional"
 
+	// UnattributedForward appends batches without a producer ID like any
+	// other; UnattributedSkip leaves them out (active-active links: such a
+	// batch does not say where it was first produced).
+	UnattributedForward Unattributed = "forward"
+	UnattributedSkip    Unattributed = "skip"
+
 	MechanismPlain       = "PLAIN"
 	MechanismScramSHA256 = "SCRAM-SHA-256"
 	MechanismScramSHA512 = "SCRAM-SHA-512"
@@ -86,6 +97,7 @@ var (
 	startFroms   = []string{string(StartEarliest), string(StartLatest)}
 	outOfRanges  = []string{string(OutOfRangeFail), string(OutOfRangeEarliest)}
 	deliveries   = []string{string(DeliveryPreserve), string(DeliveryTransactional)}
+	unattributed = []string{string(UnattributedForward), string(UnattributedSkip)}
 	mechanisms   = []string{MechanismPlain, MechanismScramSHA256, MechanismScramSHA512, MechanismOAuthBearer}
 	placeholders = []string{"{topic}", "{source}"}
 )
@@ -311,6 +323,20 @@ type Link struct {
 	// session (the coordinator aborts a transaction open longer).
 	Delivery           Delivery
 	TransactionTimeout time.Duration
+	// Unattributed is what the link does with batches that carry no
+	// producer ID (forward | skip), and ReturnHome forwards batches whose
+	// producer ID says they were first produced at the destination
+	// (normally skipped: that keeps links in both directions from
+	// looping, DESIGN §16).
+	Unattributed Unattributed
+	ReturnHome   bool
+	// SharedDestination says the destination topics have producers of
+	// their own (active-active): what the link did not write there is
+	// expected, not an error.
+	SharedDestination bool
+	// unattributedSet: the file sets unattributed (links in both
+	// directions must choose).
+	unattributedSet bool
 	// SettleDelay is the margin past ProduceTimeout before an append that
 	// got no answer (a lost connection) is settled against the
 	// destination: time for a request that sat in a broker's queue to be
@@ -454,6 +480,7 @@ func Default() *Config {
 			ProduceTimeout:               DefaultProduceTimeout,
 			Delivery:                     DefaultDelivery,
 			TransactionTimeout:           DefaultTransactionTimeout,
+			Unattributed:                 DefaultUnattributed,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			GroupSyncInterval:            DefaultGroupSyncInterval,

@@ -219,6 +219,7 @@ link "back" {
 			ProduceTimeout:               20 * time.Second,
 			Delivery:                     DeliveryTransactional,
 			TransactionTimeout:           2 * time.Minute,
+			Unattributed:                 DefaultUnattributed,
 			SettleDelay:                  45 * time.Second,
 			DiscoveryInterval:            time.Minute,
 			DestinationReplicationFactor: 3,
@@ -243,6 +244,7 @@ link "back" {
 			ProduceTimeout:               DefaultProduceTimeout,
 			Delivery:                     DefaultDelivery,
 			TransactionTimeout:           DefaultTransactionTimeout,
+			Unattributed:                 DefaultUnattributed,
 			SettleDelay:                  DefaultSettleDelay,
 			DiscoveryInterval:            DefaultDiscoveryInterval,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
@@ -414,6 +416,19 @@ func TestParseProblems(t *testing.T) {
 		src:  withLink(`delivery = "transactional"` + "\n" + `transaction_timeout = "10s"`),
 		want: []string{`t.hcl:12:23: link.l.transaction_timeout: 10s is less than three checkpoint intervals (15s): a transaction stays open one checkpoint_interval, and the coordinator aborts it at transaction_timeout (raise transaction_timeout to at least 15s (the default is 1m; brokers cap it at transaction.max.timeout.ms, 15m by default))`},
 	}, {
+		name: "unattributed policy unknown",
+		src:  withLink(`unattributed = "drop"`),
+		want: []string{`t.hcl:11:18: link.l.unattributed: "drop" is not allowed (use forward or skip)`},
+	}, {
+		name: "links in both directions must choose an unattributed policy",
+		src:  withLink() + "link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"skip\"\n}\n",
+		want: []string{`t.hcl:7:1: link.l.unattributed: links "l" and "r" mirror in both directions between clusters "a" and "b" under the same topic names; a batch without a producer ID (a producer with enable.idempotence off) does not say where it was first produced, and forwarded by both links it would go back and forth for ever (set unattributed = "skip" on both links for active-active (README, "Active-active and failback"), or "forward" if the two links mirror different topics)`},
+	}, {
+		name: "links in both directions cannot deliver transactionally",
+		src: withLink(`unattributed = "skip"`, `delivery = "transactional"`) +
+			"link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"forward\"\n}\n",
+		want: []string{`t.hcl:12:14: link.l.delivery: links "l" and "r" mirror in both directions between clusters "a" and "b" under the same topic names; with transactional delivery the forwarded batches carry the session's producer ID, so the reverse link cannot tell where they were first produced and would send them back (use delivery = "preserve" on both links for active-active (README, "Active-active and failback"); if they mirror different topics, give one a rename that tells them apart, e.g. "{source}.{topic}")`},
+	}, {
 		name: "produce timeout too long",
 		src:  withLink(`produce_timeout = "1000h"`),
 		want: []string{`t.hcl:11:21: link.l.produce_timeout: 1000h0m0s is longer than a Produce request can say (596h31m23.647s) (use a few seconds to a few minutes)`},
@@ -563,5 +578,17 @@ func TestParseProblems(t *testing.T) {
 				t.Errorf("problems:\n got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Links in both directions that both choose an unattributed policy and
+// deliver in preserve mode are an active-active pair: accepted.
+func TestParseActiveActive(t *testing.T) {
+	cfg := mustParse(t, withLink(`unattributed = "skip"`, `shared_destination = true`)+
+		"link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"skip\"\n  shared_destination = true\n}\n")
+	for _, l := range cfg.Links {
+		if l.Unattributed != UnattributedSkip || !l.SharedDestination || l.ReturnHome {
+			t.Errorf("link %s: unattributed %q, shared_destination %v, return_home %v", l.Name, l.Unattributed, l.SharedDestination, l.ReturnHome)
+		}
 	}
 }

@@ -210,6 +210,9 @@ type fileLink struct {
 	ProduceTimeout               *time.Duration `koanf:"produce_timeout"`
 	Delivery                     *string        `koanf:"delivery"`
 	TransactionTimeout           *time.Duration `koanf:"transaction_timeout"`
+	Unattributed                 *string        `koanf:"unattributed"`
+	ReturnHome                   *bool          `koanf:"return_home"`
+	SharedDestination            *bool          `koanf:"shared_destination"`
 	SettleDelay                  *time.Duration `koanf:"settle_delay"`
 	DiscoveryInterval            *time.Duration `koanf:"discovery_interval"`
 	DestinationReplicationFactor *int64         `koanf:"destination_replication_factor"`
@@ -457,6 +460,10 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		ProduceTimeout:               or(fl.ProduceTimeout, DefaultProduceTimeout),
 		Delivery:                     Delivery(or(fl.Delivery, string(DefaultDelivery))),
 		TransactionTimeout:           or(fl.TransactionTimeout, DefaultTransactionTimeout),
+		Unattributed:                 Unattributed(or(fl.Unattributed, string(DefaultUnattributed))),
+		ReturnHome:                   or(fl.ReturnHome, false),
+		SharedDestination:            or(fl.SharedDestination, false),
+		unattributedSet:              fl.Unattributed != nil,
 		SettleDelay:                  or(fl.SettleDelay, DefaultSettleDelay),
 		DiscoveryInterval:            or(fl.DiscoveryInterval, DefaultDiscoveryInterval),
 		DestinationReplicationFactor: DefaultDestinationReplicationFactor,

@@ -94,6 +94,39 @@ func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 		seen[l.Name] = true
 		validateLink(c, key, l, cfg.Clusters, names)
 	}
+	validateReverse(c, cfg.Links)
+}
+
+// validateReverse checks links in both directions between two clusters
+// over the same topic names (active-active, failback; DESIGN §16). The
+// origin check skips a batch that started at the destination by its
+// producer ID's region, which only preserve delivery keeps: a
+// transactional link appends under its session's producer ID, which the
+// reverse link cannot tell from the cluster's own producers, so every
+// record would come back once. A batch without a producer ID carries no
+// origin at all and would go back and forth for ever, unless the links
+// skip them or mirror different topics, which only the operator knows:
+// both links must say which (unattributed).
+func validateReverse(c checker, links []*Link) {
+	for i, a := range links {
+		for _, b := range links[i+1:] {
+			if a.Source != b.Destination || a.Destination != b.Source || a.Source == a.Destination ||
+				a.Rename != DefaultRename || b.Rename != DefaultRename {
+				continue
+			}
+			pair := fmt.Sprintf("links %q and %q mirror in both directions between clusters %q and %q under the same topic names", a.Name, b.Name, a.Source, a.Destination)
+			for _, l := range []*Link{a, b} {
+				if l.Delivery == DeliveryTransactional {
+					c.report("link."+l.Name+".delivery", pair+`; with transactional delivery the forwarded batches carry the session's producer ID, so the reverse link cannot tell where they were first produced and would send them back`,
+						`use delivery = "preserve" on both links for active-active (README, "Active-active and failback"); if they mirror different topics, give one a rename that tells them apart, e.g. "{source}.{topic}"`)
+				}
+				if !l.unattributedSet {
+					c.report("link."+l.Name+".unattributed", pair+"; a batch without a producer ID (a producer with enable.idempotence off) does not say where it was first produced, and forwarded by both links it would go back and forth for ever",
+						`set unattributed = "skip" on both links for active-active (README, "Active-active and failback"), or "forward" if the two links mirror different topics`)
+				}
+			}
+		}
+	}
 }
 
 func validateCluster(c checker, name string, cl *Cluster) {
@@ -398,6 +431,7 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	}
 	c.enum(key+".on_offset_out_of_range", string(l.OnOffsetOutOfRange), outOfRanges)
 	c.enum(key+".delivery", string(l.Delivery), deliveries)
+	c.enum(key+".unattributed", string(l.Unattributed), unattributed)
 	c.positive(key+".transaction_timeout", l.TransactionTimeout)
 	if l.Delivery == DeliveryTransactional {
 		if l.TransactionTimeout > 0 && l.TransactionTimeout < 3*l.CheckpointInterval && !c.ps.hasFailed(ci) {

@@ -83,6 +83,10 @@ func settingsOf(l *config.Link) Settings {
 	var s Settings
 	dst, src := reflect.ValueOf(&s).Elem(), reflect.ValueOf(l).Elem()
 	for i := range dst.NumField() {
+		if dst.Type().Field(i).Name == "SkipUnattributed" {
+			s.SkipUnattributed = l.Unattributed == config.UnattributedSkip
+			continue
+		}
 		f := src.FieldByName(dst.Type().Field(i).Name)
 		if !f.IsValid() {
 			panic("config.Link has no field " + dst.Type().Field(i).Name)

@@ -69,6 +69,16 @@ type Settings struct {
 	// transactional session's transaction timeout.
 	Delivery           statestore.Delivery
 	TransactionTimeout time.Duration
+	// SkipUnattributed leaves batches without a producer ID out
+	// (unattributed = "skip"); ReturnHome forwards batches whose producer
+	// ID says they were first produced at the destination, which the
+	// link otherwise skips (DESIGN §16).
+	SkipUnattributed bool
+	ReturnHome       bool
+	// SharedDestination: the destination topics have producers of their
+	// own (active-active); batches the link did not write there are
+	// expected (counted apart, not logged as errors).
+	SharedDestination bool
 	// SettleDelay is the margin past ProduceTimeout before an append
 	// that got no answer is settled against the destination.
 	SettleDelay time.Duration

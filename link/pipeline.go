@@ -24,6 +24,14 @@ type PipelineConfig struct {
 	Link          string
 	SourceCluster string
 	Region        transform.Region // of SourceCluster
+	// Returns says which batches are not sent to the destination: those
+	// that started there, and, by the link's policy, those without a
+	// producer ID (DESIGN §16).
+	Returns transform.Returns
+	// SharedDestination: the destination topics have producers of their
+	// own (active-active): batches the link did not write are expected,
+	// counted apart and not logged as errors.
+	SharedDestination bool
 	// ProducerStateExpiry is producer_state_expiry; Rand draws collision
 	// salts (nil: math/rand).
 	ProducerStateExpiry time.Duration
@@ -152,7 +160,7 @@ func NewPipeline(cfg PipelineConfig) *Pipeline {
 	}
 	return &Pipeline{
 		cfg:   cfg,
-		src:   twin.Source{Cluster: cfg.SourceCluster, Region: cfg.Region},
+		src:   twin.Source{Cluster: cfg.SourceCluster, Region: cfg.Region, Returns: cfg.Returns},
 		reenc: transform.NewReencoder(),
 		byDst: make(map[key]*partition),
 		bySrc: make(map[key]*partition),
@@ -432,6 +440,14 @@ func (pl *Pipeline) next(p *partition) {
 			p.psm.Commit(d.PSM, pl.now)
 			pl.counts.Inc(DuplicatesSkipped)
 			pl.finishHead(p)
+		case twin.SkipHome:
+			pl.counts.Inc(BatchesReturnedHome)
+			pl.counts.Add(RecordsReturnedHome, int64(it.hdr.NumRecords))
+			pl.finishHead(p)
+		case twin.SkipUnattributed:
+			pl.counts.Inc(BatchesUnattributedSkipped)
+			pl.counts.Add(RecordsUnattributedSkipped, int64(it.hdr.NumRecords))
+			pl.finishHead(p)
 		case twin.NeedSalt:
 			p.phase = phaseSalting
 			pl.salts = append(pl.salts, saltReq{p, *d.PSM.Salt})
@@ -574,9 +590,13 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 		// Someone else wrote between the link's appends: another
 		// producer, or a batch an earlier session sent that landed after
 		// this session read the tail. Say so; nothing can be undone.
-		pl.counts.Add(DestinationGapOffsets, base-p.dstNext)
-		pl.log(hclog.Error, "destination offsets this link did not write appeared before its append (another producer writes the destination topic, or an earlier session's append landed late)",
-			"destination", p.Dst.String(), "from", p.dstNext, "to", base, "source_offset", p.queue[p.head].hdr.BaseOffset)
+		if pl.cfg.SharedDestination {
+			pl.counts.Add(DestinationLocalOffsets, base-p.dstNext)
+		} else {
+			pl.counts.Add(DestinationGapOffsets, base-p.dstNext)
+			pl.log(hclog.Error, "destination offsets this link did not write appeared before its append (another producer writes the destination topic, or an earlier session's append landed late)",
+				"destination", p.Dst.String(), "from", p.dstNext, "to", base, "source_offset", p.queue[p.head].hdr.BaseOffset)
+		}
 	case base < p.dstNext:
 		pl.log(hclog.Error, "append landed below the partition's known end; the destination was truncated or the topic recreated",
 			"destination", p.Dst.String(), "offset", base, "expected", p.dstNext)
@@ -838,8 +858,15 @@ func (pl *Pipeline) reconciled(p *partition) {
 	p.srcNext, p.dstNext = w.SrcNext(), w.DstNext()
 	foreign := n.Foreign + p.rc.foreign
 	pl.counts.Add(ReconciledBatches, int64(n.Matched+n.Passed))
-	pl.counts.Add(ForeignBatches, int64(foreign))
-	if foreign > 0 {
+	pl.counts.Add(BatchesReturnedHome, int64(n.Home))
+	pl.counts.Add(RecordsReturnedHome, n.HomeRecords)
+	pl.counts.Add(BatchesUnattributedSkipped, int64(n.Unattributed))
+	pl.counts.Add(RecordsUnattributedSkipped, n.UnattributedRecords)
+	switch {
+	case pl.cfg.SharedDestination:
+		pl.counts.Add(DestinationLocalBatches, int64(foreign))
+	case foreign > 0:
+		pl.counts.Add(ForeignBatches, int64(foreign))
 		pl.log(hclog.Error, "destination partition holds batches this link did not write; the link expects to own its destination topics",
 			"destination", p.Dst.String(), "foreign_batches", foreign, "resume_source_offset", p.srcNext)
 	}

@@ -44,6 +44,7 @@ type session struct {
 	srcLeaders, dstLeaders *leaders.Cache
 	srcID, dstID           string
 	region                 transform.Region
+	returns                transform.Returns // what is not sent back (DESIGN §16)
 	sameCluster            bool
 
 	store *statestore.Store
@@ -166,6 +167,8 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 		Link:                l.cfg.Link.Name,
 		SourceCluster:       s.srcID,
 		Region:              s.region,
+		Returns:             s.returns,
+		SharedDestination:   l.cfg.Link.SharedDestination,
 		ProducerStateExpiry: l.cfg.Link.ProducerStateExpiry,
 		Rand:                l.deps.Rand,
 		ProduceTimeout:      l.cfg.Link.ProduceTimeout,
@@ -203,6 +206,11 @@ func (s *session) connect(ctx context.Context) (err error) {
 	s.sameCluster = s.srcID == s.dstID
 	var hashed bool
 	s.region, hashed = transform.RegionOf(s.srcID)
+	// The destination's region is what the reverse link maps its
+	// source's producers into: a batch carrying it started at the
+	// destination and is not sent back (DESIGN §16). Both ends of a link
+	// within one cluster are home: it checks nothing.
+	s.returns = transform.ReturnsOf(s.srcID, s.dstID, l.cfg.Link.ReturnHome, l.cfg.Link.SkipUnattributed)
 	if hashed {
 		s.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
 			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
@@ -217,7 +225,7 @@ func (s *session) connect(ctx context.Context) (err error) {
 		return fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
 	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
-		From: twin.Source{Cluster: s.srcID, Region: s.region}, Now: l.deps.Now,
+		From: twin.Source{Cluster: s.srcID, Region: s.region, Returns: s.returns}, Now: l.deps.Now,
 		Stamped: l.cfg.Link.Delivery == statestore.DeliveryTransactional}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
 

@@ -103,6 +103,7 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 		return nil, err
 	}
 	s.plan = newTxnPlan(l.cfg.Link.Name, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
+	s.plan.returns = s.returns
 	// The previous session's link record, read before this session's
 	// first commit replaces it: whether it ran in preserve delivery, and
 	// whether it stopped cleanly.

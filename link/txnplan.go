@@ -54,6 +54,8 @@ type txnPlan struct {
 	srcID, dstID string
 	epoch        int16 // the session's producer epoch when it began
 	lease        time.Duration
+	// returns says which source batches are not appended (DESIGN §16).
+	returns transform.Returns
 
 	parts map[tp.Key]*txnPart // by source partition
 	order []tp.Key
@@ -457,6 +459,15 @@ func (p *txnPlan) fetched(r fetcher.Result) []any {
 			// state), or one wholly before where the partition
 			// started: nothing to append.
 			q.raw = nil
+		case p.returns.Of(b.Header.ProducerID) == transform.Home:
+			// It started at the destination (DESIGN §16).
+			q.raw = nil
+			p.counts.Inc(BatchesReturnedHome)
+			p.counts.Add(RecordsReturnedHome, int64(b.Header.NumRecords))
+		case p.returns.Of(b.Header.ProducerID) == transform.Unattributed:
+			q.raw = nil
+			p.counts.Inc(BatchesUnattributedSkipped)
+			p.counts.Add(RecordsUnattributedSkipped, int64(b.Header.NumRecords))
 		case b.Header.BaseOffset < pt.from:
 			q.reencode, q.from = true, pt.from // began before the assigned offset
 		case !b.Header.Dense():

@@ -57,6 +57,11 @@ type Config struct {
 	// no salts. Run calls it from several partitions' goroutines at once,
 	// at most once per origin and partition.
 	Salt func(dest tp.Partition, o transform.Origin) (int64, bool)
+	// Returns says which source batches the link does not send (those
+	// that started at the destination; with unattributed = "skip", those
+	// without a producer ID: DESIGN §16): their records are not expected
+	// at the destination. The zero value expects every record.
+	Returns transform.Returns
 	// MaxRecords stops each partition after this many source records.
 	// 0: all records up to the end offsets listed at the start.
 	MaxRecords int64
@@ -273,7 +278,7 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 	g.Go(func() error { return j.dst.read(gctx, dstCh) })
 
 	c := comparator{
-		src:    cursor{next: chanFeed(srcCh)},
+		src:    cursor{next: sent(chanFeed(srcCh), cfg.Returns)},
 		dst:    cursor{next: chanFeed(dstCh)},
 		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Partition{Topic: j.dstTopic, ID: j.dst.id, Partition: j.partition}, cfg.Salt),
 		max:    cfg.MaxRecords,
@@ -299,6 +304,27 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 		rep.Difference = d
 	}
 	return rep, nil
+}
+
+// sent is f without the records the link does not send (Config.Returns).
+func sent(f feed, r transform.Returns) feed {
+	return func(ctx context.Context) ([]rec, error) {
+		for {
+			chunk, err := f(ctx)
+			if err != nil {
+				return nil, err
+			}
+			kept := chunk[:0]
+			for _, x := range chunk {
+				if r.Of(x.ProducerID) == transform.Away {
+					kept = append(kept, x)
+				}
+			}
+			if len(kept) > 0 {
+				return kept, nil
+			}
+		}
+	}
 }
 
 func chanFeed(ch <-chan []rec) feed {

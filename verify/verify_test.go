@@ -831,3 +831,62 @@ func TestRunAbortedAcrossFetches(t *testing.T) {
 		t.Fatalf("difference %v, %d records; want none, 10", rep.First, rep.Records)
 	}
 }
+
+// Verify expects at the destination only what the link sends (DESIGN
+// §16): not the batches that started at the destination (the reverse
+// link's copies, under the destination's region), and, with unattributed
+// = "skip", not those without a producer ID. Without the rule the same
+// mirror is reported missing those records.
+func TestRunReturns(t *testing.T) {
+	f := newFixture(t, 1, 4, 6)
+	home, _ := transform.RegionOf(kafkatest.DestClusterID)
+	upstream, _ := transform.RegionOf(kafkatest.ThirdClusterID)
+
+	// A source partition that holds batches of an upstream mirror (the
+	// third cluster's region), the reverse link's copies of destination
+	// batches (the destination's region) and batches without a producer
+	// ID, in turn.
+	var at, mirror []*mbatch
+	plain := 0
+	for i, b := range keptBatches(f.batches[0], testRegion) {
+		c := b.clone()
+		switch {
+		case b.hdr.ProducerID < 0:
+			c.pid = -1
+			plain++
+		case i%2 == 0:
+			c.pid = transform.MapPID(b.hdr.ProducerID, upstream)
+			mirror = append(mirror, c)
+		default:
+			c.pid = transform.MapPID(b.hdr.ProducerID, home)
+		}
+		at = append(at, c)
+	}
+	if len(mirror) == 0 || len(mirror)+plain == len(at) || plain == 0 {
+		t.Fatalf("fixture lacks variety: %d batches, %d forwarded, %d without producer ID", len(at), len(mirror), plain)
+	}
+	createTopic(t, f.src, "both", 1, nil)
+	produceBatches(t, f.src, "both", 0, at)
+	f.mirror(t, "both.mirror", 1, map[int32][]*mbatch{0: mirror})
+
+	cfg := Config{Source: f.src, Destination: f.dst, Topics: map[string]string{"both": "both.mirror"}, SourceClusterID: kafkatest.SourceClusterID,
+		Returns: transform.ReturnsOf(kafkatest.SourceClusterID, kafkatest.DestClusterID, false, true)}
+	rep, err := Run(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First != nil || rep.Records != countRecords(mirror) {
+		t.Fatalf("difference %v, %d records; want none, %d", rep.First, rep.Records, countRecords(mirror))
+	}
+	for _, r := range []transform.Returns{{}, transform.ReturnsOf(kafkatest.SourceClusterID, kafkatest.DestClusterID, true, true),
+		transform.ReturnsOf(kafkatest.SourceClusterID, kafkatest.DestClusterID, false, false)} {
+		cfg.Returns = r
+		rep, err := Run(testCtx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.First == nil {
+			t.Errorf("returns %+v: no difference, want the records the link does not send reported", r)
+		}
+	}
+}

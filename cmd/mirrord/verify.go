@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/verify"
 )
 
@@ -102,16 +103,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dst.Close()
 
-	srcID := cfg.Clusters[l.Source].ClusterID
-	if srcID == "" {
-		md, err := kadm.NewClient(src).BrokerMetadata(ctx)
-		if err != nil {
-			return fail("source cluster %s: read cluster ID: %v", l.Source, err)
-		}
-		if md.Cluster == "" {
-			return fail("source cluster %s reports no cluster ID: set cluster_id in its cluster block", l.Source)
-		}
-		srcID = md.Cluster
+	srcID, err := clusterID(ctx, src, "source", cfg.Clusters[l.Source])
+	if err != nil {
+		return fail("%v", err)
+	}
+	dstID, err := clusterID(ctx, dst, "destination", cfg.Clusters[l.Destination])
+	if err != nil {
+		return fail("%v", err)
 	}
 	if len(topics) == 0 {
 		tds, err := kadm.NewClient(src).ListTopics(ctx)
@@ -142,6 +140,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "comparing %s of link %s: %s -> %s (%s delivery)\n", plural(len(topics), "topic"), l.Name, l.Source, l.Destination, l.Delivery)
 	rep, err := verify.Run(ctx, verify.Config{
 		Source: src, Destination: dst, Topics: pairs, SourceClusterID: srcID, Salt: salts, Transactional: txn,
+		Returns: transform.ReturnsOf(srcID, dstID, l.ReturnHome, l.Unattributed == config.UnattributedSkip),
 	})
 	if err != nil {
 		return fail("%v", err)
@@ -186,3 +185,19 @@ func clusterClient(cfg *config.Config, name string) (*kgo.Client, []kgo.Opt, err
 }
 
 var _ flag.Value = (*topicFlags)(nil)
+
+// clusterID is the cluster's ID: the one its block pins, or the one it
+// reports.
+func clusterID(ctx context.Context, cl *kgo.Client, side string, c *config.Cluster) (string, error) {
+	if c.ClusterID != "" {
+		return c.ClusterID, nil
+	}
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s cluster %s: read cluster ID: %w", side, c.Name, err)
+	}
+	if md.Cluster == "" {
+		return "", fmt.Errorf("%s cluster %s reports no cluster ID: set cluster_id in its cluster block", side, c.Name)
+	}
+	return md.Cluster, nil
+}

@@ -401,7 +401,20 @@ func KeyPrefix(kind Kind, codec int, txid string) string {
 // (markers: a source with transactional producers) never shows a record
 // at its end - 1, so such a read also ends when polls find nothing for
 // five seconds; a destination holds no markers and is read to its end.
+// The read is read_uncommitted: a source's aborted records are returned.
 func ConsumeAll(t testing.TB, c *Cluster, markers bool, topics ...string) []*kgo.Record {
+	t.Helper()
+	return consume(t, c, markers, nil, topics...)
+}
+
+// ConsumeCommitted is ConsumeAll read_committed (and so always as a log
+// with markers): what a consumer of the cluster's committed records gets.
+func ConsumeCommitted(t testing.TB, c *Cluster, topics ...string) []*kgo.Record {
+	t.Helper()
+	return consume(t, c, true, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, topics...)
+}
+
+func consume(t testing.TB, c *Cluster, markers bool, extra []kgo.Opt, topics ...string) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -418,8 +431,8 @@ func ConsumeAll(t testing.TB, c *Cluster, markers bool, topics ...string) []*kgo
 			want[o.Topic][o.Partition] = o.Offset
 		}
 	})
-	cl, err := kgo.NewClient(append(c.Opts(), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))...)
+	cl, err := kgo.NewClient(append(append(c.Opts(), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond)), extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,155 @@
+package link
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+)
+
+// Links in both directions over the same topic names (DESIGN §16): A→B and
+// B→A, both preserve delivery, unattributed = "skip", shared_destination.
+// Producers of every kind write at both ends before, during and after a
+// crash of one link; each cluster ends with its own records and the
+// other's idempotent and transactional ones, each exactly once, no aborted
+// record, and none of the other's records without a producer ID (they
+// carry no origin). Nothing goes back: both links count the batches they
+// did not send home.
+func TestActiveActive(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "a", kafkatest.SourceClusterID)
+		b := e.cluster(t, "b", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		a.CreateTopic(t, topic, 2, nil)
+		b.CreateTopic(t, topic, 2, nil)
+		cfg := func(name string, src, dst *cluster) Config {
+			c := e.linkConfig(name, src, dst, "t")
+			c.Link.SkipUnattributed, c.Link.SharedDestination = true, true
+			return c
+		}
+		abCfg, baCfg := cfg("ab", a, b), cfg("ba", b, a)
+
+		// What each cluster's producers committed and aborted: sent
+		// (idempotent and transactional producers, which the other
+		// cluster gets) and local (plain producers, which it does not).
+		sentA, localA, sentB, localB := newProduced(), newProduced(), newProduced(), newProduced()
+		round := func(r string, n int) {
+			load(t, a, sentA, idempotent, 3, "a-idem-"+r, n, topic)
+			load(t, a, sentA, transactional, 4, "a-txn-"+r, n, topic)
+			load(t, a, localA, plain, 1, "a-plain-"+r, n/2, topic)
+			load(t, b, sentB, idempotent, 2, "b-idem-"+r, n, topic)
+			load(t, b, sentB, transactional, 0, "b-txn-"+r, n, topic)
+			load(t, b, localB, plain, 0, "b-plain-"+r, n/2, topic)
+		}
+
+		round("before", 40)
+		ab := startLink(t, abCfg, a, b, "ab")
+		ba := startLink(t, baCfg, b, a, "ba")
+		round("during", 40)
+		ab.stop(t, true) // a crash: no final checkpoint
+		round("down", 30)
+		ab = startLink(t, abCfg, a, b, "ab2")
+		round("after", 30)
+
+		bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a, ba: b})
+		at := func(c *cluster, want ...*produced) {
+			t.Helper()
+			ledger := newProduced()
+			for _, p := range want {
+				maps.Copy(ledger.Committed, p.Committed)
+				maps.Copy(ledger.Aborted, p.Aborted)
+			}
+			holdsExactly(t, c, ledger, topic)
+		}
+		at(a, sentA, localA, sentB)
+		at(b, sentB, localB, sentA)
+
+		for _, l := range []*testLink{ab, ba} {
+			c := l.Status().Counters
+			if c.Get(BatchesReturnedHome) == 0 || c.Get(RecordsReturnedHome) == 0 || c.Get(BatchesUnattributedSkipped) == 0 {
+				t.Errorf("link %s: returned home %d batches (%d records), unattributed skipped %d; want some of each",
+					l.Name(), c.Get(BatchesReturnedHome), c.Get(RecordsReturnedHome), c.Get(BatchesUnattributedSkipped))
+			}
+			if c.Get(ForeignBatches) != 0 || c.Get(DestinationGapOffsets) != 0 {
+				t.Errorf("link %s: foreign batches %d, gap offsets %d; with shared_destination the destination's own writes are counted apart",
+					l.Name(), c.Get(ForeignBatches), c.Get(DestinationGapOffsets))
+			}
+			t.Logf("link %s: mirrored %d records; returned home %d batches (%d records); unattributed skipped %d batches (%d records); local destination offsets %d, batches %d",
+				l.Name(), c.Get(RecordsMirrored), c.Get(BatchesReturnedHome), c.Get(RecordsReturnedHome), c.Get(BatchesUnattributedSkipped),
+				c.Get(RecordsUnattributedSkipped), c.Get(DestinationLocalOffsets), c.Get(DestinationLocalBatches))
+		}
+	})
+}
+
+// bothCaughtUp waits until every link has mirrored its source partitions up
+// to their ends, twice in a row: links in both directions append to each
+// other's sources, so one link's end moves while the other catches up.
+func bothCaughtUp(t *testing.T, topic string, links map[*testLink]*cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	settled := 0
+	waitFor(t, "links in both directions caught up", 3*time.Minute, func() bool {
+		for l, src := range links {
+			ends, err := src.Admin.ListEndOffsets(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := l.Status()
+			for _, p := range st.Partitions {
+				end, ok := ends.Lookup(p.SourceTopic, p.Partition)
+				if !ok || p.SourceNextOffset < end.Offset {
+					settled = 0
+					return false
+				}
+			}
+			if len(st.Partitions) == 0 {
+				settled = 0
+				return false
+			}
+		}
+		settled++
+		return settled >= 2
+	})
+}
+
+// holdsExactly checks that c's topic holds every record the ledger has
+// committed exactly once, none it has aborted and none it does not know.
+// Unlike exactlyOnce it reads read_committed, as the cluster's consumers
+// do: its own transactional producers' aborted records are in its log.
+func holdsExactly(t *testing.T, c *cluster, ledger *produced, topic string) {
+	t.Helper()
+	got := map[string]int{}
+	for _, r := range mirrortest.ConsumeCommitted(t, c, topic) {
+		got[r.Topic+"/"+string(r.Key)]++
+	}
+	bad := 0
+	report := func(format string, args ...any) {
+		t.Helper()
+		if bad++; bad <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	for k, n := range ledger.Committed {
+		if got[k] != n {
+			report("cluster %s: record %s held %d times, committed %d", c.Name, k, got[k], n)
+		}
+	}
+	for k := range ledger.Aborted {
+		if got[k] > 0 {
+			report("cluster %s: aborted record %s held", c.Name, k)
+		}
+	}
+	for k, n := range got {
+		if _, ok := ledger.Committed[k]; !ok {
+			report("cluster %s: record %s held %d times, not expected here", c.Name, k, n)
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("cluster %s: %d records wrong", c.Name, bad)
+	}
+	t.Logf("cluster %s: %d records, each exactly once", c.Name, len(got))
+}
