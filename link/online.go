@@ -110,8 +110,9 @@ func NewOffline(ctx context.Context, cfg Config, deps Deps) (*translate.Offline,
 		Selects:          l.Selects,
 		DestinationTopic: func(source string) string { return l.DestinationTopic(source, cfg.Source.Name) },
 		SourceName:       cfg.Source.Name, DestinationName: cfg.Destination.Name,
-		SourceClusterID: cfg.Source.ClusterID,
-		SourceOpts:      deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
+		SourceClusterID: cfg.Source.ClusterID, DestinationClusterID: cfg.Destination.ClusterID,
+		SkipUnattributed: l.SkipUnattributed, ReturnHome: l.ReturnHome,
+		SourceOpts: deps.SourceOpts, DestinationOpts: deps.DestinationOpts,
 		Now: deps.Now, Stamped: l.Delivery == statestore.DeliveryTransactional,
 	})
 }

@@ -28,9 +28,13 @@ type OfflineConfig struct {
 	Selects          func(topic string) bool
 	DestinationTopic func(source string) string
 	// SourceName and DestinationName are the cluster blocks' labels, for
-	// errors; SourceClusterID pins the source's ID ("" = ask it).
-	SourceName, DestinationName string
-	SourceClusterID             string
+	// errors; SourceClusterID and DestinationClusterID pin the clusters'
+	// IDs ("" = ask them).
+	SourceName, DestinationName           string
+	SourceClusterID, DestinationClusterID string
+	// SkipUnattributed and ReturnHome are the link's policies for the
+	// batches it does not send (transform.Returns, DESIGN §16).
+	SkipUnattributed, ReturnHome bool
 	// SourceOpts and DestinationOpts reach the clusters (seed brokers, TLS,
 	// SASL).
 	SourceOpts, DestinationOpts []kgo.Opt
@@ -73,10 +77,16 @@ func NewOffline(ctx context.Context, cfg OfflineConfig) (_ *Offline, err error) 
 	if err != nil {
 		return nil, err
 	}
+	dstID, err := leaders.ClusterID(ctx, o.dst, cfg.DestinationName, cfg.DestinationClusterID)
+	if err != nil {
+		return nil, err
+	}
 	region, _ := transform.RegionOf(srcID)
 	o.logs = &Logs{
 		Source: NewCluster(o.src), Destination: NewCluster(o.dst),
-		From: twin.Source{Cluster: srcID, Region: region}, Now: cfg.Now, Stamped: cfg.Stamped,
+		From: twin.Source{Cluster: srcID, Region: region,
+			Returns: transform.ReturnsOf(srcID, dstID, cfg.ReturnHome, cfg.SkipUnattributed)},
+		Now: cfg.Now, Stamped: cfg.Stamped,
 	}
 	if o.view, err = statestore.ReadView(ctx, cfg.StateTopic, cfg.DestinationOpts); err != nil {
 		return nil, fmt.Errorf("read the link's state topic %q on cluster %s: %w", cfg.StateTopic, cfg.DestinationName, err)

@@ -58,7 +58,9 @@ type Result struct {
 	Partition         int32  `json:"partition"`
 	SourceOffset      int64  `json:"source_offset"`
 	DestinationOffset int64  `json:"destination_offset"`
-	// Via says how it was found: head, window, checkpoint or timestamp.
+	// Via says how it was found: head, window, checkpoint or timestamp,
+	// or origin: the first source batch from SourceOffset on started at
+	// the destination, and the answer is its original there.
 	Via string `json:"via"`
 	// SourceLogStart is set when SourceOffset lay below the source's log
 	// start: the translation is the log start's.
@@ -137,6 +139,7 @@ func (lg *Logs) Translate(ctx context.Context, a Anchor, p int64) (Result, error
 	x := &job{
 		Logs:     lg,
 		a:        a,
+		src:      twin.Source{Cluster: lg.From.Cluster, Region: lg.From.Region},
 		reenc:    transform.NewReencoder(),
 		psm:      saltedPSM(a.Salts),
 		dstStart: -1,
@@ -186,7 +189,11 @@ func saltedPSM(salts map[transform.Origin]int64) *transform.PSM {
 // job is one translation in progress.
 type job struct {
 	*Logs
-	a      Anchor
+	a Anchor
+	// src is From without its Returns: committed leaves out the batches
+	// the link does not send (DESIGN §16), deciding by their producer ID
+	// before a Stamped read strips it, so the rest decides as forwarded.
+	src    twin.Source
 	budget int64
 	now    func() time.Time
 	reenc  *transform.Reencoder
@@ -233,6 +240,9 @@ func (x *job) run(ctx context.Context, p int64) error {
 		if a.Head && p >= a.SrcNext {
 			return x.head(ctx, p, a.SrcNext, a.DstNext)
 		}
+	}
+	if done, err := x.viaOrigin(ctx, p); done {
+		return err
 	}
 	if n := len(a.Spans); n > 0 && a.Head && p >= a.Spans[0].From {
 		err := x.viaWindow(ctx, p)
@@ -410,12 +420,12 @@ func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 // after the source log changed), deciding c as the pipeline does, with the
 // partition's salts.
 func (x *job) mirror(c srcBatch, from int64, d []byte) (bool, error) {
-	same, _, err := twin.Same(x.psm, x.From, x.reenc, c.raw, c.h, from, d)
+	same, _, err := twin.Same(x.psm, x.src, x.reenc, c.raw, c.h, from, d)
 	if err != nil || same != twin.NotSame {
 		return same != twin.NotSame, err
 	}
 	if psm := x.expiredSalt(c, d); psm != nil {
-		same, _, err = twin.Same(psm, x.From, x.reenc, c.raw, c.h, from, d)
+		same, _, err = twin.Same(psm, x.src, x.reenc, c.raw, c.h, from, d)
 	}
 	return same != twin.NotSame, err
 }
@@ -432,8 +442,8 @@ func (x *job) expiredSalt(c srcBatch, d []byte) *transform.PSM {
 	if err != nil {
 		return nil
 	}
-	salt, ok := transform.SaltOf(c.h.ProducerID, x.From.Region, dh.ProducerID)
-	o := transform.Origin{Cluster: x.From.Cluster, PID: c.h.ProducerID}
+	salt, ok := transform.SaltOf(c.h.ProducerID, x.src.Region, dh.ProducerID)
+	o := transform.Origin{Cluster: x.src.Cluster, PID: c.h.ProducerID}
 	if held, has := x.a.Salts[o]; !ok || has && held == salt {
 		return nil
 	}
@@ -474,7 +484,7 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 	x.out.Via = "checkpoint"
 	psm := saltedPSM(x.a.Salts)
 	psm.Restore(lo.producers)
-	w := twin.NewWalker(psm, x.From, x.reenc, lo.s, lo.d)
+	w := twin.NewWalker(psm, x.src, x.reenc, lo.s, lo.d)
 	var (
 		srcQ             []srcBatch
 		dstQ             [][]byte
@@ -899,7 +909,7 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 	// trimmed decision of mirrorFrom only for a batch of fewer records.
 	whole := make([][]byte, len(cands))
 	for i, c := range cands {
-		dec, err := twin.Decide(x.psm, x.From, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
+		dec, err := twin.Decide(x.psm, x.src, x.reenc, nil, c.raw, c.h, c.h.BaseOffset, true)
 		if err != nil {
 			return -1, 0, nil, 0, claimed, err
 		}
@@ -1184,6 +1194,7 @@ type srcBatch struct {
 	h       transform.Header
 	from    int64   // the read's position if the batch begins before it, else its base offset
 	offsets []int64 // the offsets of its records, in order
+	pid     int64   // its producer ID as the source holds it (a Stamped read strips h's)
 }
 
 // firstFrom is the first record offset of c at or after pos, or -1.
@@ -1199,6 +1210,7 @@ func (c srcBatch) firstFrom(pos int64) int64 {
 // read is one read of the source.
 type read struct {
 	batches []srcBatch // committed data batches with a record at or after the position
+	homes   []srcBatch // those of them that started at the destination, which the link does not send
 	next    int64      // the offset after the last batch examined (control and aborted ones too)
 	lso, hw int64      // last stable offset and high watermark, as the fetch reported them
 }
@@ -1284,6 +1296,20 @@ func (x *job) committed(ctx context.Context, pos int64) (read, error) {
 		}
 		r.next = max(r.next, h.NextOffset())
 		if len(offs) == 0 || offs[len(offs)-1] < pos {
+			continue
+		}
+		pid := h.ProducerID
+		switch x.From.Returns.Of(pid) {
+		case transform.Unattributed:
+			continue // not sent: a position in it is the next sent one's
+		case transform.Home:
+			if x.Stamped {
+				transform.Unstamp(raw)
+				if h, err = transform.ParseHeader(raw); err != nil {
+					return read{}, fmt.Errorf("source %s at offset %d: %w", x.a.Src, pos, err)
+				}
+			}
+			r.homes = append(r.homes, srcBatch{raw: raw, h: h, from: max(pos, h.BaseOffset), offsets: offs, pid: pid})
 			continue
 		}
 		if x.Stamped {
@@ -1526,4 +1552,95 @@ func (x *job) listOffset(ctx context.Context, source bool, ts int64) (int64, err
 		}
 	}
 	return 0, fmt.Errorf("list offsets of %s at timestamp %d: %w", p, ts, last)
+}
+
+// viaOrigin translates p when the first committed source batch with a
+// record at or after p, among those the link sends and those that
+// started at the destination, is one that started there (DESIGN §16: the
+// reverse link's copy of a destination batch, which this link does not
+// send back). Such a batch has no mirror: the destination holds its
+// original, and a consumer that had not read the copy at the source must
+// read the original. done is false when the first such batch is one the
+// link sends (or there is none): the other ways translate p.
+//
+// This is what makes failback exact: after a failover from A to B and
+// writes at B, the link B→A sends B's new records to A and skips the
+// copies of A's; a group that had not finished A's records at B resumes
+// at A at the original of the first copy it had not read. Where both
+// clusters took writes at once (active-active), the two logs interleave
+// differently and no single offset is exact (README, "Active-active and
+// failback").
+func (x *job) viaOrigin(ctx context.Context, p int64) (done bool, err error) {
+	if x.From.Returns == (transform.Returns{}) {
+		return false, nil
+	}
+	for pos := p; ; {
+		r, err := x.committed(ctx, pos)
+		if err != nil {
+			return true, err
+		}
+		switch {
+		case len(r.homes) > 0 && (len(r.batches) == 0 || r.homes[0].h.BaseOffset < r.batches[0].h.BaseOffset):
+			return true, x.origin(ctx, r.homes[0], p)
+		case len(r.batches) > 0 || r.next <= pos:
+			return false, nil
+		}
+		pos = r.next
+	}
+}
+
+// origin ends a translation at the original, at the destination, of source
+// batch c, which started there: the first destination batch from the first
+// offset with c's earliest create time on that holds c's records under
+// the producer ID c's maps (the same low 31 bits, epoch and sequence, and
+// the same bytes after the producer ID; Stamped, by content alone).
+func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
+	x.out.Via = "origin"
+	least, err := x.earliest([]srcBatch{c})
+	if err != nil {
+		return err
+	}
+	r, err := x.offsetAfter(ctx, least)
+	if err != nil {
+		return err
+	}
+	_, low, _ := transform.DecodePID(c.pid)
+	want := append([]byte(nil), c.raw...)
+	for pos := r; ; {
+		ds, err := x.dstBatches(ctx, pos)
+		if err != nil {
+			return err
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			dh, err := transform.ParseHeader(d)
+			if err != nil {
+				return fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+			}
+			pos = dh.NextOffset()
+			if !x.Stamped {
+				if dh.ProducerID < 0 || dh.ProducerID&(1<<31-1) != int64(low) || dh.Control() {
+					continue
+				}
+				transform.Rewrite(want, dh.ProducerID)
+				// A preserve mirror appends a committed transaction's
+				// batches without the transactional bit (it sends no
+				// markers); the original has it.
+				want[transform.PosAttributes+1] = want[transform.PosAttributes+1]&^transform.AttrTransactional | d[transform.PosAttributes+1]&transform.AttrTransactional
+			}
+			if twin.Match(want, d) {
+				return x.found(c, c.h.BaseOffset, d, dh.BaseOffset, p)
+			}
+		}
+	}
+	if start, err := x.destinationStart(ctx); err != nil {
+		return err
+	} else if r <= start {
+		return fmt.Errorf("%w: the source batch at offset %d started at the destination (its producer ID %d maps into the destination's region), and its original is not there from the destination's log start %d on (retention deleted it)",
+			ErrBelowDestinationStart, c.h.BaseOffset, c.pid, start)
+	}
+	return fmt.Errorf("%w: the source batch at offset %d started at the destination (its producer ID %d maps into the destination's region), and no destination batch from offset %d (the first with a timestamp at or after %d) on is its original (compacted or deleted at the destination since)",
+		ErrUntranslatable, c.h.BaseOffset, c.pid, r, least)
 }

@@ -1,0 +1,182 @@
+package link
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+)
+
+// The round trip of DESIGN §16 and README "Active-active and failback":
+// records produced at A, a failover to B, consumers and producers at B,
+// the reverse link B→A and a failover back, consumers at A, and the link
+// A→B resumed. Two groups move both ways: one that had read part of A's
+// records when it moved to B and still had some left when it moved back
+// (its position at B is in the copies of A's records: at A it resumes at
+// the original of the first copy it had not read), and one that had read
+// all of them and part of B's. Across the three clusters' reads every
+// committed record is consumed exactly once by each group; A ends with
+// B's records once and B with A's, none sent back.
+func TestFailback(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "a", kafkatest.SourceClusterID)
+		b := e.cluster(t, "b", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		topics := []string{topic}
+		a.CreateTopic(t, topic, 2, nil)
+		groups := &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(e.topic("app")) + `.*)$`)}}
+		slow, quick := e.topic("app-slow"), e.topic("app-quick")
+		cfg := func(name string, src, dst *cluster, unattributed bool) Config {
+			c := e.linkConfig(name, src, dst, "t")
+			c.Link.Groups, c.Link.GroupSyncInterval = groups, 300*time.Millisecond
+			c.Link.SkipUnattributed, c.Link.SharedDestination = unattributed, true
+			return c
+		}
+		// A→B forwards A's records without a producer ID too (a
+		// one-way mirror until the failover); B→A skips them: B's
+		// copies of A's plain records do not say where they started.
+		abCfg, baCfg := cfg("ab", a, b, false), cfg("ba", b, a, true)
+
+		// What the producers committed: at A (every kind), at B after
+		// the failover (idempotent and transactional only: README,
+		// active-active needs producers with a producer ID).
+		atA, atB, later := newProduced(), newProduced(), newProduced()
+		load(t, a, atA, idempotent, 3, "a-idem", 80, topic)
+		load(t, a, atA, transactional, 4, "a-txn", 70, topic)
+		load(t, a, atA, plain, 1, "a-plain", 40, topic)
+		totalA := committedCount(atA)
+
+		ab := startLink(t, abCfg, a, b, "ab")
+		consumed := map[string]map[string]int{slow: {}, quick: {}}
+		read := func(c *cluster, group string, n int) {
+			t.Helper()
+			got := readGroup(t, c, group, topics, func(got int, _ map[tp.Key][]*kgo.Record) bool { return got >= n })
+			for _, rs := range got {
+				for _, r := range rs {
+					consumed[group][r.Topic+"/"+string(r.Key)]++
+				}
+			}
+		}
+		read(a, slow, totalA/4)
+		read(a, quick, totalA*3/4)
+
+		// Failover A→B: the link catches up, the groups move, it pauses.
+		failOver(t, ab, 2*time.Minute)
+
+		load(t, b, atB, idempotent, 2, "b-idem", 60, topic)
+		load(t, b, atB, transactional, 0, "b-txn", 49, topic)
+		totalB := committedCount(atB)
+		read(b, slow, 10)                                    // still within the copies of A's records
+		read(b, quick, totalA-len(consumed[quick])+totalB/2) // A's rest and half of B's
+
+		// Failback: the reverse link sends B's records to A, not A's
+		// back; the groups move back with it.
+		ba := startLink(t, baCfg, b, a, "ba")
+		failOver(t, ba, 2*time.Minute)
+		if c := ba.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
+			t.Errorf("link ba sent no batch home: %d; want the copies of A's records skipped", c.Get(BatchesReturnedHome))
+		}
+		want := committedCount(atA) + committedCount(atB)
+		for _, g := range []string{slow, quick} {
+			read(a, g, want-total(consumed[g]))
+			// And nothing more: a record read twice would be past the
+			// count.
+			extra := readGroup(t, a, g, topics, func() func(int, map[tp.Key][]*kgo.Record) bool {
+				until := time.Now().Add(2 * time.Second)
+				return func(int, map[tp.Key][]*kgo.Record) bool { return time.Now().After(until) }
+			}())
+			for _, rs := range extra {
+				for _, r := range rs {
+					consumed[g][r.Topic+"/"+string(r.Key)]++
+				}
+			}
+			consumedOnce(t, g, consumed[g], atA, atB)
+		}
+
+		// Producers back at A, and the link A→B resumed: A's new records
+		// reach B, B's copies at A do not go back.
+		load(t, a, later, idempotent, 0, "a-later", 30, topic)
+		ab.Resume()
+		bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a})
+		holdsExactly(t, a, union(atA, atB, later), topic)
+		holdsExactly(t, b, union(atA, atB, later), topic)
+		if c := ab.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
+			t.Errorf("link ab sent no batch home after its resume; want B's records at A skipped")
+		}
+	})
+}
+
+// failOver runs a failover of l and waits until it is done and l paused.
+func failOver(t *testing.T, l *testLink, within time.Duration) {
+	t.Helper()
+	l.waitState(t, Mirroring, within)
+	if err := l.StartFailover(failover.Options{Timeout: within}); err != nil {
+		t.Fatal(err)
+	}
+	if f := failoverEnd(t, l, within+30*time.Second); f.Outcome != failover.Done || f.Lag != 0 || f.Error != "" {
+		t.Fatalf("failover of %s: %+v, want done without lag", l.Name(), f)
+	}
+	l.waitState(t, Paused, 30*time.Second)
+}
+
+func committedCount(p *produced) int {
+	n := 0
+	for _, c := range p.Committed {
+		n += c
+	}
+	return n
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+func union(ps ...*produced) *produced {
+	u := newProduced()
+	for _, p := range ps {
+		maps.Copy(u.Committed, p.Committed)
+		maps.Copy(u.Aborted, p.Aborted)
+	}
+	return u
+}
+
+// onceEach checks that a group consumed every committed record of the
+// ledgers exactly once and nothing else.
+func consumedOnce(t *testing.T, group string, got map[string]int, ledgers ...*produced) {
+	t.Helper()
+	want := union(ledgers...)
+	var bad []string
+	for k, n := range want.Committed {
+		if got[k] != n {
+			bad = append(bad, k)
+		}
+	}
+	for k := range got {
+		if _, ok := want.Committed[k]; !ok {
+			bad = append(bad, k)
+		}
+	}
+	slices.Sort(bad)
+	for i, k := range bad {
+		if i == 10 {
+			break
+		}
+		t.Errorf("group %s: record %s consumed %d times, committed %d", group, k, got[k], want.Committed[k])
+	}
+	if len(bad) > 0 {
+		t.Fatalf("group %s: %d records consumed wrongly across the round trip (of %d)", group, len(bad), len(want.Committed))
+	}
+	t.Logf("group %s: %d records, each consumed exactly once across A, B and A", group, total(got))
+}
