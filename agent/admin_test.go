@@ -42,11 +42,13 @@ link "l" {
   source = "a"
   destination = "b"
   topics { include = [".*"] }
+  unattributed = "skip"
 }
 link "m" {
   source = "b"
   destination = "a"
   topics { include = [".*"] }
+  unattributed = "skip"
 }
 `
 }
