@@ -53,6 +53,8 @@ type AgentConfig struct {
 	Delivery string
 	// CheckpointInterval is the link's key (default here: 1s).
 	CheckpointInterval time.Duration
+	// LinkExtra is more of the link block, as HCL lines.
+	LinkExtra string
 }
 
 // LinkName is the one link the agent runs.
@@ -74,6 +76,7 @@ func (c AgentConfig) hcl(listen string) string {
 	if c.Delivery != "" {
 		extra += fmt.Sprintf("  delivery = %q\n", c.Delivery)
 	}
+	extra += c.LinkExtra
 	return fmt.Sprintf(`agent {
   listen           = %q
   log_level        = "info"
