@@ -62,6 +62,13 @@ type Config struct {
 	// without a producer ID: DESIGN §16): their records are not expected
 	// at the destination. The zero value expects every record.
 	Returns transform.Returns
+	// SharedDestination: the destination topics have producers of their
+	// own (active-active, shared_destination): their records, which carry
+	// the destination cluster's producer IDs (never a mapped one), are not
+	// compared. It needs Returns.SkipUnattributed and preserve delivery:
+	// only then does every record the link appends carry a mapped producer
+	// ID, which tells the mirror from the destination's own records.
+	SharedDestination bool
 	// MaxRecords stops each partition after this many source records.
 	// 0: all records up to the end offsets listed at the start.
 	MaxRecords int64
@@ -102,6 +109,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxRecords: %d is negative", c.MaxRecords))
+	}
+	if c.SharedDestination && (c.Transactional || !c.Returns.SkipUnattributed) {
+		errs = append(errs, errors.New(`SharedDestination: the destination's own records can be told from the mirror's only in preserve delivery with unattributed = "skip" (every appended record then carries a mapped producer ID)`))
 	}
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("Concurrency: %d is negative", c.Concurrency))
@@ -279,7 +289,7 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 
 	c := comparator{
 		src:    cursor{next: sent(chanFeed(srcCh), cfg.Returns)},
-		dst:    cursor{next: chanFeed(dstCh)},
+		dst:    cursor{next: mirrored(chanFeed(dstCh), cfg.SharedDestination)},
 		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Partition{Topic: j.dstTopic, ID: j.dst.id, Partition: j.partition}, cfg.Salt),
 		max:    cfg.MaxRecords,
 		srcEnd: rep.SourceEnd,
@@ -317,6 +327,32 @@ func sent(f feed, r transform.Returns) feed {
 			kept := chunk[:0]
 			for _, x := range chunk {
 				if r.Of(x.ProducerID) == transform.Away {
+					kept = append(kept, x)
+				}
+			}
+			if len(kept) > 0 {
+				return kept, nil
+			}
+		}
+	}
+}
+
+// mirrored is f, the destination's records, without those of the
+// destination's own producers when it is shared (Config.SharedDestination):
+// a mirror's records carry mapped producer IDs, below -1.
+func mirrored(f feed, shared bool) feed {
+	if !shared {
+		return f
+	}
+	return func(ctx context.Context) ([]rec, error) {
+		for {
+			chunk, err := f(ctx)
+			if err != nil {
+				return nil, err
+			}
+			kept := chunk[:0]
+			for _, x := range chunk {
+				if x.ProducerID < -1 {
 					kept = append(kept, x)
 				}
 			}

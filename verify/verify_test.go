@@ -889,4 +889,36 @@ func TestRunReturns(t *testing.T) {
 			t.Errorf("returns %+v: no difference, want the records the link does not send reported", r)
 		}
 	}
+
+	// The destination's own producers write the mirror's topic too (an
+	// idempotent one and a plain one, between the mirror's batches):
+	// with SharedDestination their records are not the mirror's.
+	cfg.Returns = transform.ReturnsOf(kafkatest.SourceClusterID, kafkatest.DestClusterID, false, true)
+	for _, opts := range [][]kgo.Opt{nil, {kgo.DisableIdempotentWrite()}} {
+		local := kafkatest.Client(t, f.dstC, append(opts, kgo.DefaultProduceTopic("both.mirror"))...)
+		if err := local.ProduceSync(testCtx(t), &kgo.Record{Value: []byte("local")}, &kgo.Record{Value: []byte("local too")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// And one more batch of the upstream mirror, after them.
+	produceBatches(t, f.dst, "both.mirror", 0, mirror[:1])
+	createTopic(t, f.src, "both2", 1, nil)
+	produceBatches(t, f.src, "both2", 0, append(at, mirror[0]))
+	mirror = append(mirror, mirror[0])
+	cfg.Topics = map[string]string{"both2": "both.mirror"}
+	if rep, err := Run(testCtx(t), cfg); err != nil || rep.First == nil {
+		t.Fatalf("a shared destination compared whole: %v, %v; want its own records reported", rep.First, err)
+	}
+	cfg.SharedDestination = true
+	rep, err = Run(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First != nil || rep.Records != countRecords(mirror) {
+		t.Fatalf("shared destination: difference %v, %d records; want none, %d", rep.First, rep.Records, countRecords(mirror))
+	}
+	cfg.Returns.SkipUnattributed = false
+	if _, err := Run(testCtx(t), cfg); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "SharedDestination") {
+		t.Errorf("shared destination with unattributed forward: %v, want ErrInvalidConfig naming SharedDestination", err)
+	}
 }

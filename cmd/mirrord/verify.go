@@ -140,7 +140,8 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "comparing %s of link %s: %s -> %s (%s delivery)\n", plural(len(topics), "topic"), l.Name, l.Source, l.Destination, l.Delivery)
 	rep, err := verify.Run(ctx, verify.Config{
 		Source: src, Destination: dst, Topics: pairs, SourceClusterID: srcID, Salt: salts, Transactional: txn,
-		Returns: transform.ReturnsOf(srcID, dstID, l.ReturnHome, l.Unattributed == config.UnattributedSkip),
+		Returns:           transform.ReturnsOf(srcID, dstID, l.ReturnHome, l.Unattributed == config.UnattributedSkip),
+		SharedDestination: l.SharedDestination,
 	})
 	if err != nil {
 		return fail("%v", err)
