@@ -13,6 +13,7 @@ import (
 func LinkConfig(cfg *config.Config, l *config.Link) link.Config {
 	return link.Config{
 		Link:        linkSettings(l),
+		Agent:       cfg.Agent.Name,
 		Source:      linkCluster(cfg.Clusters[l.Source]),
 		Destination: linkCluster(cfg.Clusters[l.Destination]),
 		// A link's stop drains for up to ShutdownTimeout and then

@@ -2,6 +2,8 @@ package link
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -31,6 +33,11 @@ type Config struct {
 	Link        Settings
 	Source      Cluster
 	Destination Cluster
+	// Agent is the agent's name (agent.name), which the link's state
+	// records carry: a starting agent stands by while another agent's
+	// session holds the link, and refuses settings that differ from that
+	// agent's (Settings.Fingerprint). Empty: the link does neither.
+	Agent string
 	// ShutdownTimeout bounds the drain of in-flight appends when the link
 	// stops, and then the final checkpoint.
 	ShutdownTimeout time.Duration
@@ -464,7 +471,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 	retry := backoff.Policy{First: l.cfg.Tuning.BackoffBase, Max: l.cfg.Tuning.BackoffMax}
 	var (
 		attempts int  // consecutive failures, for the backoff
-		fenced   bool // the last session was fenced: stand by before taking over
+		fenced   bool // the last session was fenced: stand by before taking over (standbyFenced)
 		last     *handover
 	)
 	defer func() { _ = move(OnStop, nil) }()
@@ -483,7 +490,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			)
 			if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
 				var ts *txnSession
-				if ts, err = l.beginTxn(ctx, fenced); err == nil {
+				if ts, err = l.beginTxn(ctx, standbyAs(fenced)); err == nil {
 					ev, err = ts.run(ctx, func() error {
 						l.prepared.Add(1)
 						return move(OnPrepared, nil)
@@ -492,7 +499,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 				}
 				last = nil
 			} else {
-				s, err = l.begin(ctx, fenced, last)
+				s, err = l.begin(ctx, standbyAs(fenced), last)
 			}
 			if err == nil && s != nil {
 				ev, end, err = s.run(ctx, func() error {
@@ -633,4 +640,27 @@ func errorKind(err error) string {
 		return "timeout"
 	}
 	return "other"
+}
+
+// Fingerprint is a digest of the settings that agents running the same
+// link must agree on: what it mirrors and under which names, how it
+// delivers and what it does not send, and what follows the mirror. Timings
+// and buffer sizes may differ between agents. srcID and dstID are the
+// clusters' IDs.
+func (s Settings) Fingerprint(srcID, dstID string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %v %v %q %q %q %s %v %v %v %v %v %v %v %+v %+v %d",
+		srcID, dstID, s.Include, s.Exclude, s.Rename, s.StartFrom, s.StateTopic, s.Delivery, s.OnOffsetOutOfRange,
+		s.SkipUnattributed, s.ReturnHome, s.SharedDestination, s.ProducerStateExpiry, s.Groups, s.ShareGroups,
+		s.ConfigSync, s.ACLSync, s.DestinationReplicationFactor)
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// standbyAs is how a session that begins stands by: for the session that
+// fenced this agent's last one, else for another agent's (standBy).
+func standbyAs(fenced bool) standbyMode {
+	if fenced {
+		return standbyFenced
+	}
+	return standbyOther
 }

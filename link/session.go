@@ -80,7 +80,7 @@ type session struct {
 // create or grow destination topics and look up where every partition
 // resumes. run then reconciles and commits the barriers. On error the
 // session is closed.
-func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *session, err error) {
+func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (_ *session, err error) {
 	s := &session{
 		l:       l,
 		log:     l.log,
@@ -103,13 +103,12 @@ func (l *Link) begin(ctx context.Context, standby bool, last *handover) (_ *sess
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	if standby {
-		if err := s.standBy(ctx); err != nil {
-			return nil, err
-		}
+	if err := s.standBy(ctx, standby); err != nil {
+		return nil, err
 	}
 	s.state, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
+		statestore.Agent(l.cfg.Agent, l.cfg.Link.Fingerprint(s.srcID, s.dstID)),
 		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout),
 		statestore.OnCommitRetry(func(string, error) { l.met.add(StateCommitRetries, 1) }))
 	if err != nil {
@@ -427,11 +426,37 @@ func uniq(s []string) []string {
 	return slices.Compact(s)
 }
 
-// standBy waits while another session of the link holds a live lease: the
-// link was fenced by a newer agent, which is mirroring; taking the link
-// back at once would fence it in turn. It returns when that lease lapses or
-// the other session records a clean stop.
-func (s *session) standBy(ctx context.Context) error {
+// standbyMode says when a session that begins waits for another one.
+type standbyMode uint8
+
+const (
+	// standbyOther: wait while another agent's session (by the agents'
+	// names) holds a live lease: it is mirroring, and taking the link
+	// from it would only move the link (a second replica starting, or
+	// restarting, beside the one that mirrors). A session of this agent
+	// (a restart) or of an agent without a name is taken over at once,
+	// fencing it.
+	standbyOther standbyMode = iota
+	// standbyFenced: this agent's last session was fenced by a newer one,
+	// which is mirroring: wait while any other session holds a live
+	// lease; taking the link back at once would fence it in turn.
+	standbyFenced
+)
+
+// errSettingsDiffer: another agent runs the link with other settings.
+var errSettingsDiffer = errors.New("another agent runs the link with other settings")
+
+// standBy waits, as mode says, while another session of the link holds a
+// live lease. It returns when that lease lapses or the other session
+// records a clean stop, and fails when the other session's agent runs the
+// link with other settings (Settings.Fingerprint): the agents'
+// configurations must agree before either may take the link from the
+// other.
+func (s *session) standBy(ctx context.Context, mode standbyMode) error {
+	own, fp := s.l.cfg.Agent, s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
+	if mode == standbyOther && own == "" {
+		return nil // no name: nothing tells another agent's session from this one's
+	}
 	for {
 		view, err := s.store.Replay(ctx)
 		if err != nil {
@@ -445,7 +470,15 @@ func (s *session) standBy(ctx context.Context) error {
 		if left <= 0 {
 			return nil
 		}
-		s.log.Info("standing by: another session holds the link", "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
+		other := own != "" && lv.Agent != "" && lv.Agent != own
+		if mode == standbyOther && !other {
+			return nil
+		}
+		if other && lv.Fingerprint != "" && lv.Fingerprint != fp {
+			return fmt.Errorf("%w: agent %q runs link %q with settings whose fingerprint is %s, this agent's are %s; make the link's block equal in both agents' configurations (topics, rename, start_from, state_topic, delivery, on_offset_out_of_range, unattributed, return_home, shared_destination, producer_state_expiry, groups, share_groups, config_sync, acl_sync, destination_replication_factor, and the clusters); until then this agent does not run the link",
+				errSettingsDiffer, lv.Agent, s.l.cfg.Link.Name, lv.Fingerprint, fp)
+		}
+		s.log.Info("standing by: another session holds the link", "agent", lv.Agent, "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
 		if err := s.l.pausableSleep(ctx, min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)); err != nil {
 			return err
 		}

@@ -59,7 +59,7 @@ type txnSession struct {
 // previous session (InitProducerId), wait out a preserve session's lease if
 // one ran last, discover and place the partitions, and start the fetcher
 // and the committer.
-func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err error) {
+func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession, err error) {
 	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1)}
 	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -72,10 +72,8 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	if standby {
-		if err := s.standBy(ctx); err != nil {
-			return nil, err
-		}
+	if err := s.standBy(ctx, standby); err != nil {
+		return nil, err
 	}
 	if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
 		return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
@@ -104,6 +102,7 @@ func (l *Link) beginTxn(ctx context.Context, standby bool) (_ *txnSession, err e
 	}
 	s.plan = newTxnPlan(l.cfg.Link.Name, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
 	s.plan.returns = s.returns
+	s.plan.agent, s.plan.fingerprint = l.cfg.Agent, l.cfg.Link.Fingerprint(s.srcID, s.dstID)
 	// The previous session's link record, read before this session's
 	// first commit replaces it: whether it ran in preserve delivery, and
 	// whether it stopped cleanly.

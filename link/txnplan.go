@@ -56,6 +56,8 @@ type txnPlan struct {
 	lease        time.Duration
 	// returns says which source batches are not appended (DESIGN §16).
 	returns transform.Returns
+	// agent and fingerprint go into the link record (standBy).
+	agent, fingerprint string
 
 	parts map[tp.Key]*txnPart // by source partition
 	order []tp.Key
@@ -570,7 +572,7 @@ func (p *txnPlan) linkRecord(now time.Time, state statestore.LinkState) statesto
 	return statestore.Record{Key: statestore.LinkKey{LinkName: p.link}, Value: statestore.LinkValue{
 		State: state, SessionEpoch: p.epoch, SourceClusterID: p.srcID, DestinationClusterID: p.dstID,
 		LeaseExpiresMs: now.Add(p.lease).UnixMilli(), TimestampMs: now.UnixMilli(),
-		Delivery: statestore.DeliveryTransactional,
+		Delivery: statestore.DeliveryTransactional, Agent: p.agent, Fingerprint: p.fingerprint,
 	}}
 }
 

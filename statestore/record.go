@@ -157,6 +157,13 @@ type LinkValue struct {
 	// the lease). A transactional session's appends are fenced by the
 	// broker, so a session that follows one need not wait for its lease.
 	Delivery Delivery `json:"Delivery,omitempty"`
+	// Agent is the agent.name of the process whose session wrote the
+	// record, and Fingerprint a digest of the link's settings there
+	// (tagged fields 1 and 2; empty when a build without them wrote the
+	// record). A starting agent stands by while another agent's session
+	// holds the link, and refuses to run it with other settings.
+	Agent       string `json:"Agent,omitempty"`
+	Fingerprint string `json:"Fingerprint,omitempty"`
 }
 
 // Delivery is a link's delivery mode (DESIGN §14).
@@ -403,14 +410,27 @@ func (v LinkValue) appendValue(b []byte) []byte {
 	b = kbin.AppendInt64(b, v.TimestampMs)
 	b = kbin.AppendInt32(b, v.AppendTimeoutMs)
 	b = kbin.AppendInt32(b, v.UnresolvedAppends)
-	if v.Delivery == DeliveryPreserve {
-		return appendNoTags(b)
+	// Tagged fields, in tag order, each only when it is not its zero
+	// value: 0 the delivery mode (int8), 1 the agent, 2 the fingerprint
+	// (compact strings).
+	var tags [][]byte
+	var fields []uint32
+	if v.Delivery != DeliveryPreserve {
+		fields, tags = append(fields, 0), append(tags, kbin.AppendInt8(nil, int8(v.Delivery)))
 	}
-	// One tagged field: tag 0, size 1, the mode.
-	b = kbin.AppendUvarint(b, 1)
-	b = kbin.AppendUvarint(b, 0)
-	b = kbin.AppendUvarint(b, 1)
-	return kbin.AppendInt8(b, int8(v.Delivery))
+	if v.Agent != "" {
+		fields, tags = append(fields, 1), append(tags, kbin.AppendCompactString(nil, v.Agent))
+	}
+	if v.Fingerprint != "" {
+		fields, tags = append(fields, 2), append(tags, kbin.AppendCompactString(nil, v.Fingerprint))
+	}
+	b = kbin.AppendUvarint(b, uint32(len(tags)))
+	for i, t := range tags {
+		b = kbin.AppendUvarint(b, fields[i])
+		b = kbin.AppendUvarint(b, uint32(len(t)))
+		b = append(b, t...)
+	}
+	return b
 }
 
 func (v CheckpointValue) appendValue(b []byte) []byte {
@@ -558,7 +578,7 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 			lv.AppendTimeoutMs = r.Int32()
 			lv.UnresolvedAppends = r.Int32()
 		}
-		lv.Delivery = linkTags(&r)
+		linkTags(&r, &lv)
 		if !r.Ok() {
 			return nil, fmt.Errorf("%s value of %d bytes is truncated: %w", t, len(b), ErrCorrupt)
 		}
@@ -628,29 +648,35 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 	return v, nil
 }
 
-// linkTags reads the link value's tagged fields: tag 0 is the delivery
-// mode (one int8); other tags are skipped.
-func linkTags(r *kbin.Reader) Delivery {
+// linkTags reads the link value's tagged fields into lv: tag 0 is the
+// delivery mode (one int8), 1 the agent and 2 the fingerprint (compact
+// strings); other tags are skipped.
+func linkTags(r *kbin.Reader, lv *LinkValue) {
 	n := r.Uvarint()
 	last := int64(-1)
-	d := DeliveryPreserve
 	for i := uint32(0); i < n && r.Ok(); i++ {
 		tag := int64(r.Uvarint())
 		if tag <= last {
 			r.Span(-1)
-			return d
+			return
 		}
 		last = tag
 		field := kbin.Reader{Src: r.Span(int(r.Uvarint()))}
-		if tag == 0 {
-			d = Delivery(field.Int8())
-			if !field.Ok() || len(field.Src) != 0 {
-				r.Span(-1)
-				return d
-			}
+		switch tag {
+		case 0:
+			lv.Delivery = Delivery(field.Int8())
+		case 1:
+			lv.Agent = field.CompactString()
+		case 2:
+			lv.Fingerprint = field.CompactString()
+		default:
+			continue
+		}
+		if !field.Ok() || len(field.Src) != 0 {
+			r.Span(-1)
+			return
 		}
 	}
-	return d
 }
 
 // skipTags reads a tagged-field section and drops its fields. Tags must be

@@ -361,3 +361,32 @@ func TestUUIDString(t *testing.T) {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 }
+
+// The agent and the fingerprint are tagged fields 1 and 2 of the link
+// value (compact strings), after the delivery mode's tag 0: a build that
+// knows none of them skips them, and a record of one that did not write
+// them reads as empty.
+func TestLinkAgentTags(t *testing.T) {
+	lv := LinkValue{State: Mirroring, SessionEpoch: 1, Delivery: DeliveryTransactional, Agent: "pod-1", Fingerprint: "ab12"}
+	b := EncodeValue(lv)
+	head := EncodeValue(LinkValue{State: Mirroring, SessionEpoch: 1})
+	head = head[:len(head)-1]
+	want := cat(head, []byte{0x03},
+		[]byte{0x00, 0x01, 0x01},                          // tag 0, size 1: transactional
+		[]byte{0x01, 0x06, 0x06, 'p', 'o', 'd', '-', '1'}, // tag 1, size 6: "pod-1"
+		[]byte{0x02, 0x05, 0x05, 'a', 'b', '1', '2'})      // tag 2, size 5: "ab12"
+	if !bytes.Equal(b, want) {
+		t.Fatalf("encoded\n% x\nwant\n% x", b, want)
+	}
+	v, err := DecodeValue(TypeLink, b)
+	if err != nil || v != lv {
+		t.Fatalf("decoded %#v, %v; want %#v", v, err, lv)
+	}
+	only := LinkValue{State: Stopped, Agent: "a"}
+	if v, err := DecodeValue(TypeLink, EncodeValue(only)); err != nil || v != only {
+		t.Fatalf("agent alone: %#v, %v", v, err)
+	}
+	if _, err := DecodeValue(TypeLink, cat(head, []byte{0x01}, []byte{0x01, 0x02, 0x05, 'x'})); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a truncated agent: %v, want ErrCorrupt", err)
+	}
+}

@@ -49,6 +49,7 @@ type SessionOpt func(*sessionOpts)
 
 type sessionOpts struct {
 	source, destination string
+	agent, fingerprint  string
 	appendTimeout       time.Duration
 	onRetry             func(op string, err error)
 }
@@ -61,6 +62,12 @@ func SourceCluster(id string) SessionOpt { return func(o *sessionOpts) { o.sourc
 // records carry (a pinned cluster_id). Without it, Begin asks the
 // destination for its cluster ID.
 func DestinationCluster(id string) SessionOpt { return func(o *sessionOpts) { o.destination = id } }
+
+// Agent sets the agent name and the link settings' fingerprint that the
+// session's link records carry (LinkValue.Agent, Fingerprint).
+func Agent(name, fingerprint string) SessionOpt {
+	return func(o *sessionOpts) { o.agent, o.fingerprint = name, fingerprint }
+}
 
 // AppendTimeout sets the longest time a Produce of the session may stay
 // inside a destination broker after it was written (the produce timeout);
@@ -107,6 +114,8 @@ type Session struct {
 	source        string
 	dest          string
 	appendTimeout time.Duration
+	agent         string
+	fingerprint   string
 
 	// base is the monotonic origin of lastSent.
 	base time.Time
@@ -198,6 +207,8 @@ func (s *Store) Begin(ctx context.Context, link string, sessionTimeout time.Dura
 		epoch:         epoch,
 		source:        o.source,
 		dest:          o.destination,
+		agent:         o.agent,
+		fingerprint:   o.fingerprint,
 		appendTimeout: o.appendTimeout,
 		onRetry:       o.onRetry,
 		base:          now,
@@ -412,6 +423,8 @@ func (s *Session) attempt(ctx context.Context, state LinkState, unresolved int32
 		TimestampMs:          sent.UnixMilli(),
 		AppendTimeoutMs:      int32(min(s.appendTimeout.Milliseconds(), math.MaxInt32)),
 		UnresolvedAppends:    unresolved,
+		Agent:                s.agent,
+		Fingerprint:          s.fingerprint,
 	}}.encode()
 	if err != nil {
 		return "link record", fmt.Errorf("state commit of link %q: link record: %w", s.link, err)

@@ -1,0 +1,76 @@
+package link
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Agents with names (agent.name, as the Kubernetes StatefulSet gives each
+// replica): a second agent that starts while the first one's session holds
+// the link stands by instead of fencing it, and takes over when the first
+// one dies; the first, restarted, stands by in turn. An agent whose link
+// settings differ from the holder's is refused, naming the holder, and
+// fences nothing. Agents without a name keep the newer-session-wins rule
+// (TestTwoSessionsOfOneLink).
+func TestStandbyAgent(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "standby", srcTopic("t", 2))
+		f.load(idempotent, 3, "a", 100)
+		named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
+		a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
+		a.waitState(t, Mirroring, 60*time.Second)
+
+		b := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
+		f.load(transactional, 4, "while-b-waits", 70)
+		// Longer than the session timeout (3s): a standby that took the
+		// link when the lease looked old would show.
+		stillStandingBy := func(stby, holder *testLink, within time.Duration) {
+			t.Helper()
+			stby.waitState(t, Preparing, 30*time.Second) // a link starts STOPPED
+			for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if st := stby.Status(); st.State != Preparing {
+					t.Fatalf("%s: state %s (last error %q), want PREPARING: standing by", stby.Name(), st.State, st.LastError)
+				}
+				if st := holder.Status(); st.State != Mirroring {
+					t.Fatalf("holder: state %s (last error %q), want MIRRORING: not fenced", st.State, st.LastError)
+				}
+			}
+		}
+		stillStandingBy(b, a, 5*time.Second)
+		f.waitMirrored(60 * time.Second)
+		if got := testutil.ToFloat64(a.met.counters[SessionsFenced]); got != 0 {
+			t.Fatalf("the holder was fenced %v times while the other agent stood by", got)
+		}
+
+		// The holder dies: the standby takes over once its lease lapsed.
+		a.stop(t, true)
+		b.waitState(t, Mirroring, 60*time.Second)
+		f.load(plain, 1, "after-takeover", 60)
+		a = startLink(t, named("pod-0"), f.src, f.dst, "pod-0 again")
+		stillStandingBy(a, b, 5*time.Second)
+
+		// Other settings: refused, naming the holder; the holder goes on.
+		other := named("pod-2")
+		other.Link.ReturnHome = true
+		c := startLink(t, other, f.src, f.dst, "pod-2")
+		for end := time.Now().Add(60 * time.Second); c.Status().LastError == "" && time.Now().Before(end); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if st := c.Status(); st.State == Mirroring || !strings.Contains(st.LastError, `agent "pod-1" runs link`) || !strings.Contains(st.LastError, "fingerprint") {
+			t.Errorf("an agent with other settings: state %s, last error %q; want it refused, naming pod-1", st.State, st.LastError)
+		}
+		if b.Status().State != Mirroring {
+			t.Errorf("the holder: state %s, want MIRRORING", b.Status().State)
+		}
+		c.stop(t, false)
+
+		f.waitMirrored(60 * time.Second)
+		f.exactlyOnce()
+		if got := testutil.ToFloat64(b.met.counters[SessionsFenced]); got != 0 {
+			t.Errorf("the holder was fenced %v times", got)
+		}
+	})
+}
