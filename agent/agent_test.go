@@ -654,3 +654,39 @@ func TestNewRefusesUnreadableTLS(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+// Two agents of different names with the same link (the Kubernetes
+// StatefulSet's two replicas): the second stands by for the first, which
+// its status names (standing_by, mirrord links); both are ready (/readyz),
+// and the first keeps mirroring, unfenced.
+func TestStandbyAgentReady(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	srcCl := kafkatest.Client(t, srcC)
+	createOrders(t, srcCl, 2)
+	ends := produce(t, srcCl, 2, "before", 20)
+	named := func(name string) string {
+		return strings.Replace(agentHCL(srcC, dstC, ""), "agent {", "agent {\n  name = \""+name+"\"", 1)
+	}
+	a := start(t, newAgent(t, named("pod-0"), nil, newLogBuffer(t), prometheus.NewRegistry()))
+	a.waitCaughtUp(t, ends)
+	b := start(t, newAgent(t, named("pod-1"), nil, newLogBuffer(t), prometheus.NewRegistry()))
+	waitFor(t, func() (bool, string) {
+		st := b.linkStatus(t)
+		return st.State == "PREPARING" && st.StandingBy == "pod-0", fmt.Sprintf("state %s, standing by for %q", st.State, st.StandingBy)
+	})
+	for _, r := range []*running{a, b} {
+		var ready Readiness
+		callJSON(t, http.MethodGet, r.base+"/readyz", http.StatusOK, &ready)
+		if !ready.Ready {
+			t.Errorf("readyz: %+v", ready)
+		}
+	}
+	ends = produce(t, srcCl, 2, "after", 20)
+	st := a.waitCaughtUp(t, ends)
+	if st.State != "MIRRORING" || st.LastError != "" {
+		t.Errorf("the holder: %+v", st)
+	}
+	if st := b.linkStatus(t); st.State != "PREPARING" || st.StandingBy != "pod-0" {
+		t.Errorf("the standby: state %s, standing by for %q", st.State, st.StandingBy)
+	}
+}

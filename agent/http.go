@@ -89,8 +89,8 @@ func (a *Agent) readyz(w http.ResponseWriter, _ *http.Request) {
 	r := Readiness{Stopping: a.stopping.Load(), NotReady: []LinkReadiness{}}
 	for _, l := range a.links {
 		s := l.Status()
-		if s.State == link.Mirroring || s.State == link.Paused {
-			continue
+		if s.State == link.Mirroring || s.State == link.Paused || (s.State == link.Preparing && s.StandingBy != "") {
+			continue // mirroring, paused, or a hot standby for the agent that mirrors
 		}
 		r.NotReady = append(r.NotReady, LinkReadiness{
 			Name: s.Name, State: s.State.String(), Since: s.Since, LastError: s.LastError, LastErrorAt: s.LastErrorAt,

@@ -457,6 +457,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 	if mode == standbyOther && own == "" {
 		return nil // no name: nothing tells another agent's session from this one's
 	}
+	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
 	for {
 		view, err := s.store.Replay(ctx)
 		if err != nil {
@@ -479,6 +480,11 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 				errSettingsDiffer, lv.Agent, s.l.cfg.Link.Name, lv.Fingerprint, fp)
 		}
 		s.log.Info("standing by: another session holds the link", "agent", lv.Agent, "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
+		holder := lv.Agent
+		if holder == "" {
+			holder = "another session"
+		}
+		s.l.setStatus(func(st *Status) { st.StandingBy = holder })
 		if err := s.l.pausableSleep(ctx, min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)); err != nil {
 			return err
 		}

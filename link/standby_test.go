@@ -40,6 +40,9 @@ func TestStandbyAgent(t *testing.T) {
 			}
 		}
 		stillStandingBy(b, a, 5*time.Second)
+		if st := b.Status(); st.StandingBy != "pod-0" {
+			t.Errorf("the standby's status says it stands by for %q, want pod-0", st.StandingBy)
+		}
 		f.waitMirrored(60 * time.Second)
 		if got := testutil.ToFloat64(a.met.counters[SessionsFenced]); got != 0 {
 			t.Fatalf("the holder was fenced %v times while the other agent stood by", got)
@@ -48,6 +51,9 @@ func TestStandbyAgent(t *testing.T) {
 		// The holder dies: the standby takes over once its lease lapsed.
 		a.stop(t, true)
 		b.waitState(t, Mirroring, 60*time.Second)
+		if st := b.Status(); st.StandingBy != "" {
+			t.Errorf("mirroring, the status still says it stands by for %q", st.StandingBy)
+		}
 		f.load(plain, 1, "after-takeover", 60)
 		a = startLink(t, named("pod-0"), f.src, f.dst, "pod-0 again")
 		stillStandingBy(a, b, 5*time.Second)

@@ -31,6 +31,11 @@ type Status struct {
 
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// StandingBy is set while the link stands by in PREPARING for
+	// another session that holds it: that session's agent.name, or
+	// "another session" when it has none. /readyz counts such a link as
+	// ready: it is a hot standby.
+	StandingBy string `json:"standing_by,omitempty"`
 
 	// Counters are the link's totals since the process started, the
 	// values of its mirrord_* counters (counters.go).

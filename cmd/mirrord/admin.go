@@ -106,7 +106,11 @@ func runLinks(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LINK\tSTATE\tSOURCE\tDESTINATION\tDELIVERY\tLAG\tSINCE\tLAST ERROR")
 	for _, l := range links {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, l.State, l.Source, l.Destination, l.Delivery, l.Lag, since(l.Since), l.LastError)
+		state := l.State.String()
+		if l.StandingBy != "" {
+			state += " (standby for " + l.StandingBy + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, state, l.Source, l.Destination, l.Delivery, l.Lag, since(l.Since), l.LastError)
 	}
 	_ = tw.Flush()
 	return exitOK
