@@ -194,7 +194,7 @@ func waitAgentCaughtUp(ctx context.Context, env *Env, a *Agent, side Side, topic
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the link from the %s did not catch up within %s (%d partitions behind, status error %v)", side, within, behind, err)
+			return fmt.Errorf("the link from the %s did not catch up within %s (%d partitions behind, status error %w)", side, within, behind, err)
 		}
 		select {
 		case <-ctx.Done():
