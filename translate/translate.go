@@ -221,7 +221,7 @@ func (x *job) run(ctx context.Context, p int64) error {
 	if p < 0 {
 		return fmt.Errorf("source offset %d is negative", p)
 	}
-	if a.Head && p >= a.SrcNext {
+	if a.Head && p > a.SrcNext {
 		return x.head(ctx, p, a.SrcNext, a.DstNext)
 	}
 	// A position below the source's log start is the log start's.
@@ -237,12 +237,15 @@ func (x *job) run(ctx context.Context, p int64) error {
 		}
 		x.out.SourceLogStart = re.start
 		p = re.start
-		if a.Head && p >= a.SrcNext {
-			return x.head(ctx, p, a.SrcNext, a.DstNext)
-		}
 	}
+	// Before the head too: at the link's position, the next batch may be
+	// one that started at the destination, which the link will skip, and
+	// whose original lies before the head at the destination.
 	if done, err := x.viaOrigin(ctx, p); done {
 		return err
+	}
+	if a.Head && p >= a.SrcNext {
+		return x.head(ctx, p, a.SrcNext, a.DstNext)
 	}
 	if n := len(a.Spans); n > 0 && a.Head && p >= a.Spans[0].From {
 		err := x.viaWindow(ctx, p)
