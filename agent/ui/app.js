@@ -169,7 +169,8 @@ class LinkCard {
   update(st, atMs) {
     const f = this.f;
     set(f.name, st.name);
-    set(f.state, st.state);
+    // A hot standby says for whom it stands by (standing_by).
+    set(f.state, st.standing_by ? `${st.state} · standby for ${st.standing_by}` : st.state);
     if (f.state.dataset.state !== st.state) f.state.dataset.state = st.state;
     this.state = st.state;
     if (fmt.isTime(st.since)) {
