@@ -13,6 +13,7 @@ import (
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // The round trip of DESIGN §16 and README "Active-active and failback":
@@ -26,92 +27,113 @@ import (
 // committed record is consumed exactly once by each group; A ends with
 // B's records once and B with A's, none sent back.
 func TestFailback(t *testing.T) {
-	scenario(t, func(t *testing.T, e *env) {
-		a := e.cluster(t, "a", kafkatest.SourceClusterID)
-		b := e.cluster(t, "b", kafkatest.DestClusterID)
-		topic := e.topic("t")
-		topics := []string{topic}
-		a.CreateTopic(t, topic, 2, nil)
-		groups := &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(e.topic("app")) + `.*)$`)}}
-		slow, quick := e.topic("app-slow"), e.topic("app-quick")
-		cfg := func(name string, src, dst *cluster, unattributed bool) Config {
-			c := e.linkConfig(name, src, dst, "t")
-			c.Link.Groups, c.Link.GroupSyncInterval = groups, 300*time.Millisecond
-			c.Link.SkipUnattributed, c.Link.SharedDestination = unattributed, true
-			return c
-		}
-		// A→B forwards A's records without a producer ID too (a
-		// one-way mirror until the failover); B→A skips them: B's
-		// copies of A's plain records do not say where they started.
-		abCfg, baCfg := cfg("ab", a, b, false), cfg("ba", b, a, true)
+	scenario(t, func(t *testing.T, e *env) { testFailback(t, e, false) })
+}
 
-		// What the producers committed: at A (every kind), at B after
-		// the failover (idempotent and transactional only: README,
-		// active-active needs producers with a producer ID).
-		atA, atB, later := newProduced(), newProduced(), newProduced()
-		load(t, a, atA, idempotent, 3, "a-idem", 80, topic)
-		load(t, a, atA, transactional, 4, "a-txn", 70, topic)
-		load(t, a, atA, plain, 1, "a-plain", 40, topic)
-		totalA := committedCount(atA)
+// The same round trip with the reverse link B→A in transactional delivery:
+// its translation finds the originals of the copies it skipped by content
+// (Logs.Stamped). The link A→B is not resumed at the end: B→A's appends
+// carry its session's producer ID, which A→B cannot tell from A's own
+// producers (README: active-active and failback need preserve delivery;
+// mirrord validate refuses the pair).
+func TestFailbackTransactional(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) { testFailback(t, e, true) })
+}
 
-		ab := startLink(t, abCfg, a, b, "ab")
-		consumed := map[string]map[string]int{slow: {}, quick: {}}
-		read := func(c *cluster, group string, n int) {
-			t.Helper()
-			got := readGroup(t, c, group, topics, func(got int, _ map[tp.Key][]*kgo.Record) bool { return got >= n })
-			for _, rs := range got {
-				for _, r := range rs {
-					consumed[group][r.Topic+"/"+string(r.Key)]++
-				}
+func testFailback(t *testing.T, e *env, txnBack bool) {
+	a := e.cluster(t, "a", kafkatest.SourceClusterID)
+	b := e.cluster(t, "b", kafkatest.DestClusterID)
+	topic := e.topic("t")
+	topics := []string{topic}
+	a.CreateTopic(t, topic, 2, nil)
+	groups := &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(e.topic("app")) + `.*)$`)}}
+	slow, quick := e.topic("app-slow"), e.topic("app-quick")
+	cfg := func(name string, src, dst *cluster, unattributed bool) Config {
+		c := e.linkConfig(name, src, dst, "t")
+		c.Link.Groups, c.Link.GroupSyncInterval = groups, 300*time.Millisecond
+		c.Link.SkipUnattributed, c.Link.SharedDestination = unattributed, true
+		return c
+	}
+	// A→B forwards A's records without a producer ID too (a
+	// one-way mirror until the failover); B→A skips them: B's
+	// copies of A's plain records do not say where they started.
+	abCfg, baCfg := cfg("ab", a, b, false), cfg("ba", b, a, true)
+	if txnBack {
+		baCfg.Link.Delivery = statestore.DeliveryTransactional
+		baCfg.Link.TransactionTimeout = 30 * time.Second
+		baCfg.Link.CheckpointInterval = 300 * time.Millisecond
+	}
+
+	// What the producers committed: at A (every kind), at B after
+	// the failover (idempotent and transactional only: README,
+	// active-active needs producers with a producer ID).
+	atA, atB, later := newProduced(), newProduced(), newProduced()
+	load(t, a, atA, idempotent, 3, "a-idem", 80, topic)
+	load(t, a, atA, transactional, 4, "a-txn", 70, topic)
+	load(t, a, atA, plain, 1, "a-plain", 40, topic)
+	totalA := committedCount(atA)
+
+	ab := startLink(t, abCfg, a, b, "ab")
+	consumed := map[string]map[string]int{slow: {}, quick: {}}
+	read := func(c *cluster, group string, n int) {
+		t.Helper()
+		got := readGroup(t, c, group, topics, func(got int, _ map[tp.Key][]*kgo.Record) bool { return got >= n })
+		for _, rs := range got {
+			for _, r := range rs {
+				consumed[group][r.Topic+"/"+string(r.Key)]++
 			}
 		}
-		read(a, slow, totalA/4)
-		read(a, quick, totalA*3/4)
+	}
+	read(a, slow, totalA/4)
+	read(a, quick, totalA*3/4)
 
-		// Failover A→B: the link catches up, the groups move, it pauses.
-		failOver(t, ab, 2*time.Minute)
+	// Failover A→B: the link catches up, the groups move, it pauses.
+	failOver(t, ab, 2*time.Minute)
 
-		load(t, b, atB, idempotent, 2, "b-idem", 60, topic)
-		load(t, b, atB, transactional, 0, "b-txn", 49, topic)
-		totalB := committedCount(atB)
-		read(b, slow, 10)                                    // still within the copies of A's records
-		read(b, quick, totalA-len(consumed[quick])+totalB/2) // A's rest and half of B's
+	load(t, b, atB, idempotent, 2, "b-idem", 60, topic)
+	load(t, b, atB, transactional, 0, "b-txn", 49, topic)
+	totalB := committedCount(atB)
+	read(b, slow, 10)                                    // still within the copies of A's records
+	read(b, quick, totalA-len(consumed[quick])+totalB/2) // A's rest and half of B's
 
-		// Failback: the reverse link sends B's records to A, not A's
-		// back; the groups move back with it.
-		ba := startLink(t, baCfg, b, a, "ba")
-		failOver(t, ba, 2*time.Minute)
-		if c := ba.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
-			t.Errorf("link ba sent no batch home: %d; want the copies of A's records skipped", c.Get(BatchesReturnedHome))
-		}
-		want := committedCount(atA) + committedCount(atB)
-		for _, g := range []string{slow, quick} {
-			read(a, g, want-total(consumed[g]))
-			// And nothing more: a record read twice would be past the
-			// count.
-			extra := readGroup(t, a, g, topics, func() func(int, map[tp.Key][]*kgo.Record) bool {
-				until := time.Now().Add(2 * time.Second)
-				return func(int, map[tp.Key][]*kgo.Record) bool { return time.Now().After(until) }
-			}())
-			for _, rs := range extra {
-				for _, r := range rs {
-					consumed[g][r.Topic+"/"+string(r.Key)]++
-				}
+	// Failback: the reverse link sends B's records to A, not A's
+	// back; the groups move back with it.
+	ba := startLink(t, baCfg, b, a, "ba")
+	failOver(t, ba, 2*time.Minute)
+	if c := ba.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
+		t.Errorf("link ba sent no batch home: %d; want the copies of A's records skipped", c.Get(BatchesReturnedHome))
+	}
+	want := committedCount(atA) + committedCount(atB)
+	for _, g := range []string{slow, quick} {
+		read(a, g, want-total(consumed[g]))
+		// And nothing more: a record read twice would be past the
+		// count.
+		extra := readGroup(t, a, g, topics, func() func(int, map[tp.Key][]*kgo.Record) bool {
+			until := time.Now().Add(2 * time.Second)
+			return func(int, map[tp.Key][]*kgo.Record) bool { return time.Now().After(until) }
+		}())
+		for _, rs := range extra {
+			for _, r := range rs {
+				consumed[g][r.Topic+"/"+string(r.Key)]++
 			}
-			consumedOnce(t, g, consumed[g], atA, atB)
 		}
+		consumedOnce(t, g, consumed[g], atA, atB)
+	}
 
-		// Producers back at A, and the link A→B resumed: A's new records
-		// reach B, B's copies at A do not go back.
-		load(t, a, later, idempotent, 0, "a-later", 30, topic)
-		ab.Resume()
-		bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a})
-		holdsExactly(t, a, union(atA, atB, later), topic)
-		holdsExactly(t, b, union(atA, atB, later), topic)
-		if c := ab.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
-			t.Errorf("link ab sent no batch home after its resume; want B's records at A skipped")
-		}
-	})
+	if txnBack {
+		holdsExactly(t, a, union(atA, atB), topic)
+		return
+	}
+	// Producers back at A, and the link A→B resumed: A's new records
+	// reach B, B's copies at A do not go back.
+	load(t, a, later, idempotent, 0, "a-later", 30, topic)
+	ab.Resume()
+	bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a})
+	holdsExactly(t, a, union(atA, atB, later), topic)
+	holdsExactly(t, b, union(atA, atB, later), topic)
+	if c := ab.Status().Counters; c.Get(BatchesReturnedHome) == 0 {
+		t.Errorf("link ab sent no batch home after its resume; want B's records at A skipped")
+	}
 }
 
 // failOver runs a failover of l and waits until it is done and l paused.
