@@ -186,12 +186,13 @@ func TestShareGroupSyncACLs(t *testing.T) {
 				// The share group (as the super user) accepts every
 				// record below the cuts and releases the rest.
 				setShareConfigs(t, src.cluster, group, "share.auto.offset.reset", "earliest", "share.delivery.count.limit", "10")
-				readShare(t, src.cluster, group, []string{topic}, func(r *kgo.Record) kgo.AckStatus {
+				ack := func(r *kgo.Record) kgo.AckStatus {
 					if r.Offset < cuts[tp.Key{Topic: r.Topic, Partition: r.Partition}] {
 						return kgo.AckAccept
 					}
 					return kgo.AckRelease
-				}, func(got shareRead) bool {
+				}
+				readShare(t, src.cluster, group, []string{topic}, ack, func(got shareRead) bool {
 					for _, k := range parts {
 						if len(got[k]) < committedBelow(truth[k], cuts[k])+1 {
 							return false
@@ -199,7 +200,7 @@ func TestShareGroupSyncACLs(t *testing.T) {
 					}
 					return true
 				})
-				cuts = settledStarts(t, src.cluster, group, cuts)
+				cuts = settledStarts(t, src.cluster, group, cuts, []string{topic}, ack)
 
 				deadline := time.Now().Add(60 * time.Second)
 				if tc.want == "" {
