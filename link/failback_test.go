@@ -64,9 +64,7 @@ func testFailback(t *testing.T, e *env, txnBack bool) {
 		c.Link.SkipUnattributed, c.Link.SharedDestination = unattributed, true
 		return c
 	}
-	// A→B forwards A's records without a producer ID too (a
-	// one-way mirror until the failover); B→A skips them: B's
-	// copies of A's plain records do not say where they started.
+	// B→A skips batches without a producer ID (unattributed = "skip").
 	abCfg, baCfg := cfg("ab", a, b, false), cfg("ba", b, a, true)
 	if txnBack {
 		baCfg.Link.Delivery = statestore.DeliveryTransactional
@@ -74,13 +72,16 @@ func testFailback(t *testing.T, e *env, txnBack bool) {
 		baCfg.Link.CheckpointInterval = 300 * time.Millisecond
 	}
 
-	// What the producers committed: at A (every kind), at B after
-	// the failover (idempotent and transactional only: README,
-	// active-active needs producers with a producer ID).
+	// What the producers committed: idempotent and transactional
+	// ones at both ends. Not plain ones (README, "Active-active and
+	// failback"): a group that moves back while the next record it
+	// has not read at B is B's copy of one of A's records without a
+	// producer ID resumes at A after that record's original, which
+	// nothing tells it came from A (CI found it: the group one plain
+	// record short).
 	atA, atB, later := newProduced(), newProduced(), newProduced()
 	load(t, a, atA, idempotent, 3, "a-idem", 80, topic)
 	load(t, a, atA, transactional, 4, "a-txn", 70, topic)
-	load(t, a, atA, plain, 1, "a-plain", 40, topic)
 	totalA := committedCount(atA)
 
 	ab := startLink(t, abCfg, a, b, "ab")
