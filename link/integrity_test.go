@@ -554,3 +554,73 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 		t.Errorf("the log does not say the partitions are gone:\n%s", logs.String())
 	}
 }
+
+// A source topic deleted between a discovery's listing and its look-up of
+// the listed partitions' leaders is left out of that round, and the next
+// one removes it. It used to hold up topic discovery while the look-up was
+// retried (about 76 s), and CI's loaded run missed the deletion for that
+// long: the kfake control below puts the deletion in exactly that place.
+func TestSourceTopicDeletedDuringDiscovery(t *testing.T) {
+	f := onKfake(t).mirrored(t, "deleted-mid", srcTopic("t", 1), srcTopic("u", 2))
+	src := f.src
+	f.load(idempotent, 0, "one", 40, "t", "u")
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("link log:\n%s", logs.String())
+		}
+	})
+	l := f.startWith(Deps{Logger: logtest.Logger(logs)})
+	f.waitMirrored(60*time.Second, "t", "u")
+
+	// Armed: the next listing of every source topic (a discovery's) is
+	// answered as is, with u; the look-up that names t and u after it
+	// waits until u is deleted.
+	var stage atomic.Int32
+	listed, deleted := make(chan struct{}), make(chan struct{})
+	src.Fake.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		src.Fake.KeepControl()
+		m := req.(*kmsg.MetadataRequest)
+		names := map[string]bool{}
+		for _, rt := range m.Topics {
+			if rt.Topic != nil {
+				names[*rt.Topic] = true
+			}
+		}
+		switch {
+		case m.Topics == nil && stage.CompareAndSwap(0, 1):
+			close(listed)
+		case names["t"] && names["u"] && stage.CompareAndSwap(1, 2):
+			src.Fake.SleepControl(func() { <-deleted })
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	select {
+	case <-listed:
+	case <-ctx.Done():
+		t.Fatal("no discovery listed the source topics")
+	}
+	if _, err := src.Admin.DeleteTopics(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	close(deleted)
+	removed := time.Now().Add(30 * time.Second) // a hang guard: the next discovery is 300 ms away
+	for l.Status().Counters.Get(PartitionsRemoved) < 2 {
+		if time.Now().After(removed) {
+			t.Fatalf("partitions removed %d 30s after the source topic was deleted during a discovery, want 2 (stage %d)",
+				l.Status().Counters.Get(PartitionsRemoved), stage.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if stage.Load() != 2 {
+		t.Fatalf("stage %d: the deletion did not fall between a listing and its look-up", stage.Load())
+	}
+	f.load(idempotent, 1, "two", 20, "t")
+	f.waitMirrored(60*time.Second, "t")
+	f.exactlyOnce("t")
+	if out := logs.String(); strings.Contains(out, "topic discovery failed") {
+		t.Errorf("a discovery failed over the deleted topic:\n%s", out)
+	}
+}

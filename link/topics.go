@@ -177,6 +177,18 @@ func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) (
 			slices.Sort(ps)
 			for _, p := range ps {
 				sl, err := s.srcLeaders.Lookup(ctx, tp.Key{Topic: td.Topic, Partition: p})
+				if errors.Is(err, leaders.ErrUnknownPartition) {
+					// Listed a moment ago, unknown now: the topic was
+					// deleted in between (or the broker that answered
+					// does not know it yet). Retrying would hold up
+					// every discovery until the retries ran out; this
+					// round leaves it out, and the next listing decides
+					// (discoverAll removes a mirrored partition only
+					// when the source says its topic is gone).
+					s.log.Debug("topic discovery: a listed source partition is unknown to the source now; leaving it to the next discovery",
+						"source", fmt.Sprintf("%s[%d]", td.Topic, p))
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("source partition %s[%d]: %w", td.Topic, p, err)
 				}
