@@ -181,17 +181,21 @@ func NewCluster(t testing.TB, b Backend, name, id string, opts ...kfake.Opt) *Cl
 }
 
 // brokerProps make a real broker quick at what scenarios wait for: the log
-// cleaner, retention, and group joins. file.delete.delay.ms keeps Kafka's
-// default (60 s): a segment the cleaner or retention replaced stays on
-// disk that long, so that a fetch already reading it completes. At 100 ms
-// the broker closed the connection of a raw fetch that was sending a
-// segment the cleaner had just replaced.
+// cleaner, retention, and group joins. The delay before a replaced segment
+// is deleted (log.segment.delete.delay.ms, the broker's default for the
+// topics' file.delete.delay.ms) keeps Kafka's default of 60 s: a segment
+// the cleaner or retention replaced stays on disk that long, so that a
+// fetch already reading it completes (at 100 ms the broker closed the
+// connection of a raw fetch sending a segment the cleaner had just
+// replaced), and so that the flush Kafka schedules when it rolls a segment
+// never finds that segment closed: at 0 a 4.4.0 broker took a
+// ClosedChannelException from that flush for its log directory failing
+// and shut down in CI (the race of KAFKA-19571).
 var brokerProps = map[string]string{
 	"log.cleaner.backoff.ms":                                      "200",
 	"log.cleaner.dedupe.buffer.size":                              "4194304",
 	"log.retention.check.interval.ms":                             "500",
 	"log.initial.task.delay.ms":                                   "0",
-	"log.segment.delete.delay.ms":                                 "0",
 	"group.initial.rebalance.delay.ms":                            "0",
 	"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
@@ -539,7 +543,12 @@ func Verify(t testing.TB, src, dst *Cluster, stateTopic string, topics map[strin
 // (verify.Config.Transactional).
 func VerifyMode(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string, transactional bool) (verify.Report, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return verifyWithin(src, dst, stateTopic, topics, transactional, time.Minute)
+}
+
+// verifyWithin is VerifyMode with a time limit of its own.
+func verifyWithin(src, dst *Cluster, stateTopic string, topics map[string]string, transactional bool, limit time.Duration) (verify.Report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	salts, err := verify.StateSalts(ctx, dst.Client, dst.Opts(), stateTopic)
 	if err != nil {
@@ -559,17 +568,32 @@ func WaitMirrored(t testing.TB, src, dst *Cluster, stateTopic string, topics map
 }
 
 // WaitMirroredMode is WaitMirrored for a mirror written in either delivery
-// mode (verify.Config.Transactional).
+// mode (verify.Config.Transactional). Each comparison may take what is left
+// of the wait (at least a minute): a comparison cut off reports nothing, and
+// with a fixed limit a mirror too big to compare in that time under a
+// loaded -race run would look stalled. A failure says how old its figure
+// is and how many comparisons ended without one.
 func WaitMirroredMode(t testing.TB, src, dst *Cluster, stateTopic string, topics map[string]string, within time.Duration, transactional bool) verify.Report {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var last verify.Report
+	start := time.Now()
+	deadline := start.Add(within)
+	var (
+		last       verify.Report
+		lastAt     time.Time
+		unfinished int
+		lastErr    error
+		longest    time.Duration
+	)
 	for {
-		rep, err := VerifyMode(t, src, dst, stateTopic, topics, transactional)
+		began := time.Now()
+		rep, err := verifyWithin(src, dst, stateTopic, topics, transactional, max(time.Minute, time.Until(deadline)))
+		longest = max(longest, time.Since(began))
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, statestore.ErrNoTopic) {
 			t.Fatalf("verify: %v", err)
 		}
-		if err == nil {
+		if err != nil {
+			unfinished, lastErr = unfinished+1, err
+		} else {
 			// A missing destination partition is the link not having
 			// created it yet; any other difference is a fault.
 			if rep.First != nil && (rep.First.Field != verify.FieldMissing || rep.First.SourceOffset >= 0) {
@@ -581,10 +605,16 @@ func WaitMirroredMode(t testing.TB, src, dst *Cluster, stateTopic string, topics
 			if rep.Behind == 0 {
 				return rep
 			}
-			last = rep
+			last, lastAt = rep, time.Now()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("destination still %d records behind after %s (first difference: %v)", last.Behind, within, last.First)
+			seen := "no comparison finished"
+			if !lastAt.IsZero() {
+				seen = fmt.Sprintf("%d records behind at the last finished comparison, %s into the wait (first difference: %v)",
+					last.Behind, lastAt.Sub(start).Round(time.Millisecond), last.First)
+			}
+			t.Fatalf("destination not caught up after %s: %s; %d comparisons ended without a result (last: %v); the longest took %s",
+				within, seen, unfinished, lastErr, longest.Round(time.Millisecond))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
