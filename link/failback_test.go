@@ -1,10 +1,12 @@
 package link
 
 import (
+	"context"
 	"maps"
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,12 +75,9 @@ func testFailback(t *testing.T, e *env, txnBack bool) {
 	}
 
 	// What the producers committed: idempotent and transactional
-	// ones at both ends. Not plain ones (README, "Active-active and
-	// failback"): a group that moves back while the next record it
-	// has not read at B is B's copy of one of A's records without a
-	// producer ID resumes at A after that record's original, which
-	// nothing tells it came from A (CI found it: the group one plain
-	// record short).
+	// ones at both ends. Records without a producer ID make where a
+	// group's read stops decide which translation rule runs; their
+	// positions are checked one by one in TestFailbackPlainRecords.
 	atA, atB, later := newProduced(), newProduced(), newProduced()
 	load(t, a, atA, idempotent, 3, "a-idem", 80, topic)
 	load(t, a, atA, transactional, 4, "a-txn", 70, topic)
@@ -218,4 +217,84 @@ func consumedOnce(t *testing.T, group string, got map[string]int, ledgers ...*pr
 		t.Fatalf("group %s: %d records consumed wrongly across the round trip (of %d)", group, len(bad), len(want.Committed))
 	}
 	t.Logf("group %s: %d records, each consumed exactly once across A, B and A", group, total(got))
+}
+
+// A failback translates a position at B in front of B's copy of a record
+// that a plain producer (no producer ID) wrote at A to that record's
+// original at A, found by content: the copy carries no origin, and the
+// reverse link skips it (unattributed = "skip"). Before, such a position
+// translated to the next batch the reverse link sent or the next
+// attributed copy, past the original, and a group moved back skipped it
+// (CI found it in TestFailback). Every position at B is translated by the
+// reverse link and compared with the offset at A of the first record at or
+// after it that A holds: the original of a copy, or the reverse link's
+// copy of B's own record; B's own plain records are never sent, and a
+// position in front of one is the next record's.
+func TestFailbackPlainRecords(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "a", kafkatest.SourceClusterID)
+		b := e.cluster(t, "b", kafkatest.DestClusterID)
+		topic := e.topic("t")
+		a.CreateTopic(t, topic, 1, nil)
+		cfg := func(name string, src, dst *cluster, skip bool) Config {
+			c := e.linkConfig(name, src, dst, "t")
+			c.Link.SkipUnattributed, c.Link.SharedDestination = skip, true
+			return c
+		}
+		atA, atB := newProduced(), newProduced()
+		load(t, a, atA, plain, 0, "a-plain", 20, topic)
+		load(t, a, atA, idempotent, 1, "a-idem", 20, topic)
+		load(t, a, atA, plain, 2, "a-plain2", 20, topic)
+		ab := startLink(t, cfg("ab", a, b, false), a, b, "ab")
+		failOver(t, ab, 2*time.Minute)
+
+		load(t, b, atB, idempotent, 3, "b-idem", 20, topic)
+		load(t, b, atB, plain, 0, "b-plain", 10, topic) // B's own: never sent
+		load(t, b, atB, idempotent, 4, "b-idem2", 10, topic)
+		ba := startLink(t, cfg("ba", b, a, true), b, a, "ba")
+		bothCaughtUp(t, topic, map[*testLink]*cluster{ba: b})
+
+		atOfA := map[string]int64{}
+		for _, r := range consumeAll(t, a, false, topic) {
+			atOfA[string(r.Key)] = r.Offset
+		}
+		recsB := consumeAll(t, b, false, topic)
+		if len(recsB) == 0 {
+			t.Fatal("B holds no record")
+		}
+		vias := map[string]int{}
+		checked, fromPlain := 0, 0
+		for p := int64(0); p <= recsB[len(recsB)-1].Offset; p++ {
+			want, key := int64(-1), ""
+			for _, r := range recsB {
+				if at, ok := atOfA[string(r.Key)]; r.Offset >= p && ok {
+					want, key = at, string(r.Key)
+					break
+				}
+			}
+			if want < 0 {
+				continue // only B's own plain records from p on: nothing to resume at
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			got, err := ba.Translate(ctx, topic, 0, p)
+			cancel()
+			if err != nil {
+				t.Errorf("translate B offset %d: %v; want A offset %d (record %s)", p, err, want, key)
+				continue
+			}
+			if got.DestinationOffset != want {
+				t.Errorf("translate B offset %d: A offset %d via %s (source batch %d, destination batch %d); want %d (record %s)",
+					p, got.DestinationOffset, got.Via, got.SourceBatch, got.DestinationBatch, want, key)
+			}
+			vias[got.Via]++
+			checked++
+			if strings.HasPrefix(key, "plain-") && strings.Contains(key, "-a-plain") {
+				fromPlain++
+			}
+		}
+		if fromPlain == 0 {
+			t.Errorf("no position translated to an original of a plain record of A (keys %v)", slices.Collect(maps.Keys(atOfA))[:min(5, len(atOfA))])
+		}
+		t.Logf("%s: %d positions at B translated to A, %d of them to originals of A's plain records; via %v", e.b, checked, fromPlain, vias)
+	})
 }

@@ -1214,6 +1214,7 @@ func (c srcBatch) firstFrom(pos int64) int64 {
 type read struct {
 	batches []srcBatch // committed data batches with a record at or after the position
 	homes   []srcBatch // those of them that started at the destination, which the link does not send
+	plains  []srcBatch // those without a producer ID, which the link skips (unattributed = "skip")
 	next    int64      // the offset after the last batch examined (control and aborted ones too)
 	lso, hw int64      // last stable offset and high watermark, as the fetch reported them
 }
@@ -1304,7 +1305,13 @@ func (x *job) committed(ctx context.Context, pos int64) (read, error) {
 		pid := h.ProducerID
 		switch x.From.Returns.Of(pid) {
 		case transform.Unattributed:
-			continue // not sent: a position in it is the next sent one's
+			// Not sent. It may be the reverse link's copy of a
+			// destination batch without a producer ID (viaOrigin
+			// looks for its original), or the source's own.
+			if !x.Stamped {
+				r.plains = append(r.plains, srcBatch{raw: raw, h: h, from: max(pos, h.BaseOffset), offsets: offs, pid: pid})
+			}
+			continue
 		case transform.Home:
 			if x.Stamped {
 				transform.Unstamp(raw)
@@ -1582,6 +1589,18 @@ func (x *job) viaOrigin(ctx context.Context, p int64) (done bool, err error) {
 		if err != nil {
 			return true, err
 		}
+		before := func(c srcBatch) bool { // c comes before every batch sent and every home
+			return (len(r.batches) == 0 || c.h.BaseOffset < r.batches[0].h.BaseOffset) &&
+				(len(r.homes) == 0 || c.h.BaseOffset < r.homes[0].h.BaseOffset)
+		}
+		for _, c := range r.plains {
+			if !before(c) {
+				break
+			}
+			if found, err := x.plainOrigin(ctx, c, p); found || err != nil {
+				return true, err
+			}
+		}
 		switch {
 		case len(r.homes) > 0 && (len(r.batches) == 0 || r.homes[0].h.BaseOffset < r.batches[0].h.BaseOffset):
 			return true, x.origin(ctx, r.homes[0], p)
@@ -1589,6 +1608,50 @@ func (x *job) viaOrigin(ctx context.Context, p int64) (done bool, err error) {
 			return false, nil
 		}
 		pos = r.next
+	}
+}
+
+// plainOrigin ends a translation at the original, at the destination, of
+// source batch c, which has no producer ID and which the link skips
+// (unattributed = "skip"), when the destination holds one: the first
+// destination batch from the first offset with c's earliest create time on
+// with c's bytes (a mirror forwards a batch without a producer ID as it
+// is). That is the reverse link's copy of a destination batch: in a
+// failback, a group whose next unread record at the source is the copy of
+// a record a plain producer wrote at the destination before the failover
+// must read its original there. Without one (the source's own record,
+// never sent, or an original deleted at the destination since) found is
+// false, and the translation goes on past c. The search reads the
+// destination to its end, within the translation's budget (errBudget
+// beyond it: loud, not a guess).
+func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool, err error) {
+	least, err := x.earliest([]srcBatch{c})
+	if err != nil {
+		return false, err
+	}
+	r, err := x.offsetAfter(ctx, least)
+	if err != nil {
+		return false, err
+	}
+	for pos := r; ; {
+		ds, err := x.dstBatches(ctx, pos)
+		if err != nil {
+			return false, err
+		}
+		if len(ds) == 0 {
+			return false, nil
+		}
+		for _, d := range ds {
+			dh, err := transform.ParseHeader(d)
+			if err != nil {
+				return false, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+			}
+			pos = dh.NextOffset()
+			if dh.ProducerID == -1 && !dh.Control() && twin.Match(c.raw, d) {
+				x.out.Via = "origin"
+				return true, x.found(c, c.h.BaseOffset, d, dh.BaseOffset, p)
+			}
+		}
 	}
 }
 
