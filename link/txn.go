@@ -53,6 +53,9 @@ type txnSession struct {
 	appendTo appender.TxnAppendConfig
 	// overtaken is the producer's Overtaken as last reported.
 	overtaken int64
+	// recordedPID is the producer ID whose MirrorTxnProducer record a
+	// transaction of this session committed (-1: none yet).
+	recordedPID int64
 }
 
 // beginTxn is PREPARING of a transactional session: connect, fence the
@@ -60,7 +63,7 @@ type txnSession struct {
 // one ran last, discover and place the partitions, and start the fetcher
 // and the committer.
 func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession, err error) {
-	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1)}
+	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1), recordedPID: -1}
 	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.g, s.ctx = errgroup.WithContext(base)
@@ -240,6 +243,30 @@ func preserveTail(prior *statestore.View, link string, parts []Placement) error 
 // commitRecords appends state records to the state topic in the session's
 // transaction and commits it.
 func (s *txnSession) commitRecords(ctx context.Context, recs []statestore.Record) error {
+	// The first transaction under a producer ID records it
+	// (MirrorTxnProducer), so that a link in the other direction can tell
+	// the batches under it from its destination's own (DESIGN §16). That
+	// transaction holds no data at the session's start (the first commit
+	// claims the link), and the first data under a new ID when transaction
+	// protocol 2 gives the producer one at a commit; either way a reader
+	// that saw a committed batch under the ID finds the record.
+	id, _ := s.txn.Producer()
+	if id != s.recordedPID {
+		recs = append(slices.Clip(recs), statestore.Record{
+			Key:   statestore.TxnProducerKey{LinkName: s.l.cfg.Link.Name, ProducerID: id},
+			Value: statestore.TxnProducerValue{SourceClusterID: s.srcID, DestinationClusterID: s.dstID, TimestampMs: s.l.deps.Now().UnixMilli()},
+		})
+	}
+	if err := s.commitState(ctx, recs); err != nil {
+		return err
+	}
+	s.recordedPID = id
+	return nil
+}
+
+// commitState appends recs to the state topic in the session's
+// transaction and commits it.
+func (s *txnSession) commitState(ctx context.Context, recs []statestore.Record) error {
 	batches, err := statestore.Batches(s.stateTopic.Topic, s.stateParts, recs, s.l.deps.Now())
 	if err != nil {
 		return err

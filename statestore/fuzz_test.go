@@ -24,6 +24,7 @@ func FuzzDecodeKey(f *testing.F) {
 		PIDCollisionKey{TopicID: testTopicID, Partition: 7, SourceClusterID: "src", OriginalPID: 5},
 		TopicKey{LinkName: "l1", TopicID: testTopicID},
 		ACLKey{LinkName: "l1", ResourceType: 2, ResourceName: "t", PatternType: 3, Principal: "User:u", Host: "*", Operation: 3, Permission: 3},
+		TxnProducerKey{LinkName: "l1", ProducerID: 9},
 	} {
 		b, _ := EncodeKey(k)
 		f.Add(b)
@@ -60,6 +61,7 @@ func FuzzDecodeValue(f *testing.F) {
 		PIDCollisionValue{Salt: -2, CollidingClusterID: "c", TimestampMs: 9},
 		TopicValue{Topic: "d", SourceTopic: "s", TimestampMs: 9},
 		ACLValue{SourceResource: "s", Failover: true, TimestampMs: 9},
+		TxnProducerValue{SourceClusterID: "s", DestinationClusterID: "d", TimestampMs: 9},
 	} {
 		f.Add(int16(v.Type()), EncodeValue(v))
 	}
@@ -125,6 +127,7 @@ func FuzzRoundTrip(f *testing.F) {
 			{Key: TopicKey{LinkName: s1, TopicID: u}, Value: TopicValue{Topic: s2, SourceTopic: s3, TimestampMs: i64b}},
 			{Key: ACLKey{LinkName: s1, ResourceType: i8, ResourceName: s2, PatternType: i8 ^ 1, Principal: s3, Host: s2, Operation: int8(i16), Permission: int8(i32)},
 				Value: ACLValue{SourceResource: s3, Failover: i8%2 == 0, TimestampMs: i64a}},
+			{Key: TxnProducerKey{LinkName: s1, ProducerID: i64b}, Value: TxnProducerValue{SourceClusterID: s2, DestinationClusterID: s3, TimestampMs: i64a}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}}, // tombstone
 		}
 		for _, r := range recs {

@@ -21,6 +21,7 @@ const (
 	TypePIDCollision RecordType = 3 // MirrorPidCollisionKey → MirrorPidCollisionValue
 	TypeTopic        RecordType = 4 // MirrorTopicKey → MirrorTopicValue
 	TypeACL          RecordType = 5 // MirrorAclKey → MirrorAclValue
+	TypeTxnProducer  RecordType = 6 // MirrorTxnProducerKey → MirrorTxnProducerValue
 )
 
 // String is the schema name of the type without its Key/Value suffix.
@@ -38,6 +39,8 @@ func (t RecordType) String() string {
 		return "MirrorTopic"
 	case TypeACL:
 		return "MirrorAcl"
+	case TypeTxnProducer:
+		return "MirrorTxnProducer"
 	}
 	return fmt.Sprintf("unknown(%d)", int16(t))
 }
@@ -310,7 +313,34 @@ type ACLValue struct {
 	TimestampMs    int64  `json:"TimestampMs"`
 }
 
+// TxnProducerKey is MirrorTxnProducerKey: a producer ID under which a
+// transactional session of the link appended at the destination. A
+// transactional session's batches carry its own producer ID, not the
+// origin's; a link in the other direction reads these records from its
+// source (this link's destination) to know that the batches under those IDs
+// came from its destination and must not go back (DESIGN §16). One record
+// per producer ID, kept by compaction for as long as the topic lives, so a
+// reverse link that reads old data still finds an ID the link no longer
+// uses.
+type TxnProducerKey struct {
+	LinkName   string `json:"LinkName"`
+	ProducerID int64  `json:"ProducerId"`
+}
+
+// TxnProducerValue is MirrorTxnProducerValue: the link's clusters when the
+// session recorded the producer ID, and when. The record commits in a
+// transaction of the session no later than the first data batch under the
+// ID (package link), so a reader that has seen a committed batch under the
+// ID and then reads the state topic to its end finds the record.
+type TxnProducerValue struct {
+	SourceClusterID      string `json:"SourceClusterId"`
+	DestinationClusterID string `json:"DestinationClusterId"`
+	TimestampMs          int64  `json:"TimestampMs"`
+}
+
 func (LinkKey) Type() RecordType           { return TypeLink }
+func (TxnProducerKey) Type() RecordType    { return TypeTxnProducer }
+func (TxnProducerValue) Type() RecordType  { return TypeTxnProducer }
 func (ACLKey) Type() RecordType            { return TypeACL }
 func (ACLValue) Type() RecordType          { return TypeACL }
 func (LinkValue) Type() RecordType         { return TypeLink }
@@ -357,6 +387,12 @@ func (k TopicKey) appendKey(b []byte) []byte {
 	return kbin.AppendUuid(b, k.TopicID)
 }
 
+func (k TxnProducerKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeTxnProducer))
+	b = kbin.AppendString(b, k.LinkName)
+	return kbin.AppendInt64(b, k.ProducerID)
+}
+
 func (k ACLKey) appendKey(b []byte) []byte {
 	b = kbin.AppendInt16(b, int16(TypeACL))
 	b = kbin.AppendString(b, k.LinkName)
@@ -377,10 +413,11 @@ func checkString(field, s string) error {
 	return nil
 }
 
-func (k LinkKey) check() error       { return checkString("LinkName", k.LinkName) }
-func (k CheckpointKey) check() error { return checkString("LinkName", k.LinkName) }
-func (k PIDResetKey) check() error   { return nil }
-func (k TopicKey) check() error      { return checkString("LinkName", k.LinkName) }
+func (k LinkKey) check() error        { return checkString("LinkName", k.LinkName) }
+func (k CheckpointKey) check() error  { return checkString("LinkName", k.LinkName) }
+func (k PIDResetKey) check() error    { return nil }
+func (k TopicKey) check() error       { return checkString("LinkName", k.LinkName) }
+func (k TxnProducerKey) check() error { return checkString("LinkName", k.LinkName) }
 func (k ACLKey) check() error {
 	for _, f := range []struct{ name, s string }{{"LinkName", k.LinkName}, {"ResourceName", k.ResourceName}, {"Principal", k.Principal}, {"Host", k.Host}} {
 		if err := checkString(f.name, f.s); err != nil {
@@ -478,6 +515,14 @@ func (v TopicValue) appendValue(b []byte) []byte {
 	return appendNoTags(b)
 }
 
+func (v TxnProducerValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendCompactString(b, v.SourceClusterID)
+	b = kbin.AppendCompactString(b, v.DestinationClusterID)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
 func (v ACLValue) appendValue(b []byte) []byte {
 	b = appendVersion(b)
 	b = kbin.AppendCompactString(b, v.SourceResource)
@@ -530,6 +575,8 @@ func DecodeKey(b []byte) (Key, error) {
 	case TypeACL:
 		k = ACLKey{LinkName: r.String(), ResourceType: r.Int8(), ResourceName: r.String(), PatternType: r.Int8(),
 			Principal: r.String(), Host: r.String(), Operation: r.Int8(), Permission: r.Int8()}
+	case TypeTxnProducer:
+		k = TxnProducerKey{LinkName: r.String(), ProducerID: r.Int64()}
 	default:
 		return nil, fmt.Errorf("key record type %d: %w", int16(t), ErrUnknownRecord)
 	}
@@ -635,6 +682,8 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 		}
 		av.TimestampMs = r.Int64()
 		v = av
+	case TypeTxnProducer:
+		v = TxnProducerValue{SourceClusterID: r.CompactString(), DestinationClusterID: r.CompactString(), TimestampMs: r.Int64()}
 	default:
 		return nil, fmt.Errorf("value record type %d: %w", int16(t), ErrUnknownRecord)
 	}

@@ -229,6 +229,23 @@ func TestGolden(t *testing.T) {
 				[]byte{0x00}, // tagged fields: none
 			),
 		},
+		{
+			name:  "txn producer",
+			key:   TxnProducerKey{LinkName: "ab", ProducerID: 0x0102},
+			value: TxnProducerValue{SourceClusterID: "s", DestinationClusterID: "d", TimestampMs: 1700000000000},
+			kb: cat(
+				[]byte{0x00, 0x06},                   // int16 record type 6
+				[]byte{0x00, 0x02, 'a', 'b'},         // LinkName: string (int16 length)
+				[]byte{0, 0, 0, 0, 0, 0, 0x01, 0x02}, // ProducerId int64
+			),
+			vb: cat(
+				[]byte{0x00, 0x00}, // int16 version 0
+				[]byte{0x02, 's'},  // SourceClusterId: compact
+				[]byte{0x02, 'd'},  // DestinationClusterId: compact
+				[]byte{0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00}, // TimestampMs
+				[]byte{0x00}, // tagged fields: none
+			),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,9 @@ type View struct {
 	Barriers    map[PIDResetKey]PIDResetValue // latest barrier per destination partition
 	Topics      map[TopicKey]TopicValue       // destination topics the links created
 	ACLs        map[ACLKey]ACLValue           // destination ACL bindings the links created
+	// TxnProducers are the producer IDs the links' transactional sessions
+	// appended under.
+	TxnProducers map[TxnProducerKey]TxnProducerValue
 
 	// Records holds every record the replay decoded, tombstones included,
 	// in log order: partition by partition in ascending partition order,
@@ -39,6 +42,8 @@ func NewView() *View {
 		Barriers:    make(map[PIDResetKey]PIDResetValue),
 		Topics:      make(map[TopicKey]TopicValue),
 		ACLs:        make(map[ACLKey]ACLValue),
+
+		TxnProducers: make(map[TxnProducerKey]TxnProducerValue),
 	}
 }
 
@@ -83,6 +88,12 @@ func (v *View) Apply(r Record) {
 			v.ACLs[k] = val
 		} else {
 			delete(v.ACLs, k)
+		}
+	case TxnProducerKey:
+		if val, ok := r.Value.(TxnProducerValue); ok {
+			v.TxnProducers[k] = val
+		} else {
+			delete(v.TxnProducers, k)
 		}
 	}
 }
