@@ -255,7 +255,9 @@ link "dc1_to_cloud" {
   start_from = "earliest"
 
   # The link's state topic, created on the destination, compacted. Keep the
-  # "__" prefix so that no other link mirrors it.
+  # "__" prefix so that no other link mirrors it. A link with a
+  # transactional link in the other direction reads the topic of this name
+  # at its source too (active-active; README): give both the same name.
   # Default: "__mirror_state".
   state_topic = "__mirror_state"
 
@@ -316,8 +318,10 @@ link "dc1_to_cloud" {
   # and a new session resumes at once at its last checkpoint. read_committed
   # consumers see the data at each commit; offset translation, group sync
   # and failover are exact for read_committed consumers (translations
-  # follow the last commit). Chain deduplication and origin by region need
-  # "preserve".
+  # follow the last commit). Chain deduplication needs "preserve". A link
+  # in the other direction tells a transactional link's batches by the
+  # producer IDs its sessions record in the state topic (MirrorTxnProducer):
+  # links in both directions over the same topics use the same state_topic.
   # Default: "preserve".
   delivery = "preserve"
 

@@ -32,6 +32,17 @@ func withLink(extra ...string) string {
 	return b.String()
 }
 
+// TestReverseTransactionalLinks: links in both directions may deliver
+// transactionally when they share a state topic name (the reverse link
+// reads the other's sessions' producer IDs there, DESIGN §16).
+func TestReverseTransactionalLinks(t *testing.T) {
+	cfg := mustParse(t, withLink(`unattributed = "skip"`, `delivery = "transactional"`)+
+		"link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"skip\"\n  delivery = \"transactional\"\n}\n")
+	if len(cfg.Links) != 2 || cfg.Links[0].Delivery != DeliveryTransactional || cfg.Links[1].Delivery != DeliveryTransactional {
+		t.Fatalf("links %+v %+v", cfg.Links[0], cfg.Links[1])
+	}
+}
+
 func mustParse(t *testing.T, src string, environ ...string) *Config {
 	t.Helper()
 	cfg, err := Parse("t.hcl", []byte(src), environ)
@@ -424,10 +435,10 @@ func TestParseProblems(t *testing.T) {
 		src:  withLink() + "link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"skip\"\n}\n",
 		want: []string{`t.hcl:7:1: link.l.unattributed: links "l" and "r" mirror in both directions between clusters "a" and "b" under the same topic names; a batch without a producer ID (a producer with enable.idempotence off) does not say where it was first produced, and forwarded by both links it would go back and forth for ever (set unattributed = "skip" on both links for active-active (README, "Active-active and failback"), or "forward" if the two links mirror different topics)`},
 	}, {
-		name: "links in both directions cannot deliver transactionally",
-		src: withLink(`unattributed = "skip"`, `delivery = "transactional"`) +
+		name: "links in both directions, one transactional, need one state topic name",
+		src: withLink(`unattributed = "skip"`, `delivery = "transactional"`, `state_topic = "__l_state"`) +
 			"link \"r\" {\n  source      = \"b\"\n  destination = \"a\"\n  topics { include = [\"t\"] }\n  unattributed = \"forward\"\n}\n",
-		want: []string{`t.hcl:12:14: link.l.delivery: links "l" and "r" mirror in both directions between clusters "a" and "b" under the same topic names; with transactional delivery the forwarded batches carry the session's producer ID, so the reverse link cannot tell where they were first produced and would send them back (use delivery = "preserve" on both links for active-active (README, "Active-active and failback"); if they mirror different topics, give one a rename that tells them apart, e.g. "{source}.{topic}")`},
+		want: []string{`t.hcl:13:17: link.l.state_topic: links "l" and "r" mirror in both directions between clusters "a" and "b" under the same topic names; link "l" delivers transactionally and records its sessions' producer IDs in its state topic "__l_state", and link "r" looks for them in the topic named by its own state_topic ("__mirror_state") at its source to keep those batches from going back (give both links the same state_topic (README, "Active-active and failback"))`},
 	}, {
 		name: "produce timeout too long",
 		src:  withLink(`produce_timeout = "1000h"`),

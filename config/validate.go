@@ -100,10 +100,11 @@ func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 // validateReverse checks links in both directions between two clusters
 // over the same topic names (active-active, failback; DESIGN §16). The
 // origin check skips a batch that started at the destination by its
-// producer ID's region, which only preserve delivery keeps: a
-// transactional link appends under its session's producer ID, which the
-// reverse link cannot tell from the cluster's own producers, so every
-// record would come back once. A batch without a producer ID carries no
+// producer ID's region, which preserve delivery keeps; a transactional
+// link appends under its session's producer ID, which it records in its
+// state topic, and the reverse link reads those records from the topic of
+// its own state_topic's name at its source: the two names must be equal,
+// or every record would come back once. A batch without a producer ID carries no
 // origin at all and would go back and forth for ever, unless the links
 // skip them or mirror different topics, which only the operator knows:
 // both links must say which (unattributed).
@@ -116,9 +117,13 @@ func validateReverse(c checker, links []*Link) {
 			}
 			pair := fmt.Sprintf("links %q and %q mirror in both directions between clusters %q and %q under the same topic names", a.Name, b.Name, a.Source, a.Destination)
 			for _, l := range []*Link{a, b} {
-				if l.Delivery == DeliveryTransactional {
-					c.report("link."+l.Name+".delivery", pair+`; with transactional delivery the forwarded batches carry the session's producer ID, so the reverse link cannot tell where they were first produced and would send them back`,
-						`use delivery = "preserve" on both links for active-active (README, "Active-active and failback"); if they mirror different topics, give one a rename that tells them apart, e.g. "{source}.{topic}"`)
+				other := a
+				if l == a {
+					other = b
+				}
+				if l.Delivery == DeliveryTransactional && l.StateTopic != other.StateTopic {
+					c.report("link."+l.Name+".state_topic", pair+fmt.Sprintf(`; link %q delivers transactionally and records its sessions' producer IDs in its state topic %q, and link %q looks for them in the topic named by its own state_topic (%q) at its source to keep those batches from going back`, l.Name, l.StateTopic, other.Name, other.StateTopic),
+						`give both links the same state_topic (README, "Active-active and failback")`)
 				}
 				if !l.unattributedSet {
 					c.report("link."+l.Name+".unattributed", pair+"; a batch without a producer ID (a producer with enable.idempotence off) does not say where it was first produced, and forwarded by both links it would go back and forth for ever",

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 // fetchReq is one Fetch request for a broker loop to send.
@@ -33,7 +34,10 @@ type reqItem struct {
 type outcome struct {
 	broker int32
 	err    error // the request failed as a whole
-	items  []itemOutcome
+	// screenErr: Deps.Screen failed for the response's batches, which
+	// are fetched again.
+	screenErr error
+	items     []itemOutcome
 }
 
 // itemOutcome is one partition's part of an outcome.
@@ -203,6 +207,17 @@ func (f *Fetcher) fetch(ctx context.Context, fr *fetchReq) *outcome {
 	}
 	if len(outOfRange) > 0 {
 		f.lookupRange(ctx, outOfRange)
+	}
+	if f.screen != nil {
+		var hs []transform.Header
+		for i := range o.items {
+			for _, b := range o.items[i].f.Batches {
+				hs = append(hs, b.Header)
+			}
+		}
+		if len(hs) > 0 {
+			o.screenErr = f.screen(ctx, hs)
+		}
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package fetcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -60,6 +61,13 @@ type Deps struct {
 	Leaders *leaders.Cache // source cluster
 	Logger  hclog.Logger   // nil: discard
 	Metrics *Metrics       // nil: an unregistered set
+	// Screen, when set, is called in the broker's fetch goroutine with
+	// the headers of every committed data batch of a response before any
+	// of its results is delivered (the link learns what it must know of
+	// their producer IDs there, off its own goroutine). An error drops
+	// the response's results: their partitions are fetched again after a
+	// backoff, and the error is logged and counted as KindOther.
+	Screen func(ctx context.Context, hs []transform.Header) error
 }
 
 // Batch is one committed data batch.
@@ -174,6 +182,7 @@ type Fetcher struct {
 	leaders *leaders.Cache
 	log     hclog.Logger
 	m       linkMetrics
+	screen  func(ctx context.Context, hs []transform.Header) error
 
 	results chan Result
 	// cmds carries Assign, Unassign and Release to the coordinator. It
@@ -234,6 +243,7 @@ func New(cfg Config, deps Deps) (*Fetcher, error) {
 		leaders:    deps.Leaders,
 		log:        deps.Logger.Named("fetcher").With("link", cfg.Link),
 		m:          deps.Metrics.forLink(cfg.Link),
+		screen:     deps.Screen,
 		results:    make(chan Result),
 		cmds:       mailbox.New[command](),
 		collect:    runtime.GC,

@@ -890,3 +890,61 @@ func TestPartitionShare(t *testing.T) {
 		t.Errorf("held %d bytes, above the budget %d plus one batch", con.maxOut, budget)
 	}
 }
+
+// TestScreen: Deps.Screen sees every delivered batch's header before the
+// batch is delivered, and a Screen error drops the response's results,
+// which are fetched again: the records stay exact.
+func TestScreen(t *testing.T) {
+	ctx := deadline(t)
+	c := source(t, 4, "t")
+	produceMix(ctx, t, c, "t", 4, 4)
+	ends := endOffsets(ctx, t, c, "t")
+	want := readCommitted(ctx, t, c, "t", ends)
+
+	f, _ := newFetcher(t, c, Config{PartitionMaxBytes: 2 << 10, MaxBufferedBytes: 64 << 10})
+	type seen struct {
+		base int64
+		pid  int64
+		crc  uint32
+	}
+	var (
+		mu       sync.Mutex
+		screened = map[seen]bool{}
+		calls    int
+		failed   int
+	)
+	f.screen = func(_ context.Context, hs []transform.Header) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls%3 == 1 {
+			failed++
+			return errors.New("screen refuses this response")
+		}
+		for _, h := range hs {
+			screened[seen{h.BaseOffset, h.ProducerID, h.CRC}] = true
+		}
+		return nil
+	}
+	con := newConsumer(t, f)
+	unscreened := 0
+	con.onResult = func(_ int, r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, b := range r.Batches {
+			if !screened[seen{b.Header.BaseOffset, b.Header.ProducerID, b.Header.CRC}] {
+				unscreened++
+			}
+		}
+	}
+	con.assignAll(ends)
+	run(t, f)
+	con.until(ctx, ends)
+	compare(t, con.s, want)
+	mu.Lock()
+	defer mu.Unlock()
+	if unscreened != 0 || failed == 0 {
+		t.Fatalf("%d batches delivered before Screen saw them; %d of %d Screen calls failed (want some)", unscreened, failed, calls)
+	}
+	t.Logf("%d Screen calls, %d failed; %d batches screened", calls, failed, len(screened))
+}

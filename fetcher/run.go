@@ -623,6 +623,8 @@ func (c *coord) applyOutcome(o *outcome) {
 		switch {
 		case o.err != nil:
 			c.retry(pt, KindConnection, fmt.Errorf("fetch %s from broker %d: %w", pt.p, o.broker, o.err), true)
+		case o.screenErr != nil:
+			c.retry(pt, KindOther, fmt.Errorf("fetch %s at offset %d from broker %d: %w", pt.p, pt.offset, o.broker, o.screenErr), false)
 		case it.missing:
 			c.retry(pt, KindOther, fmt.Errorf("fetch %s from broker %d: the response does not hold the partition", pt.p, o.broker), false)
 		case it.code == 0:

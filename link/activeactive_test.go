@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // Links in both directions over the same topic names (DESIGN §16): A→B and
@@ -18,7 +19,23 @@ import (
 // record, and none of the other's records without a producer ID (they
 // carry no origin). Nothing goes back: both links count the batches they
 // did not send home.
-func TestActiveActive(t *testing.T) {
+func TestActiveActive(t *testing.T) { activeActive(t, false, false) }
+
+// TestActiveActiveTransactional is TestActiveActive with both links
+// delivering transactionally, and with one link of each mode: a
+// transactional link appends under its session's producer ID, which the
+// link in the other direction learns from the MirrorTxnProducer records of
+// the state topic at its source (DESIGN §16). The crash of one link gives
+// its next session a new epoch (and, under transaction protocol 2, new
+// producer IDs as epochs run out), which must not be sent back either.
+func TestActiveActiveTransactional(t *testing.T) {
+	t.Run("both", func(t *testing.T) { activeActive(t, true, true) })
+	t.Run("ab", func(t *testing.T) { activeActive(t, true, false) })
+}
+
+// activeActive runs the scenario with the link A→B (abTxn) and B→A (baTxn)
+// delivering transactionally or in preserve delivery.
+func activeActive(t *testing.T, abTxn, baTxn bool) {
 	scenario(t, func(t *testing.T, e *env) {
 		a := e.cluster(t, "a", kafkatest.SourceClusterID)
 		b := e.cluster(t, "b", kafkatest.DestClusterID)
@@ -31,6 +48,12 @@ func TestActiveActive(t *testing.T) {
 			return c
 		}
 		abCfg, baCfg := cfg("ab", a, b), cfg("ba", b, a)
+		if abTxn {
+			abCfg.Link.Delivery = statestore.DeliveryTransactional
+		}
+		if baTxn {
+			baCfg.Link.Delivery = statestore.DeliveryTransactional
+		}
 
 		// What each cluster's producers committed and aborted: sent
 		// (idempotent and transactional producers, which the other

@@ -3,7 +3,6 @@ package link
 import (
 	"context"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -30,29 +29,29 @@ import (
 // committed record is consumed exactly once by each group; A ends with
 // B's records once and B with A's, none sent back.
 func TestFailback(t *testing.T) {
-	scenario(t, func(t *testing.T, e *env) { testFailback(t, e, false) })
+	scenario(t, func(t *testing.T, e *env) { testFailback(t, e, false, false) })
 }
 
-// The same round trip with the reverse link B→A in transactional delivery:
-// its translation finds the originals of the copies it skipped by content
-// (Logs.Stamped). The link A→B is not resumed at the end: B→A's appends
-// carry its session's producer ID, which A→B cannot tell from A's own
-// producers (README: active-active and failback need preserve delivery;
-// mirrord validate refuses the pair).
-//
-// Not in CI (MIRRORD_TXN_FAILBACK=1 runs it): a configuration the product
-// does not support, and one CI run under -race of the five so far ended
-// with the group that had read into B's records one record short at A,
-// not reproduced since (issue 26's note). The last phase reads until the
-// group gets nothing more, so that a failure names the records.
+// The same round trip with transactional delivery: the reverse link B→A
+// (its translation finds the originals of the copies it skipped by
+// content, Logs.Stamped), the link A→B (the reverse link learns its
+// sessions' producer IDs from the state topic at B, and translates a
+// position in front of one of its copies to the copy's original at A by
+// content), or both. The link A→B resumed at the end skips B→A's copies
+// of B's records the same way.
 func TestFailbackTransactional(t *testing.T) {
-	if os.Getenv("MIRRORD_TXN_FAILBACK") == "" {
-		t.Skip("MIRRORD_TXN_FAILBACK=1 runs the round trip with a transactional reverse link")
-	}
-	scenario(t, func(t *testing.T, e *env) { testFailback(t, e, true) })
+	t.Run("back", func(t *testing.T) {
+		scenario(t, func(t *testing.T, e *env) { testFailback(t, e, false, true) })
+	})
+	t.Run("forward", func(t *testing.T) {
+		scenario(t, func(t *testing.T, e *env) { testFailback(t, e, true, false) })
+	})
+	t.Run("both", func(t *testing.T) {
+		scenario(t, func(t *testing.T, e *env) { testFailback(t, e, true, true) })
+	})
 }
 
-func testFailback(t *testing.T, e *env, txnBack bool) {
+func testFailback(t *testing.T, e *env, txnForward, txnBack bool) {
 	a := e.cluster(t, "a", kafkatest.SourceClusterID)
 	b := e.cluster(t, "b", kafkatest.DestClusterID)
 	topic := e.topic("t")
@@ -68,10 +67,15 @@ func testFailback(t *testing.T, e *env, txnBack bool) {
 	}
 	// B→A skips batches without a producer ID (unattributed = "skip").
 	abCfg, baCfg := cfg("ab", a, b, false), cfg("ba", b, a, true)
-	if txnBack {
-		baCfg.Link.Delivery = statestore.DeliveryTransactional
-		baCfg.Link.TransactionTimeout = 30 * time.Second
-		baCfg.Link.CheckpointInterval = 300 * time.Millisecond
+	for _, c := range []struct {
+		cfg *Config
+		txn bool
+	}{{&abCfg, txnForward}, {&baCfg, txnBack}} {
+		if c.txn {
+			c.cfg.Link.Delivery = statestore.DeliveryTransactional
+			c.cfg.Link.TransactionTimeout = 30 * time.Second
+			c.cfg.Link.CheckpointInterval = 300 * time.Millisecond
+		}
 	}
 
 	// What the producers committed: idempotent and transactional
@@ -136,10 +140,6 @@ func testFailback(t *testing.T, e *env, txnBack bool) {
 		consumedOnce(t, g, consumed[g], atA, atB)
 	}
 
-	if txnBack {
-		holdsExactly(t, a, union(atA, atB), topic)
-		return
-	}
 	// Producers back at A, and the link A→B resumed: A's new records
 	// reach B, B's copies at A do not go back.
 	load(t, a, later, idempotent, 0, "a-later", 30, topic)

@@ -66,6 +66,9 @@ type session struct {
 	queries      chan query
 	logs         *translate.Logs // offset translations' readers
 	trSrc, trDst *kgo.Client     // logs' clients
+	// origins learns the producer IDs of transactional links from the
+	// destination into the source (nil when the link checks no origin).
+	origins *statestore.Origins
 
 	reported Counts // the pipeline's counters already added to the link's totals
 	// reportedDiscovery: the pipeline's discovery failures already counted.
@@ -210,6 +213,19 @@ func (s *session) connect(ctx context.Context) (err error) {
 	// destination and is not sent back (DESIGN §16). Both ends of a link
 	// within one cluster are home: it checks nothing.
 	s.returns = transform.ReturnsOf(s.srcID, s.dstID, l.cfg.Link.ReturnHome, l.cfg.Link.SkipUnattributed)
+	if s.returns.Check {
+		// A transactional link from the destination into the source
+		// appended under its sessions' producer IDs, which its state
+		// topic there records (DESIGN §16).
+		if s.origins, err = statestore.NewOrigins(statestore.OriginsConfig{
+			Topic: l.cfg.Link.StateTopic, SourceOpts: l.deps.SourceOpts,
+			SourceClusterID: s.srcID, DestinationClusterID: s.dstID,
+			Strict: l.cfg.Link.SkipUnattributed, Logger: l.log,
+		}); err != nil {
+			return err
+		}
+		s.returns.Sessions = s.origins.Sessions()
+	}
 	if hashed {
 		s.log.Warn("source cluster ID is not a UUID; its region is derived from its SHA-256. Pin cluster_id in the cluster block if this cluster's ID can change",
 			"cluster", l.cfg.Source.Name, "cluster_id", s.srcID, "region", uint32(s.region))
@@ -223,7 +239,11 @@ func (s *session) connect(ctx context.Context) (err error) {
 	if s.trDst, err = kgo.NewClient(l.deps.DestinationOpts...); err != nil {
 		return fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
-	s.logs = &translate.Logs{Source: translate.NewCluster(s.trSrc), Destination: translate.NewCluster(s.trDst),
+	srcLogs := translate.NewCluster(s.trSrc)
+	if s.origins != nil {
+		srcLogs = srcLogs.Screened(s.origins.Learn)
+	}
+	s.logs = &translate.Logs{Source: srcLogs, Destination: translate.NewCluster(s.trDst),
 		From: twin.Source{Cluster: s.srcID, Region: s.region, Returns: s.returns}, Now: l.deps.Now,
 		Stamped: l.cfg.Link.Delivery == statestore.DeliveryTransactional}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
@@ -253,7 +273,17 @@ func (s *session) newFetcher() (*fetcher.Fetcher, error) {
 		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
 		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
 		CheckCRCs:        l.cfg.Link.CheckCRCs,
-	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics})
+	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics, Screen: s.screen()})
+}
+
+// screen is the fetcher's Screen: the origins of transactional producer IDs
+// are learnt before a fetched batch is decided (nil when the link checks
+// no origin).
+func (s *session) screen() func(ctx context.Context, hs []transform.Header) error {
+	if s.origins == nil {
+		return nil
+	}
+	return s.origins.Learn
 }
 
 // goRun starts a goroutine of the session; an error it returns ends the
@@ -527,6 +557,9 @@ func (s *session) close() {
 	}
 	if s.store != nil {
 		s.store.Close()
+	}
+	if s.origins != nil {
+		s.origins.Close()
 	}
 	if s.src != nil {
 		s.src.Close()

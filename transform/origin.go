@@ -1,5 +1,7 @@
 package transform
 
+import "sync"
+
 // Returns is the rule that keeps a link from sending a batch back to the
 // cluster where it was first produced (DESIGN §16). The region of a mapped
 // producer ID names the cluster that first produced the batch: every mirror
@@ -12,6 +14,12 @@ package transform
 // A batch without a producer ID (-1: a producer with enable.idempotence
 // off) carries no origin; the link's unattributed policy decides.
 //
+// A link that delivers transactionally appends under its session's
+// producer ID, not the origin's: Sessions, when set, holds the producer IDs
+// under which transactional links from the destination into the source
+// appended (learnt from the source's state topic), and a batch under one of
+// them started at the destination too.
+//
 // The zero value forwards everything.
 type Returns struct {
 	// Home is the destination cluster's (unsalted) region; it is only
@@ -22,6 +30,10 @@ type Returns struct {
 	// SkipUnattributed: batches with producer ID -1 are not forwarded
 	// (unattributed = "skip", for active-active links).
 	SkipUnattributed bool
+	// Sessions are the producer IDs of transactional sessions of links
+	// from the destination into the source; nil: none are known. Only
+	// looked at when Check is set.
+	Sessions *Sessions
 }
 
 // Return is what Returns says of one batch.
@@ -41,9 +53,11 @@ const (
 //
 // A salted mapping of a destination producer (a collision the reverse
 // link resolved with a salt, DESIGN §4) carries the destination's region
-// plus the salt and is not recognised here; nor is a batch that a
-// transactional link appended under its session's producer ID. README,
-// "Active-active and failback", states both limits.
+// plus the salt and is not recognised here (README, "Active-active and
+// failback"). A batch that a transactional link from the destination
+// appended under its session's producer ID is recognised by r.Sessions,
+// which the caller must have brought up to date with the batch's producer
+// ID before it asks (Sessions.Has).
 func (r Returns) Of(pid int64) Return {
 	if pid == -1 {
 		if r.SkipUnattributed {
@@ -57,6 +71,9 @@ func (r Returns) Of(pid int64) Return {
 	if reg, _, ok := DecodePID(pid); ok && reg == r.Home {
 		return Home
 	}
+	if pid >= 0 && r.Sessions.Has(pid) {
+		return Home
+	}
 	return Away
 }
 
@@ -68,4 +85,47 @@ func (r Returns) Of(pid int64) Return {
 func ReturnsOf(srcID, dstID string, returnHome, skipUnattributed bool) Returns {
 	home, _ := RegionOf(dstID)
 	return Returns{Home: home, Check: srcID != dstID && !returnHome, SkipUnattributed: skipUnattributed}
+}
+
+// Sessions is a set of producer IDs under which transactional links
+// appended at a cluster (statestore's MirrorTxnProducer records, read by
+// the link in the other direction). It only grows: a producer ID is
+// allocated once by a cluster, so an ID found not to be a link's when a
+// batch under it was seen never becomes one, and a decision about a batch
+// never changes once its producer ID was looked up. Safe for concurrent
+// use; the nil *Sessions is empty.
+type Sessions struct {
+	mu  sync.RWMutex
+	ids map[int64]struct{}
+}
+
+// NewSessions returns an empty set.
+func NewSessions() *Sessions { return &Sessions{ids: make(map[int64]struct{})} }
+
+// Has reports whether pid is in the set.
+func (s *Sessions) Has(pid int64) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.ids[pid]
+	return ok
+}
+
+// Add puts pid in the set.
+func (s *Sessions) Add(pid int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids[pid] = struct{}{}
+}
+
+// Len is the number of producer IDs in the set.
+func (s *Sessions) Len() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.ids)
 }

@@ -55,6 +55,7 @@ type Offline struct {
 	srcAdm   *kadm.Client
 	logs     *Logs
 	view     *statestore.View
+	origins  *statestore.Origins // nil when the link checks no origin
 }
 
 // NewOffline connects to the link's clusters, learns the source cluster's
@@ -82,11 +83,21 @@ func NewOffline(ctx context.Context, cfg OfflineConfig) (_ *Offline, err error) 
 		return nil, err
 	}
 	region, _ := transform.RegionOf(srcID)
+	returns := transform.ReturnsOf(srcID, dstID, cfg.ReturnHome, cfg.SkipUnattributed)
+	source := NewCluster(o.src)
+	if returns.Check {
+		// Batches a transactional link from the destination appended at
+		// the source are not sent back (DESIGN §16).
+		if o.origins, err = statestore.NewOrigins(statestore.OriginsConfig{Topic: cfg.StateTopic, SourceOpts: cfg.SourceOpts,
+			SourceClusterID: srcID, DestinationClusterID: dstID, Strict: cfg.SkipUnattributed}); err != nil {
+			return nil, err
+		}
+		returns.Sessions, source = o.origins.Sessions(), source.Screened(o.origins.Learn)
+	}
 	o.logs = &Logs{
-		Source: NewCluster(o.src), Destination: NewCluster(o.dst),
-		From: twin.Source{Cluster: srcID, Region: region,
-			Returns: transform.ReturnsOf(srcID, dstID, cfg.ReturnHome, cfg.SkipUnattributed)},
-		Now: cfg.Now, Stamped: cfg.Stamped,
+		Source: source, Destination: NewCluster(o.dst),
+		From: twin.Source{Cluster: srcID, Region: region, Returns: returns},
+		Now:  cfg.Now, Stamped: cfg.Stamped,
 	}
 	if o.view, err = statestore.ReadView(ctx, cfg.StateTopic, cfg.DestinationOpts); err != nil {
 		return nil, fmt.Errorf("read the link's state topic %q on cluster %s: %w", cfg.StateTopic, cfg.DestinationName, err)
@@ -101,6 +112,9 @@ func (o *Offline) Close() {
 	}
 	if o.dst != nil {
 		o.dst.Close()
+	}
+	if o.origins != nil {
+		o.origins.Close()
 	}
 }
 

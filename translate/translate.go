@@ -127,6 +127,19 @@ type Logs struct {
 type Cluster struct {
 	cl      *kgo.Client
 	leaders *leaders.Cache
+	// screen, when set, sees the headers of every batch a translation
+	// fetched from this cluster before they are decided (Screened).
+	screen func(ctx context.Context, hs []transform.Header) error
+}
+
+// Screened returns c reading the same way, with fn called on the headers
+// of every batch fetched through it before the batches are decided (the
+// link learns the origins of transactional producer IDs there,
+// statestore.Origins.Learn). An error of fn fails the read.
+func (c *Cluster) Screened(fn func(ctx context.Context, hs []transform.Header) error) *Cluster {
+	cc := *c
+	cc.screen = fn
+	return &cc
 }
 
 // NewCluster reads through cl, which the caller owns and closes.
@@ -203,6 +216,10 @@ type job struct {
 	srcRead, dstRead int64
 	dstSkipped       int64 // destination bytes of aborted transactions read past (Stamped)
 	dstStart         int64 // the destination's log start as a fetch reported it; -1 unknown
+	// byContent: destination reads are read as a Stamped link's are
+	// (committed only, producer identity stripped), for origin's search
+	// of the original of a transactional link's copy.
+	byContent bool
 
 	last    *read // the last source read, at lastPos: reading the same position twice costs nothing
 	lastPos int64
@@ -1376,7 +1393,7 @@ func (x *job) dstRead1(ctx context.Context, pos int64) (out [][]byte, next int64
 	}
 	next = pos
 	var aborted *abortedTxns
-	if x.Stamped {
+	if x.Stamped || x.byContent {
 		aborted = newAbortedTxns(rp.AbortedTransactions)
 	}
 	out = raws[:0]
@@ -1398,7 +1415,7 @@ func (x *job) dstRead1(ctx context.Context, pos int64) (out [][]byte, next int64
 			continue
 		}
 		if h.NextOffset() > pos {
-			if x.Stamped {
+			if x.Stamped || x.byContent {
 				transform.Unstamp(b)
 			}
 			out = append(out, b)
@@ -1467,12 +1484,18 @@ func (x *job) fetch(ctx context.Context, source bool, pos int64) (*kmsg.FetchRes
 		q.ID = ld.ID
 		x.out.Requests++
 		rp, err := rawfetch.Do(ctx, cl, ld.Broker, rawfetch.Request{
-			Partition: q, Offset: pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: translateChunk, ReadCommitted: source || x.Stamped,
+			Partition: q, Offset: pos, LeaderEpoch: ld.Epoch, PartitionMaxBytes: translateChunk, ReadCommitted: source || x.Stamped || x.byContent,
 		})
 		if err == nil {
 			err = kerr.ErrorForCode(rp.ErrorCode)
 		}
 		switch {
+		case err == nil && c.screen != nil:
+			if err := screen(ctx, c.screen, rp.RecordBatches); err != nil {
+				return nil, fmt.Errorf("%s %s at offset %d: %w", side, p, pos, err)
+			}
+			*used += int64(len(rp.RecordBatches))
+			return rp, nil
 		case err == nil:
 			*used += int64(len(rp.RecordBatches))
 			return rp, nil
@@ -1659,12 +1682,20 @@ func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool,
 // batch c, which started there: the first destination batch from the first
 // offset with c's earliest create time on that holds c's records under
 // the producer ID c's maps (the same low 31 bits, epoch and sequence, and
-// the same bytes after the producer ID; Stamped, by content alone).
+// the same bytes after the producer ID). Stamped, or when c is a
+// transactional link's copy (its producer ID is that link's session's,
+// transform.Sessions, not the original's), by content alone: the same
+// records, among the destination's committed batches.
 func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	x.out.Via = "origin"
 	least, err := x.earliest([]srcBatch{c})
 	if err != nil {
 		return err
+	}
+	session := c.pid >= 0 // a mapped producer ID is negative
+	if session && !x.Stamped {
+		x.byContent = true
+		defer func() { x.byContent = false }()
 	}
 	r, err := x.offsetAfter(ctx, least)
 	if err != nil {
@@ -1672,6 +1703,9 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	}
 	_, low, _ := transform.DecodePID(c.pid)
 	want := append([]byte(nil), c.raw...)
+	if x.byContent {
+		transform.Unstamp(want)
+	}
 	for pos := r; ; {
 		ds, err := x.dstBatches(ctx, pos)
 		if err != nil {
@@ -1686,7 +1720,7 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 				return fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
 			}
 			pos = dh.NextOffset()
-			if !x.Stamped {
+			if !x.Stamped && !x.byContent {
 				if dh.ProducerID < 0 || dh.ProducerID&(1<<31-1) != int64(low) || dh.Control() {
 					continue
 				}
@@ -1704,9 +1738,38 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	if start, err := x.destinationStart(ctx); err != nil {
 		return err
 	} else if r <= start {
-		return fmt.Errorf("%w: the source batch at offset %d started at the destination (its producer ID %d maps into the destination's region), and its original is not there from the destination's log start %d on (retention deleted it)",
-			ErrBelowDestinationStart, c.h.BaseOffset, c.pid, start)
+		return fmt.Errorf("%w: the source batch at offset %d started at the destination (%s), and its original is not there from the destination's log start %d on (retention deleted it)",
+			ErrBelowDestinationStart, c.h.BaseOffset, why(c.pid), start)
 	}
-	return fmt.Errorf("%w: the source batch at offset %d started at the destination (its producer ID %d maps into the destination's region), and no destination batch from offset %d (the first with a timestamp at or after %d) on is its original (compacted or deleted at the destination since)",
-		ErrUntranslatable, c.h.BaseOffset, c.pid, r, least)
+	return fmt.Errorf("%w: the source batch at offset %d started at the destination (%s), and no destination batch from offset %d (the first with a timestamp at or after %d) on is its original (compacted or deleted at the destination since)",
+		ErrUntranslatable, c.h.BaseOffset, why(c.pid), r, least)
+}
+
+// why says how a source batch with producer ID pid is known to have
+// started at the destination.
+func why(pid int64) string {
+	if pid >= 0 {
+		return fmt.Sprintf("a transactional link from the destination appended it under its session's producer ID %d", pid)
+	}
+	return fmt.Sprintf("its producer ID %d maps into the destination's region", pid)
+}
+
+// screen calls fn with the headers of the whole batches in raw (a partial
+// batch at the end, as a fetch may return, is not one).
+func screen(ctx context.Context, fn func(ctx context.Context, hs []transform.Header) error, raw []byte) error {
+	var hs []transform.Header
+	for len(raw) > 0 {
+		b, rest, err := transform.NextBatch(raw)
+		if err != nil {
+			break // decided (and reported) where the batches are read
+		}
+		if h, err := transform.ParseHeader(b); err == nil {
+			hs = append(hs, h)
+		}
+		raw = rest
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	return fn(ctx, hs)
 }

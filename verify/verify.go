@@ -62,6 +62,10 @@ type Config struct {
 	// without a producer ID: DESIGN §16): their records are not expected
 	// at the destination. The zero value expects every record.
 	Returns transform.Returns
+	// Screen, when set, is called with the headers of a chunk's
+	// transactional source records before Returns decides them
+	// (statestore.Origins.Learn brings Returns.Sessions up to date).
+	Screen func(ctx context.Context, hs []transform.Header) error
 	// SharedDestination: the destination topics have producers of their
 	// own (active-active, shared_destination): their records, which carry
 	// the destination cluster's producer IDs (never a mapped one), are not
@@ -288,7 +292,7 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 	g.Go(func() error { return j.dst.read(gctx, dstCh) })
 
 	c := comparator{
-		src:    cursor{next: sent(chanFeed(srcCh), cfg.Returns)},
+		src:    cursor{next: sent(chanFeed(srcCh), cfg.Returns, cfg.Screen)},
 		dst:    cursor{next: mirrored(chanFeed(dstCh), cfg.SharedDestination)},
 		pids:   newPIDCheck(region, cfg.SourceClusterID, tp.Partition{Topic: j.dstTopic, ID: j.dst.id, Partition: j.partition}, cfg.Salt),
 		max:    cfg.MaxRecords,
@@ -317,12 +321,23 @@ func (j job) run(ctx context.Context, cfg Config, region transform.Region) (Part
 }
 
 // sent is f without the records the link does not send (Config.Returns).
-func sent(f feed, r transform.Returns) feed {
+func sent(f feed, r transform.Returns, screen func(ctx context.Context, hs []transform.Header) error) feed {
 	return func(ctx context.Context) ([]rec, error) {
 		for {
 			chunk, err := f(ctx)
 			if err != nil {
 				return nil, err
+			}
+			if screen != nil {
+				var hs []transform.Header
+				for _, x := range chunk {
+					if x.Attrs.IsTransactional() {
+						hs = append(hs, transform.Header{ProducerID: x.ProducerID, Attributes: transform.AttrTransactional})
+					}
+				}
+				if err := screen(ctx, hs); err != nil {
+					return nil, err
+				}
 			}
 			kept := chunk[:0]
 			for _, x := range chunk {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/kafka/dial"
+	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/verify"
 )
@@ -92,7 +93,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
-	src, _, err := clusterClient(cfg, l.Source)
+	src, srcOpts, err := clusterClient(cfg, l.Source)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -138,10 +139,22 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	}
 	txn := l.Delivery == config.DeliveryTransactional
 	fmt.Fprintf(stdout, "comparing %s of link %s: %s -> %s (%s delivery)\n", plural(len(topics), "topic"), l.Name, l.Source, l.Destination, l.Delivery)
+	returns := transform.ReturnsOf(srcID, dstID, l.ReturnHome, l.Unattributed == config.UnattributedSkip)
+	var screen func(ctx context.Context, hs []transform.Header) error
+	if returns.Check {
+		// Batches a transactional link from the destination appended at
+		// the source are not sent back either (DESIGN §16).
+		origins, err := statestore.NewOrigins(statestore.OriginsConfig{Topic: l.StateTopic, SourceOpts: srcOpts,
+			SourceClusterID: srcID, DestinationClusterID: dstID, Strict: returns.SkipUnattributed})
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer origins.Close()
+		returns.Sessions, screen = origins.Sessions(), origins.Learn
+	}
 	rep, err := verify.Run(ctx, verify.Config{
 		Source: src, Destination: dst, Topics: pairs, SourceClusterID: srcID, Salt: salts, Transactional: txn,
-		Returns:           transform.ReturnsOf(srcID, dstID, l.ReturnHome, l.Unattributed == config.UnattributedSkip),
-		SharedDestination: l.SharedDestination,
+		Returns: returns, Screen: screen, SharedDestination: l.SharedDestination,
 	})
 	if err != nil {
 		return fail("%v", err)

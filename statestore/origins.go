@@ -1,0 +1,156 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// maxChecked bounds the producer IDs Origins remembers as not a link's; past
+// it the memory is cleared and an ID seen again costs one more read.
+const maxChecked = 1 << 16
+
+// Origins learns which producer IDs at a link's source belong to
+// transactional sessions of links in the other direction (from the link's
+// destination into its source), from the MirrorTxnProducer records of the
+// state topic at the source (DESIGN §16). A transactional session records
+// its producer ID in a transaction no later than the one of its first data
+// batch under it; so after the link has fetched a committed batch under an
+// ID, a read of the state topic to its end finds the ID's record if there
+// is one. Learn does that read for IDs it has not looked up yet, before the
+// batches are decided; Sessions is the set the decisions consult.
+//
+// Safe for concurrent use: the fetcher's broker goroutines call Learn.
+type Origins struct {
+	store    *Store
+	from, to string // the link's destination and source cluster IDs
+	strict   bool
+	log      hclog.Logger
+	set      *transform.Sessions
+
+	mu      sync.Mutex // serialises reads; guards the fields below
+	checked map[int64]struct{}
+	warned  bool
+	reads   int64
+}
+
+// OriginsConfig says where Origins reads and what it looks for.
+type OriginsConfig struct {
+	// Topic is the state topic's name at the source: the same as the
+	// link's own (links in both directions use one name).
+	Topic string
+	// SourceOpts reach the link's source cluster.
+	SourceOpts []kgo.Opt
+	// SourceClusterID and DestinationClusterID are the link's clusters.
+	// A record counts when it is of a link from DestinationClusterID to
+	// SourceClusterID.
+	SourceClusterID, DestinationClusterID string
+	// Strict: a state topic that cannot be read (refused, or failing) is
+	// an error for Learn, which the fetcher retries; the link cannot tell
+	// the batches a transactional link from its destination appended. A
+	// link that does not skip unattributed batches (not active-active)
+	// is not strict: it logs a warning once and treats the IDs as not a
+	// link's. A state topic that does not exist holds no record either
+	// way.
+	Strict bool
+	Logger hclog.Logger
+}
+
+// NewOrigins returns an Origins with an empty set. It does no I/O.
+func NewOrigins(cfg OriginsConfig) (*Origins, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	st, err := New(Config{Topic: cfg.Topic}, Deps{ClientOpts: cfg.SourceOpts, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, strict: cfg.Strict,
+		log: cfg.Logger.Named("origins"), set: transform.NewSessions(), checked: make(map[int64]struct{})}, nil
+}
+
+// Sessions is the set of producer IDs learnt so far; it only grows.
+func (o *Origins) Sessions() *transform.Sessions { return o.set }
+
+// Reads is how many times Learn read the state topic.
+func (o *Origins) Reads() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reads
+}
+
+// Close closes the source client.
+func (o *Origins) Close() { o.store.Close() }
+
+// candidate reports whether a batch with header h could be a transactional
+// link's: a transactional batch under a producer ID of the cluster itself
+// (a mapped ID is a mirror's, and its region says its origin).
+func candidate(h transform.Header) bool {
+	return h.ProducerID >= 0 && h.Transactional() && !h.Control()
+}
+
+// Learn makes Sessions answer for the producer ID of every batch of hs: an
+// ID neither in the set nor looked up before makes it read the state topic
+// at the source to its end (one read for all of hs).
+func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
+	unknown := func() bool {
+		for _, h := range hs {
+			if !candidate(h) || o.set.Has(h.ProducerID) {
+				continue
+			}
+			if _, ok := o.checked[h.ProducerID]; !ok {
+				return true
+			}
+		}
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !unknown() {
+		return nil
+	}
+	o.reads++
+	// kadm answers Metadata from the client's cache when it is younger
+	// than MetadataMinAge (5 s; kadm.Client.Metadata uses
+	// RequestCachedMetadata), which may predate the topic's creation or
+	// a partition's new leader; this read must see the topic as it is now.
+	// WithAuthorizedOps makes kadm ask the brokers.
+	v, err := o.store.Replay(kadm.WithAuthorizedOps(ctx))
+	switch {
+	case errors.Is(err, ErrNoTopic):
+		v = NewView()
+	case err != nil && o.strict:
+		return fmt.Errorf("read state topic %q at the source to tell the batches a transactional link from the destination appended (they must not be sent back; the link's principal needs Describe and Read on it there): %w", o.store.Topic(), err)
+	case err != nil:
+		if !o.warned {
+			o.warned = true
+			o.log.Warn("cannot read the state topic at the source: a transactional batch that a link from the destination appended there would be sent back; set unattributed = \"skip\" on active-active links to make this an error", "topic", o.store.Topic(), "error", err)
+		}
+		v = NewView()
+	}
+	n := o.set.Len()
+	for k, val := range v.TxnProducers {
+		if val.SourceClusterID == o.from && val.DestinationClusterID == o.to {
+			o.set.Add(k.ProducerID)
+		}
+	}
+	if len(o.checked) >= maxChecked {
+		clear(o.checked)
+	}
+	for _, h := range hs {
+		if candidate(h) && !o.set.Has(h.ProducerID) {
+			o.checked[h.ProducerID] = struct{}{}
+		}
+	}
+	if m := o.set.Len(); m > n {
+		o.log.Info("learnt producer IDs of transactional links from the destination", "new", m-n, "known", m)
+	}
+	return nil
+}

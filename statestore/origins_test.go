@@ -1,0 +1,92 @@
+package statestore
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// TestOriginsLearn: Origins reads the state topic at the link's source only
+// for a transactional batch under a producer ID it has not looked up, finds
+// the IDs of transactional links from the link's destination into its
+// source (and no others), and remembers an ID that is not one.
+func TestOriginsLearn(t *testing.T) {
+	ctx := testCtx(t)
+	// The link mirrors src → dst; the state topic it reads is at src,
+	// where a link dst → src (the reverse link) recorded its sessions.
+	src, _ := kafkatest.Pair(t)
+	const reverseSrc, reverseDst = kafkatest.DestClusterID, kafkatest.SourceClusterID
+	o, err := NewOrigins(OriginsConfig{Topic: "__state", SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+		SourceClusterID: reverseDst, DestinationClusterID: reverseSrc, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	txn := func(pid int64) transform.Header {
+		return transform.Header{ProducerID: pid, Attributes: transform.AttrTransactional}
+	}
+	learn := func(hs ...transform.Header) {
+		t.Helper()
+		if err := o.Learn(ctx, hs); err != nil {
+			t.Fatalf("Learn: %v", err)
+		}
+	}
+
+	// No state topic at the source: nothing is a link's, and looked up once.
+	learn(txn(7))
+	if o.Sessions().Has(7) || o.Reads() != 1 {
+		t.Fatalf("without a state topic: has 7 %v, reads %d; want false, 1", o.Sessions().Has(7), o.Reads())
+	}
+	learn(txn(7))
+	if o.Reads() != 1 {
+		t.Fatalf("an ID looked up before was read again: %d reads", o.Reads())
+	}
+
+	s := newStore(t, src, Config{Topic: "__state"}, nil)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sess := begin(t, ctx, s, "ba")
+	rec := func(link string, pid int64, from, to string) Record {
+		return Record{Key: TxnProducerKey{LinkName: link, ProducerID: pid}, Value: TxnProducerValue{SourceClusterID: from, DestinationClusterID: to, TimestampMs: 1}}
+	}
+	if err := sess.Commit(ctx, Mirroring, rec("ba", 40, reverseSrc, reverseDst), rec("ba", 41, reverseSrc, reverseDst),
+		rec("other", 50, kafkatest.ThirdClusterID, reverseDst), rec("ab", 60, reverseDst, reverseSrc)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not candidates: no read. A batch without the transactional bit,
+	// a mapped (negative) ID, a batch without a producer ID.
+	learn(transform.Header{ProducerID: 40}, txn(-5), txn(-1))
+	if o.Reads() != 1 || o.Sessions().Has(40) {
+		t.Fatalf("non-candidates: reads %d, has 40 %v; want 1, false", o.Reads(), o.Sessions().Has(40))
+	}
+	// An ID remembered as not a link's stays so (an ID is allocated
+	// once); a new one reads, and the read learns every reverse link ID.
+	learn(txn(7), txn(40))
+	if o.Reads() != 2 || !o.Sessions().Has(40) || !o.Sessions().Has(41) {
+		t.Fatalf("after a read: reads %d, has 40 %v, 41 %v; want 2, true, true", o.Reads(), o.Sessions().Has(40), o.Sessions().Has(41))
+	}
+	learn(txn(41), txn(40))
+	if o.Reads() != 2 {
+		t.Fatalf("known IDs read again: %d reads", o.Reads())
+	}
+	// Records of links between other clusters, or in the link's own
+	// direction, are not the reverse link's.
+	learn(txn(50), txn(60))
+	if o.Sessions().Has(50) || o.Sessions().Has(60) || o.Sessions().Len() != 2 {
+		t.Fatalf("has 50 %v, 60 %v, %d IDs; want only 40 and 41", o.Sessions().Has(50), o.Sessions().Has(60), o.Sessions().Len())
+	}
+
+	// What Returns says with the set.
+	r := transform.ReturnsOf(reverseDst, reverseSrc, false, true)
+	r.Sessions = o.Sessions()
+	for pid, want := range map[int64]transform.Return{40: transform.Home, 41: transform.Home, 50: transform.Away, 7: transform.Away, -1: transform.Unattributed} {
+		if got := r.Of(pid); got != want {
+			t.Errorf("Of(%d) = %v, want %v", pid, got, want)
+		}
+	}
+}
