@@ -36,6 +36,17 @@ func SaltRecord(p Partition, s transform.Salt, now time.Time) statestore.Record 
 	}
 }
 
+// SaltedPIDRecord is the state record that keeps salt s's mapped producer
+// ID with its origin for good (MirrorSaltedPid): a link in the other
+// direction reads it to tell the salted ID's batches as its destination's
+// own. It commits with SaltRecord; SaltTombstone leaves it.
+func SaltedPIDRecord(s transform.Salt, now time.Time) statestore.Record {
+	return statestore.Record{
+		Key:   statestore.SaltedPIDKey{SourceClusterID: s.Origin.Cluster, MappedPID: s.Mapped},
+		Value: statestore.SaltedPIDValue{OriginalPID: s.Origin.PID, TimestampMs: now.UnixMilli()},
+	}
+}
+
 // SaltTombstone is the record that deletes the salt of origin o at p (the
 // PSM expired it).
 func SaltTombstone(p Partition, o transform.Origin) statestore.Record {

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 // Links in both directions over the same topic names (DESIGN §16): A→B and
@@ -175,4 +177,93 @@ func holdsExactly(t *testing.T, c *cluster, ledger *produced, topic string) {
 		t.Fatalf("cluster %s: %d records wrong", c.Name, bad)
 	}
 	t.Logf("cluster %s: %d records, each exactly once", c.Name, len(got))
+}
+
+// A producer of A salted at B does not come back (DESIGN §16): X's
+// cluster ID folds to A's region, and X's producer is mirrored into A
+// (X→A); a producer local to A then writes under the PID X's producer had
+// (raw idempotent batches), so at B the link A→B salts A's producer (its
+// mapped PID is X's). The salted PID carries A's region plus the salt, not
+// A's: the reverse link B→A learns it from the MirrorSaltedPid record the
+// link A→B committed with the salt in the state topic at B, and skips its
+// batches. A ends with what it held, and B's own records once.
+func TestActiveActiveSalted(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "A", kafkatest.SourceClusterID)
+		x := e.cluster(t, "X", clusterIDWithRegion(t, kafkatest.SourceClusterID))
+		b := e.cluster(t, "B", kafkatest.DestClusterID)
+		xa := e.mirroredBetween(t, x, a, "x-to-a", srcTopic("t", 1))
+		topic := xa.topic("t")
+		xa.load(idempotent, 0, "x-idem", 40)
+		l := xa.start("x-to-a")
+		xa.waitMirrored(90 * time.Second)
+		l.stop(t, false)
+		xPID := producerIDs(t, x, topic)
+		if len(xPID) != 1 {
+			t.Fatalf("X's topic has producer IDs %v, want one", xPID)
+		}
+		var local int64
+		for pid := range xPID {
+			local = pid
+		}
+		// A's local producer, under the PID X's producer has.
+		for i := range 3 {
+			produceRawTo(t, a, topic, 0, batchtest.Simple(0, local, 0, int32(5*i), 5))
+		}
+		before := producerIDs(t, a, topic)
+		rA, _ := transform.RegionOf(a.ID)
+		if before[local] != 15 || before[transform.MapPID(local, rA)] != 40 {
+			t.Fatalf("A holds %v, want 15 records of the local PID %d and 40 of X's mapped one", before, local)
+		}
+
+		cfg := func(name string, src, dst *cluster) Config {
+			c := e.linkConfig(name, src, dst, "t")
+			c.Link.SkipUnattributed, c.Link.SharedDestination = true, true
+			return c
+		}
+		b.CreateTopic(t, topic, 1, nil)
+		ab := startLink(t, cfg("ab", a, b), a, b, "ab")
+		bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a})
+		if got := ab.Status().Counters.Get(CollisionsResolved); got != 1 {
+			t.Fatalf("link ab resolved %d collisions, want 1 (A's local producer salted)", got)
+		}
+		atB := producerIDs(t, b, topic)
+		var salted int64
+		for pid, n := range atB {
+			if r, _, ok := transform.DecodePID(pid); ok && r != rA && n == 15 {
+				salted = pid
+			}
+		}
+		if salted == 0 {
+			t.Fatalf("B holds %v, want A's local producer under a salted PID", atB)
+		}
+
+		bLocal := newProduced()
+		load(t, b, bLocal, idempotent, 2, "b-idem", 30, topic)
+		ba := startLink(t, cfg("ba", b, a), b, a, "ba")
+		bothCaughtUp(t, topic, map[*testLink]*cluster{ba: b, ab: a})
+		after := producerIDs(t, a, topic)
+		if after[salted] != 0 {
+			t.Errorf("A got %d records of the salted PID %d back from B", after[salted], salted)
+		}
+		for pid, n := range before {
+			if after[pid] != n {
+				t.Errorf("A's producer %d: %d records, had %d", pid, after[pid], n)
+			}
+		}
+		sum := func(m map[int64]int) (n int) {
+			for _, k := range m {
+				n += k
+			}
+			return n
+		}
+		if got := committedCount(bLocal); len(after)-len(before) != 1 || sum(after)-sum(before) != got {
+			t.Errorf("A holds %v after B→A, had %v: want B's %d records under one more PID", after, before, got)
+		}
+		c := ba.Status().Counters
+		if c.Get(RecordsReturnedHome) != 40+15 {
+			t.Errorf("link ba returned home %d records, want 55 (X's 40 under A's region, A's 15 salted)", c.Get(RecordsReturnedHome))
+		}
+		t.Logf("A: %v; B: %v; salted PID %d; link ba mirrored %d records, returned home %d", after, atB, salted, c.Get(RecordsMirrored), c.Get(RecordsReturnedHome))
+	})
 }

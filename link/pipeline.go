@@ -1144,7 +1144,7 @@ func (pl *Pipeline) flushCommits() {
 		recs = append(recs, barrier.Record(p.barrierKey(), pl.src.Cluster, pl.now), pl.checkpoint(c, p, nil))
 	}
 	for _, s := range c.salts {
-		recs = append(recs, barrier.SaltRecord(s.p.barrierKey(), s.salt, pl.now))
+		recs = append(recs, barrier.SaltRecord(s.p.barrierKey(), s.salt, pl.now), barrier.SaltedPIDRecord(s.salt, pl.now))
 		if _, ok := c.at[s.p]; !ok {
 			recs = append(recs, pl.checkpoint(c, s.p, s.p.psm.Snapshot()))
 		}

@@ -1004,6 +1004,9 @@ func (s *script) commitString(a DoCommit) string {
 		case statestore.PIDCollisionKey:
 			v := r.Value.(statestore.PIDCollisionValue)
 			fmt.Fprintf(&b, " salt=%s:%d:%d", s.dstKeyName(k.TopicID, k.Partition), k.OriginalPID, v.Salt)
+		case statestore.SaltedPIDKey:
+			v := r.Value.(statestore.SaltedPIDValue)
+			fmt.Fprintf(&b, " salted=%s", s.pidOf(statestore.ProducerState{OriginalPID: v.OriginalPID, MappedPID: k.MappedPID}))
 		default:
 			fmt.Fprintf(&b, " %T", r.Key)
 		}

@@ -25,6 +25,7 @@ func FuzzDecodeKey(f *testing.F) {
 		TopicKey{LinkName: "l1", TopicID: testTopicID},
 		ACLKey{LinkName: "l1", ResourceType: 2, ResourceName: "t", PatternType: 3, Principal: "User:u", Host: "*", Operation: 3, Permission: 3},
 		TxnProducerKey{LinkName: "l1", ProducerID: 9},
+		SaltedPIDKey{SourceClusterID: "s", MappedPID: -9},
 	} {
 		b, _ := EncodeKey(k)
 		f.Add(b)
@@ -62,6 +63,7 @@ func FuzzDecodeValue(f *testing.F) {
 		TopicValue{Topic: "d", SourceTopic: "s", TimestampMs: 9},
 		ACLValue{SourceResource: "s", Failover: true, TimestampMs: 9},
 		TxnProducerValue{SourceClusterID: "s", DestinationClusterID: "d", TimestampMs: 9},
+		SaltedPIDValue{OriginalPID: 9, TimestampMs: 9},
 	} {
 		f.Add(int16(v.Type()), EncodeValue(v))
 	}
@@ -128,6 +130,7 @@ func FuzzRoundTrip(f *testing.F) {
 			{Key: ACLKey{LinkName: s1, ResourceType: i8, ResourceName: s2, PatternType: i8 ^ 1, Principal: s3, Host: s2, Operation: int8(i16), Permission: int8(i32)},
 				Value: ACLValue{SourceResource: s3, Failover: i8%2 == 0, TimestampMs: i64a}},
 			{Key: TxnProducerKey{LinkName: s1, ProducerID: i64b}, Value: TxnProducerValue{SourceClusterID: s2, DestinationClusterID: s3, TimestampMs: i64a}},
+			{Key: SaltedPIDKey{SourceClusterID: s1, MappedPID: i64a}, Value: SaltedPIDValue{OriginalPID: i64b, TimestampMs: i64a ^ i64b}},
 			{Key: PIDResetKey{TopicID: u, Partition: i32}}, // tombstone
 		}
 		for _, r := range recs {

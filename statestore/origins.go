@@ -17,20 +17,28 @@ import (
 // it the memory is cleared and an ID seen again costs one more read.
 const maxChecked = 1 << 16
 
-// Origins learns which producer IDs at a link's source belong to
-// transactional sessions of links in the other direction (from the link's
-// destination into its source), from the MirrorTxnProducer records of the
-// state topic at the source (DESIGN §16). A transactional session records
-// its producer ID in a transaction no later than the one of its first data
-// batch under it; so after the link has fetched a committed batch under an
-// ID, a read of the state topic to its end finds the ID's record if there
-// is one. Learn does that read for IDs it has not looked up yet, before the
+// Origins learns which producer IDs at a link's source started at its
+// destination without saying so by their region (DESIGN §16), from the
+// state topic at the source, where links in the other direction (from the
+// link's destination into its source) record them:
+//
+//   - the producer IDs of their transactional sessions (MirrorTxnProducer):
+//     a transactional link appends under its own ID. A session records its
+//     ID in a transaction no later than the one of its first data batch
+//     under it;
+//   - the salted mapped IDs of the destination's producers
+//     (MirrorSaltedPid): a collision moved them out of the destination's
+//     region. A link records one with the salt, before it appends under it.
+//
+// So after the link has fetched a committed batch under such an ID, a read
+// of the state topic to its end finds the ID's record. Learn does that read for IDs it has not looked up yet, before the
 // batches are decided; Sessions is the set the decisions consult.
 //
 // Safe for concurrent use: the fetcher's broker goroutines call Learn.
 type Origins struct {
 	store    *Store
 	from, to string // the link's destination and source cluster IDs
+	home     transform.Region
 	strict   bool
 	log      hclog.Logger
 	set      *transform.Sessions
@@ -72,7 +80,8 @@ func NewOrigins(cfg OriginsConfig) (*Origins, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, strict: cfg.Strict,
+	home, _ := transform.RegionOf(cfg.DestinationClusterID)
+	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, home: home, strict: cfg.Strict,
 		log: cfg.Logger.Named("origins"), set: transform.NewSessions(), checked: make(map[int64]struct{})}, nil
 }
 
@@ -89,11 +98,20 @@ func (o *Origins) Reads() int64 {
 // Close closes the source client.
 func (o *Origins) Close() { o.store.Close() }
 
-// candidate reports whether a batch with header h could be a transactional
-// link's: a transactional batch under a producer ID of the cluster itself
-// (a mapped ID is a mirror's, and its region says its origin).
-func candidate(h transform.Header) bool {
-	return h.ProducerID >= 0 && h.Transactional() && !h.Control()
+// candidate reports whether a batch with header h could have started at
+// the destination without its region saying so: a transactional batch
+// under a producer ID of the cluster itself (a transactional link's), or a
+// batch under a mapped ID of another region than the destination's (a
+// salted one; most are other clusters' further up a chain, each looked up
+// once).
+func (o *Origins) candidate(h transform.Header) bool {
+	if h.Control() {
+		return false
+	}
+	if r, _, ok := transform.DecodePID(h.ProducerID); ok {
+		return r != o.home
+	}
+	return h.ProducerID >= 0 && h.Transactional()
 }
 
 // Learn makes Sessions answer for the producer ID of every batch of hs: an
@@ -102,7 +120,7 @@ func candidate(h transform.Header) bool {
 func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 	unknown := func() bool {
 		for _, h := range hs {
-			if !candidate(h) || o.set.Has(h.ProducerID) {
+			if !o.candidate(h) || o.set.Has(h.ProducerID) {
 				continue
 			}
 			if _, ok := o.checked[h.ProducerID]; !ok {
@@ -141,16 +159,21 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 			o.set.Add(k.ProducerID)
 		}
 	}
+	for k := range v.SaltedPIDs {
+		if k.SourceClusterID == o.from {
+			o.set.Add(k.MappedPID)
+		}
+	}
 	if len(o.checked) >= maxChecked {
 		clear(o.checked)
 	}
 	for _, h := range hs {
-		if candidate(h) && !o.set.Has(h.ProducerID) {
+		if o.candidate(h) && !o.set.Has(h.ProducerID) {
 			o.checked[h.ProducerID] = struct{}{}
 		}
 	}
 	if m := o.set.Len(); m > n {
-		o.log.Info("learnt producer IDs of transactional links from the destination", "new", m-n, "known", m)
+		o.log.Info("learnt producer IDs that started at the destination (transactional links' sessions, salted mappings)", "new", m-n, "known", m)
 	}
 	return nil
 }

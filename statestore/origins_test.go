@@ -53,14 +53,23 @@ func TestOriginsLearn(t *testing.T) {
 	rec := func(link string, pid int64, from, to string) Record {
 		return Record{Key: TxnProducerKey{LinkName: link, ProducerID: pid}, Value: TxnProducerValue{SourceClusterID: from, DestinationClusterID: to, TimestampMs: 1}}
 	}
+	// Salted mappings of producers: one of the link's destination (the
+	// reverse link's source), one of a third cluster.
+	home, _ := transform.RegionOf(reverseSrc)
+	salted, third := transform.MapPIDSalted(9, home, 77), transform.MapPIDSalted(9, home, 78)
+	saltRec := func(origin string, mapped int64) Record {
+		return Record{Key: SaltedPIDKey{SourceClusterID: origin, MappedPID: mapped}, Value: SaltedPIDValue{OriginalPID: 9, TimestampMs: 1}}
+	}
 	if err := sess.Commit(ctx, Mirroring, rec("ba", 40, reverseSrc, reverseDst), rec("ba", 41, reverseSrc, reverseDst),
-		rec("other", 50, kafkatest.ThirdClusterID, reverseDst), rec("ab", 60, reverseDst, reverseSrc)); err != nil {
+		rec("other", 50, kafkatest.ThirdClusterID, reverseDst), rec("ab", 60, reverseDst, reverseSrc),
+		saltRec(reverseSrc, salted), saltRec(kafkatest.ThirdClusterID, third)); err != nil {
 		t.Fatal(err)
 	}
 
 	// Not candidates: no read. A batch without the transactional bit,
-	// a mapped (negative) ID, a batch without a producer ID.
-	learn(transform.Header{ProducerID: 40}, txn(-5), txn(-1))
+	// a mapped ID in the destination's region (the region says it), a
+	// batch without a producer ID.
+	learn(transform.Header{ProducerID: 40}, txn(transform.MapPID(9, home)), txn(-1))
 	if o.Reads() != 1 || o.Sessions().Has(40) {
 		t.Fatalf("non-candidates: reads %d, has 40 %v; want 1, false", o.Reads(), o.Sessions().Has(40))
 	}
@@ -77,14 +86,24 @@ func TestOriginsLearn(t *testing.T) {
 	// Records of links between other clusters, or in the link's own
 	// direction, are not the reverse link's.
 	learn(txn(50), txn(60))
-	if o.Sessions().Has(50) || o.Sessions().Has(60) || o.Sessions().Len() != 2 {
-		t.Fatalf("has 50 %v, 60 %v, %d IDs; want only 40 and 41", o.Sessions().Has(50), o.Sessions().Has(60), o.Sessions().Len())
+	if o.Sessions().Has(50) || o.Sessions().Has(60) || !o.Sessions().Has(salted) || o.Sessions().Has(third) || o.Sessions().Len() != 3 {
+		t.Fatalf("has 50 %v, 60 %v, salted %v, third's %v, %d IDs; want only 40, 41 and the salted one", o.Sessions().Has(50), o.Sessions().Has(60),
+			o.Sessions().Has(salted), o.Sessions().Has(third), o.Sessions().Len())
+	}
+	// A salted mapping is a candidate without the transactional bit (a
+	// preserve mirror forwards a committed transaction's batches without
+	// it); known already, it costs no read.
+	reads := o.Reads()
+	learn(transform.Header{ProducerID: salted}, transform.Header{ProducerID: third})
+	if o.Reads() != reads+1 {
+		t.Fatalf("a mapped ID of another region not looked up before: reads %d, want %d", o.Reads(), reads+1)
 	}
 
 	// What Returns says with the set.
 	r := transform.ReturnsOf(reverseDst, reverseSrc, false, true)
 	r.Sessions = o.Sessions()
-	for pid, want := range map[int64]transform.Return{40: transform.Home, 41: transform.Home, 50: transform.Away, 7: transform.Away, -1: transform.Unattributed} {
+	for pid, want := range map[int64]transform.Return{40: transform.Home, 41: transform.Home, 50: transform.Away, 7: transform.Away, -1: transform.Unattributed,
+		salted: transform.Home, third: transform.Away, transform.MapPID(9, home): transform.Home} {
 		if got := r.Of(pid); got != want {
 			t.Errorf("Of(%d) = %v, want %v", pid, got, want)
 		}

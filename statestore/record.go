@@ -22,6 +22,7 @@ const (
 	TypeTopic        RecordType = 4 // MirrorTopicKey → MirrorTopicValue
 	TypeACL          RecordType = 5 // MirrorAclKey → MirrorAclValue
 	TypeTxnProducer  RecordType = 6 // MirrorTxnProducerKey → MirrorTxnProducerValue
+	TypeSaltedPID    RecordType = 7 // MirrorSaltedPidKey → MirrorSaltedPidValue
 )
 
 // String is the schema name of the type without its Key/Value suffix.
@@ -41,6 +42,8 @@ func (t RecordType) String() string {
 		return "MirrorAcl"
 	case TypeTxnProducer:
 		return "MirrorTxnProducer"
+	case TypeSaltedPID:
+		return "MirrorSaltedPid"
 	}
 	return fmt.Sprintf("unknown(%d)", int16(t))
 }
@@ -338,7 +341,30 @@ type TxnProducerValue struct {
 	TimestampMs          int64  `json:"TimestampMs"`
 }
 
+// SaltedPIDKey is MirrorSaltedPidKey: a salted mapped producer ID that a
+// link appended under (a collision it resolved with a salt, DESIGN §4), by
+// the cluster that first produced its batches. The collision record
+// (MirrorPidCollision) is tombstoned when the producer state expires; this
+// one stays for as long as the topic lives, so that a link in the other
+// direction that reads old data still tells the salted ID's batches as its
+// destination's own and does not send them back. Written in the same
+// transaction as the collision record, before the first batch under the
+// salted ID is appended.
+type SaltedPIDKey struct {
+	SourceClusterID string `json:"SourceClusterId"`
+	MappedPID       int64  `json:"MappedPid"`
+}
+
+// SaltedPIDValue is MirrorSaltedPidValue: the original producer ID at the
+// source cluster, and when the salt was recorded.
+type SaltedPIDValue struct {
+	OriginalPID int64 `json:"OriginalPid"`
+	TimestampMs int64 `json:"TimestampMs"`
+}
+
 func (LinkKey) Type() RecordType           { return TypeLink }
+func (SaltedPIDKey) Type() RecordType      { return TypeSaltedPID }
+func (SaltedPIDValue) Type() RecordType    { return TypeSaltedPID }
 func (TxnProducerKey) Type() RecordType    { return TypeTxnProducer }
 func (TxnProducerValue) Type() RecordType  { return TypeTxnProducer }
 func (ACLKey) Type() RecordType            { return TypeACL }
@@ -393,6 +419,12 @@ func (k TxnProducerKey) appendKey(b []byte) []byte {
 	return kbin.AppendInt64(b, k.ProducerID)
 }
 
+func (k SaltedPIDKey) appendKey(b []byte) []byte {
+	b = kbin.AppendInt16(b, int16(TypeSaltedPID))
+	b = kbin.AppendString(b, k.SourceClusterID)
+	return kbin.AppendInt64(b, k.MappedPID)
+}
+
 func (k ACLKey) appendKey(b []byte) []byte {
 	b = kbin.AppendInt16(b, int16(TypeACL))
 	b = kbin.AppendString(b, k.LinkName)
@@ -418,6 +450,7 @@ func (k CheckpointKey) check() error  { return checkString("LinkName", k.LinkNam
 func (k PIDResetKey) check() error    { return nil }
 func (k TopicKey) check() error       { return checkString("LinkName", k.LinkName) }
 func (k TxnProducerKey) check() error { return checkString("LinkName", k.LinkName) }
+func (k SaltedPIDKey) check() error   { return checkString("SourceClusterId", k.SourceClusterID) }
 func (k ACLKey) check() error {
 	for _, f := range []struct{ name, s string }{{"LinkName", k.LinkName}, {"ResourceName", k.ResourceName}, {"Principal", k.Principal}, {"Host", k.Host}} {
 		if err := checkString(f.name, f.s); err != nil {
@@ -523,6 +556,13 @@ func (v TxnProducerValue) appendValue(b []byte) []byte {
 	return appendNoTags(b)
 }
 
+func (v SaltedPIDValue) appendValue(b []byte) []byte {
+	b = appendVersion(b)
+	b = kbin.AppendInt64(b, v.OriginalPID)
+	b = kbin.AppendInt64(b, v.TimestampMs)
+	return appendNoTags(b)
+}
+
 func (v ACLValue) appendValue(b []byte) []byte {
 	b = appendVersion(b)
 	b = kbin.AppendCompactString(b, v.SourceResource)
@@ -577,6 +617,8 @@ func DecodeKey(b []byte) (Key, error) {
 			Principal: r.String(), Host: r.String(), Operation: r.Int8(), Permission: r.Int8()}
 	case TypeTxnProducer:
 		k = TxnProducerKey{LinkName: r.String(), ProducerID: r.Int64()}
+	case TypeSaltedPID:
+		k = SaltedPIDKey{SourceClusterID: r.String(), MappedPID: r.Int64()}
 	default:
 		return nil, fmt.Errorf("key record type %d: %w", int16(t), ErrUnknownRecord)
 	}
@@ -684,6 +726,8 @@ func DecodeValue(t RecordType, b []byte) (Value, error) {
 		v = av
 	case TypeTxnProducer:
 		v = TxnProducerValue{SourceClusterID: r.CompactString(), DestinationClusterID: r.CompactString(), TimestampMs: r.Int64()}
+	case TypeSaltedPID:
+		v = SaltedPIDValue{OriginalPID: r.Int64(), TimestampMs: r.Int64()}
 	default:
 		return nil, fmt.Errorf("value record type %d: %w", int16(t), ErrUnknownRecord)
 	}

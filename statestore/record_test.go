@@ -246,6 +246,22 @@ func TestGolden(t *testing.T) {
 				[]byte{0x00}, // tagged fields: none
 			),
 		},
+		{
+			name:  "salted pid",
+			key:   SaltedPIDKey{SourceClusterID: "ab", MappedPID: -2},
+			value: SaltedPIDValue{OriginalPID: 0x0102, TimestampMs: 1700000000000},
+			kb: cat(
+				[]byte{0x00, 0x07},                                     // int16 record type 7
+				[]byte{0x00, 0x02, 'a', 'b'},                           // SourceClusterId: string (int16 length)
+				[]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}, // MappedPid int64
+			),
+			vb: cat(
+				[]byte{0x00, 0x00},                                     // int16 version 0
+				[]byte{0, 0, 0, 0, 0, 0, 0x01, 0x02},                   // OriginalPid int64
+				[]byte{0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00}, // TimestampMs
+				[]byte{0x00}, // tagged fields: none
+			),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,9 @@ type View struct {
 	// TxnProducers are the producer IDs the links' transactional sessions
 	// appended under.
 	TxnProducers map[TxnProducerKey]TxnProducerValue
+	// SaltedPIDs are the salted mapped producer IDs the links appended
+	// under, by origin cluster.
+	SaltedPIDs map[SaltedPIDKey]SaltedPIDValue
 
 	// Records holds every record the replay decoded, tombstones included,
 	// in log order: partition by partition in ascending partition order,
@@ -44,6 +47,7 @@ func NewView() *View {
 		ACLs:        make(map[ACLKey]ACLValue),
 
 		TxnProducers: make(map[TxnProducerKey]TxnProducerValue),
+		SaltedPIDs:   make(map[SaltedPIDKey]SaltedPIDValue),
 	}
 }
 
@@ -94,6 +98,12 @@ func (v *View) Apply(r Record) {
 			v.TxnProducers[k] = val
 		} else {
 			delete(v.TxnProducers, k)
+		}
+	case SaltedPIDKey:
+		if val, ok := r.Value.(SaltedPIDValue); ok {
+			v.SaltedPIDs[k] = val
+		} else {
+			delete(v.SaltedPIDs, k)
 		}
 	}
 }

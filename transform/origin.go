@@ -15,10 +15,10 @@ import "sync"
 // off) carries no origin; the link's unattributed policy decides.
 //
 // A link that delivers transactionally appends under its session's
-// producer ID, not the origin's: Sessions, when set, holds the producer IDs
-// under which transactional links from the destination into the source
-// appended (learnt from the source's state topic), and a batch under one of
-// them started at the destination too.
+// producer ID, not the origin's, and a collision salt moves a mapped ID out
+// of its origin's region: Sessions, when set, holds such producer IDs of
+// batches that started at the destination (learnt from the source's state
+// topic, where the links from the destination record them).
 //
 // The zero value forwards everything.
 type Returns struct {
@@ -30,9 +30,10 @@ type Returns struct {
 	// SkipUnattributed: batches with producer ID -1 are not forwarded
 	// (unattributed = "skip", for active-active links).
 	SkipUnattributed bool
-	// Sessions are the producer IDs of transactional sessions of links
-	// from the destination into the source; nil: none are known. Only
-	// looked at when Check is set.
+	// Sessions are the producer IDs at the source of batches that started
+	// at the destination though their region does not say so
+	// (transactional sessions' IDs, salted mappings); nil: none are
+	// known. Only looked at when Check is set.
 	Sessions *Sessions
 }
 
@@ -53,11 +54,10 @@ const (
 //
 // A salted mapping of a destination producer (a collision the reverse
 // link resolved with a salt, DESIGN §4) carries the destination's region
-// plus the salt and is not recognised here (README, "Active-active and
-// failback"). A batch that a transactional link from the destination
-// appended under its session's producer ID is recognised by r.Sessions,
-// which the caller must have brought up to date with the batch's producer
-// ID before it asks (Sessions.Has).
+// plus the salt, and a batch that a transactional link from the
+// destination appended carries its session's producer ID: both are
+// recognised by r.Sessions, which the caller must have brought up to date
+// with the batch's producer ID before it asks (statestore.Origins.Learn).
 func (r Returns) Of(pid int64) Return {
 	if pid == -1 {
 		if r.SkipUnattributed {
@@ -71,7 +71,7 @@ func (r Returns) Of(pid int64) Return {
 	if reg, _, ok := DecodePID(pid); ok && reg == r.Home {
 		return Home
 	}
-	if pid >= 0 && r.Sessions.Has(pid) {
+	if r.Sessions.Has(pid) {
 		return Home
 	}
 	return Away
