@@ -11,6 +11,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/verify"
 )
 
 // Links in both directions over the same topic names (DESIGN §16): A→B and
@@ -91,6 +92,13 @@ func activeActive(t *testing.T, abTxn, baTxn bool) {
 		}
 		at(a, sentA, localA, sentB)
 		at(b, sentB, localB, sentA)
+		if abTxn && !baTxn {
+			// mirrord verify on the preserve link B→A: B holds A→B's
+			// transactional copies, which it learns from the state
+			// topic at B and leaves out, and A's own records are not
+			// the mirror's (shared destination).
+			verifyReverse(t, b, a, e.stateTopic(), topic)
+		}
 
 		for _, l := range []*testLink{ab, ba} {
 			c := l.Status().Counters
@@ -107,6 +115,37 @@ func activeActive(t *testing.T, abTxn, baTxn bool) {
 				c.Get(RecordsUnattributedSkipped), c.Get(DestinationLocalOffsets), c.Get(DestinationLocalBatches))
 		}
 	})
+}
+
+// verifyReverse runs package verify as `mirrord verify` does for an
+// active-active preserve link from src to dst (unattributed = "skip",
+// shared_destination), with the origins it learns from the state topic at
+// src, and fails on any difference. Without the origins, the transactional
+// copies at src would be expected at dst.
+func verifyReverse(t *testing.T, src, dst *cluster, stateTopic, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	salts, err := verify.StateSalts(ctx, dst.Client, dst.Opts(), stateTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := verify.Config{Source: src.Client, Destination: dst.Client, Topics: map[string]string{topic: topic}, SourceClusterID: src.ID, Salt: salts,
+		Returns: transform.ReturnsOf(src.ID, dst.ID, false, true), SharedDestination: true}
+	if rep, err := verify.Run(ctx, cfg); err != nil || rep.First == nil {
+		t.Fatalf("verify without the state topic at the source: %v, %v; want the transactional copies reported missing", rep.First, err)
+	}
+	o, err := statestore.NewOrigins(statestore.OriginsConfig{Topic: stateTopic, SourceOpts: src.Opts(), SourceClusterID: src.ID, DestinationClusterID: dst.ID, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	cfg.Returns.Sessions, cfg.Screen = o.Sessions(), o.Learn
+	rep, err := verify.Run(ctx, cfg)
+	if err != nil || rep.First != nil {
+		t.Fatalf("verify: %v, %+v", err, rep.First)
+	}
+	t.Logf("verify %s → %s: %d records equal, producer IDs learnt from the state topic at %s: %d", src.Name, dst.Name, rep.Records, src.Name, o.Sessions().Len())
 }
 
 // bothCaughtUp waits until every link has mirrored its source partitions up
