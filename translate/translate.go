@@ -1648,14 +1648,34 @@ func (x *job) viaOrigin(ctx context.Context, p int64) (done bool, err error) {
 // destination to its end, within the translation's budget (errBudget
 // beyond it: loud, not a guess).
 func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool, err error) {
-	least, err := x.earliest([]srcBatch{c})
+	r, _, err := x.searchFrom(ctx, c)
 	if err != nil {
 		return false, err
 	}
-	r, err := x.offsetAfter(ctx, least)
-	if err != nil {
-		return false, err
+	found, err = x.search(ctx, c, r, p, func(d []byte, dh transform.Header) bool {
+		return dh.ProducerID == -1 && !dh.Control() && twin.Match(c.raw, d)
+	})
+	if found {
+		x.out.Via = "origin"
 	}
+	return found, err
+}
+
+// searchFrom is where the search for the original of source batch c
+// starts: the destination's first offset r with c's earliest create time
+// (least) or later (its high watermark if there is none).
+func (x *job) searchFrom(ctx context.Context, c srcBatch) (r, least int64, err error) {
+	if least, err = x.earliest([]srcBatch{c}); err != nil {
+		return 0, 0, err
+	}
+	r, err = x.offsetAfter(ctx, least)
+	return r, least, err
+}
+
+// search reads the destination from r to its end and ends the translation
+// of p at the first batch d for which is(d) holds, as the original of
+// source batch c; found is false when none does.
+func (x *job) search(ctx context.Context, c srcBatch, r, p int64, is func(d []byte, dh transform.Header) bool) (found bool, err error) {
 	for pos := r; ; {
 		ds, err := x.dstBatches(ctx, pos)
 		if err != nil {
@@ -1670,8 +1690,7 @@ func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool,
 				return false, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
 			}
 			pos = dh.NextOffset()
-			if dh.ProducerID == -1 && !dh.Control() && twin.Match(c.raw, d) {
-				x.out.Via = "origin"
+			if is(d, dh) {
 				return true, x.found(c, c.h.BaseOffset, d, dh.BaseOffset, p)
 			}
 		}
@@ -1688,16 +1707,12 @@ func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool,
 // records, among the destination's committed batches.
 func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	x.out.Via = "origin"
-	least, err := x.earliest([]srcBatch{c})
-	if err != nil {
-		return err
-	}
 	session := c.pid >= 0 // a mapped producer ID is negative
 	if session && !x.Stamped {
 		x.byContent = true
 		defer func() { x.byContent = false }()
 	}
-	r, err := x.offsetAfter(ctx, least)
+	r, least, err := x.searchFrom(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -1706,34 +1721,21 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	if x.byContent {
 		transform.Unstamp(want)
 	}
-	for pos := r; ; {
-		ds, err := x.dstBatches(ctx, pos)
-		if err != nil {
-			return err
-		}
-		if len(ds) == 0 {
-			break
-		}
-		for _, d := range ds {
-			dh, err := transform.ParseHeader(d)
-			if err != nil {
-				return fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
+	found, err := x.search(ctx, c, r, p, func(d []byte, dh transform.Header) bool {
+		if !x.Stamped && !x.byContent {
+			if dh.ProducerID < 0 || dh.ProducerID&(1<<31-1) != int64(low) || dh.Control() {
+				return false
 			}
-			pos = dh.NextOffset()
-			if !x.Stamped && !x.byContent {
-				if dh.ProducerID < 0 || dh.ProducerID&(1<<31-1) != int64(low) || dh.Control() {
-					continue
-				}
-				transform.Rewrite(want, dh.ProducerID)
-				// A preserve mirror appends a committed transaction's
-				// batches without the transactional bit (it sends no
-				// markers); the original has it.
-				want[transform.PosAttributes+1] = want[transform.PosAttributes+1]&^transform.AttrTransactional | d[transform.PosAttributes+1]&transform.AttrTransactional
-			}
-			if twin.Match(want, d) {
-				return x.found(c, c.h.BaseOffset, d, dh.BaseOffset, p)
-			}
+			transform.Rewrite(want, dh.ProducerID)
+			// A preserve mirror appends a committed transaction's
+			// batches without the transactional bit (it sends no
+			// markers); the original has it.
+			want[transform.PosAttributes+1] = want[transform.PosAttributes+1]&^transform.AttrTransactional | d[transform.PosAttributes+1]&transform.AttrTransactional
 		}
+		return twin.Match(want, d)
+	})
+	if found || err != nil {
+		return err
 	}
 	if start, err := x.destinationStart(ctx); err != nil {
 		return err
@@ -1751,7 +1753,7 @@ func why(pid int64) string {
 	if pid >= 0 {
 		return fmt.Sprintf("a transactional link from the destination appended it under its session's producer ID %d", pid)
 	}
-	return fmt.Sprintf("its producer ID %d maps into the destination's region", pid)
+	return fmt.Sprintf("its producer ID %d is a mapping of a destination producer's", pid)
 }
 
 // screen calls fn with the headers of the whole batches in raw (a partial
