@@ -25,6 +25,8 @@ import (
 // (unattributed = "skip"), nothing else. MIRRORD_ACTIVE_ACTIVE=N kills
 // each agent N times; without it the test skips (it is not in CI, where
 // TestActiveActive crashes a link on Kafka 4.4.0 and 3.9.2).
+// MIRRORD_ACTIVE_ACTIVE_DELIVERY=transactional runs both links in
+// transactional delivery (TestActiveActiveTransactional in CI).
 func TestActiveActiveKills(t *testing.T) {
 	kills, _ := strconv.Atoi(os.Getenv("MIRRORD_ACTIVE_ACTIVE"))
 	if kills <= 0 {
@@ -53,13 +55,21 @@ func TestActiveActiveKills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	extra := "  unattributed = \"skip\"\n  shared_destination = true\n  session_timeout = \"10s\"\n"
+	switch d := os.Getenv("MIRRORD_ACTIVE_ACTIVE_DELIVERY"); d {
+	case "", "preserve":
+	case "transactional":
+		extra += "  delivery = \"transactional\"\n"
+	default:
+		t.Fatalf("MIRRORD_ACTIVE_ACTIVE_DELIVERY=%q: use preserve or transactional", d)
+	}
 	sides := [2]Side{Source, Destination} // A, B
 	var agents [2]*Agent
 	for i, from := range sides {
 		to := sides[1-i]
 		a, err := NewAgent(AgentConfig{Bin: bin, Dir: t.TempDir(), Source: env.Cluster(from).Addrs(), Dest: env.Cluster(to).Addrs(),
 			Include: topic, StateTopic: state,
-			LinkExtra: "  unattributed = \"skip\"\n  shared_destination = true\n  session_timeout = \"10s\"\n"})
+			LinkExtra: extra})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -221,6 +221,7 @@ func (s *session) connect(ctx context.Context) (err error) {
 			Topic: l.cfg.Link.StateTopic, SourceOpts: l.deps.SourceOpts,
 			SourceClusterID: s.srcID, DestinationClusterID: s.dstID,
 			Strict: l.cfg.Link.SkipUnattributed, Logger: l.log,
+			OnRead: func() { l.met.add(OriginReads, 1) },
 		}); err != nil {
 			return err
 		}

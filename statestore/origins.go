@@ -40,6 +40,7 @@ type Origins struct {
 	from, to string // the link's destination and source cluster IDs
 	home     transform.Region
 	strict   bool
+	onRead   func()
 	log      hclog.Logger
 	set      *transform.Sessions
 
@@ -69,6 +70,8 @@ type OriginsConfig struct {
 	// way.
 	Strict bool
 	Logger hclog.Logger
+	// OnRead, when set, is called at each read of the state topic.
+	OnRead func()
 }
 
 // NewOrigins returns an Origins with an empty set. It does no I/O.
@@ -81,7 +84,7 @@ func NewOrigins(cfg OriginsConfig) (*Origins, error) {
 		return nil, err
 	}
 	home, _ := transform.RegionOf(cfg.DestinationClusterID)
-	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, home: home, strict: cfg.Strict,
+	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, home: home, strict: cfg.Strict, onRead: cfg.OnRead,
 		log: cfg.Logger.Named("origins"), set: transform.NewSessions(), checked: make(map[int64]struct{})}, nil
 }
 
@@ -135,6 +138,9 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 		return nil
 	}
 	o.reads++
+	if o.onRead != nil {
+		o.onRead()
+	}
 	// kadm answers Metadata from the client's cache when it is younger
 	// than MetadataMinAge (5 s; kadm.Client.Metadata uses
 	// RequestCachedMetadata), which may predate the topic's creation or
