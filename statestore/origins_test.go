@@ -109,3 +109,36 @@ func TestOriginsLearn(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOriginsLearn is the fetcher's Screen on a response of 100
+// batches whose producer IDs are all known (the steady state: every
+// response of every link that checks origins goes through it): idempotent
+// producers of the source, transactional ones looked up before, and mapped
+// IDs of the destination's region.
+func BenchmarkOriginsLearn(b *testing.B) {
+	o, err := NewOrigins(OriginsConfig{Topic: "__state", SourceOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")},
+		SourceClusterID: kafkatest.SourceClusterID, DestinationClusterID: kafkatest.DestClusterID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	home, _ := transform.RegionOf(kafkatest.DestClusterID)
+	hs := make([]transform.Header, 100)
+	for i := range hs {
+		switch i % 3 {
+		case 0:
+			hs[i] = transform.Header{ProducerID: int64(i)}
+		case 1:
+			hs[i] = transform.Header{ProducerID: int64(i), Attributes: transform.AttrTransactional}
+			o.checked[int64(i)] = struct{}{}
+		default:
+			hs[i] = transform.Header{ProducerID: transform.MapPID(int64(i), home)}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := o.Learn(b.Context(), hs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
