@@ -491,8 +491,13 @@ func TestCommitFailureHandsOverAtOnce(t *testing.T) {
 // topics; created again, it is a new topic, mirrored from its start after
 // what the destination kept of the old one.
 func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
-	f := onKfake(t).mirrored(t, "deleted", srcTopic("t", 1), srcTopic("u", 2))
+	scenario(t, func(t *testing.T, e *env) { sourceTopicDeleted(t, e) })
+}
+
+func sourceTopicDeleted(t *testing.T, e *env) {
+	f := e.mirrored(t, "deleted", srcTopic("t", 1), srcTopic("u", 2))
 	src, dst := f.src, f.dst
+	u := f.topic("u")
 	f.load(idempotent, 0, "one", 40, "t", "u")
 	logs := &logtest.Buffer{}
 	t.Cleanup(func() {
@@ -505,7 +510,7 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := src.Admin.DeleteTopics(ctx, "u"); err != nil {
+	if _, err := src.Admin.DeleteTopics(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	for l.Status().Counters.Get(PartitionsRemoved) < 2 {
@@ -520,10 +525,10 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 		t.Fatalf("state %s with %d partitions after u was deleted; want MIRRORING with t[0] only", st.State, len(st.Partitions))
 	}
 
-	src.CreateTopic(t, "u", 2, nil)
+	src.CreateTopic(t, u, 2, nil)
 	f.load(plain, 0, "new", 30, "u")
 	for {
-		ends, err := dst.Admin.ListEndOffsets(ctx, "u")
+		ends, err := dst.Admin.ListEndOffsets(ctx, u)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -538,8 +543,8 @@ func TestSourceTopicDeletedWhileMirroring(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	var newKeys []string
-	for _, r := range consumeAll(t, dst, false, "u") {
-		if strings.HasPrefix(string(r.Key), "plain-none-new-") {
+	for _, r := range consumeAll(t, dst, false, u) {
+		if strings.HasPrefix(string(r.Key), "plain-none-"+f.topic("new")+"-") { // the load's prefix is namespaced like a topic
 			newKeys = append(newKeys, string(r.Key))
 		}
 	}
