@@ -66,8 +66,10 @@ type session struct {
 	queries      chan query
 	logs         *translate.Logs // offset translations' readers
 	trSrc, trDst *kgo.Client     // logs' clients
-	// origins learns the producer IDs of transactional links from the
-	// destination into the source (nil when the link checks no origin).
+	// origins learns the producer IDs at the source of batches that
+	// started at the destination though their region does not say so
+	// (transactional links' sessions, salted mappings; nil when the link
+	// checks no origin).
 	origins *statestore.Origins
 
 	reported Counts // the pipeline's counters already added to the link's totals
@@ -214,9 +216,10 @@ func (s *session) connect(ctx context.Context) (err error) {
 	// within one cluster are home: it checks nothing.
 	s.returns = transform.ReturnsOf(s.srcID, s.dstID, l.cfg.Link.ReturnHome, l.cfg.Link.SkipUnattributed)
 	if s.returns.Check {
-		// A transactional link from the destination into the source
-		// appended under its sessions' producer IDs, which its state
-		// topic there records (DESIGN §16).
+		// Links from the destination into the source record, in their
+		// state topic there, the producer IDs they appended under that
+		// do not carry the destination's region: their transactional
+		// sessions' and their salted mappings (DESIGN §16).
 		if s.origins, err = statestore.NewOrigins(statestore.OriginsConfig{
 			Topic: l.cfg.Link.StateTopic, SourceOpts: l.deps.SourceOpts,
 			SourceClusterID: s.srcID, DestinationClusterID: s.dstID,
@@ -277,9 +280,9 @@ func (s *session) newFetcher() (*fetcher.Fetcher, error) {
 	}, fetcher.Deps{Client: s.src, Leaders: s.srcLeaders, Logger: l.deps.Logger, Metrics: l.deps.FetcherMetrics, Screen: s.screen()})
 }
 
-// screen is the fetcher's Screen: the origins of transactional producer IDs
-// are learnt before a fetched batch is decided (nil when the link checks
-// no origin).
+// screen is the fetcher's Screen: the origins of producer IDs whose region
+// does not tell are learnt before a fetched batch is decided (nil when the
+// link checks no origin).
 func (s *session) screen() func(ctx context.Context, hs []transform.Header) error {
 	if s.origins == nil {
 		return nil

@@ -31,8 +31,9 @@ const maxChecked = 1 << 16
 //     region. A link records one with the salt, before it appends under it.
 //
 // So after the link has fetched a committed batch under such an ID, a read
-// of the state topic to its end finds the ID's record. Learn does that read for IDs it has not looked up yet, before the
-// batches are decided; Sessions is the set the decisions consult.
+// of the state topic to its end finds the ID's record. Learn does that read
+// for IDs it has not looked up yet, before the batches are decided;
+// Sessions is the set the decisions consult.
 //
 // Safe for concurrent use: the fetcher's broker goroutines call Learn.
 type Origins struct {
@@ -63,7 +64,8 @@ type OriginsConfig struct {
 	SourceClusterID, DestinationClusterID string
 	// Strict: a state topic that cannot be read (refused, or failing) is
 	// an error for Learn, which the fetcher retries; the link cannot tell
-	// the batches a transactional link from its destination appended. A
+	// the batches a link from its destination appended under its
+	// transactional sessions' or salted producer IDs. A
 	// link that does not skip unattributed batches (not active-active)
 	// is not strict: it logs a warning once and treats the IDs as not a
 	// link's. A state topic that does not exist holds no record either
@@ -151,11 +153,11 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 	case errors.Is(err, ErrNoTopic):
 		v = NewView()
 	case err != nil && o.strict:
-		return fmt.Errorf("read state topic %q at the source to tell the batches a transactional link from the destination appended (they must not be sent back; the link's principal needs Describe and Read on it there): %w", o.store.Topic(), err)
+		return fmt.Errorf("read state topic %q at the source to tell the batches a link from the destination appended under its transactional sessions' or salted producer IDs (they must not be sent back; the link's principal needs Read on it there, docs/acls.md): %w", o.store.Topic(), err)
 	case err != nil:
 		if !o.warned {
 			o.warned = true
-			o.log.Warn("cannot read the state topic at the source: a transactional batch that a link from the destination appended there would be sent back; set unattributed = \"skip\" on active-active links to make this an error", "topic", o.store.Topic(), "error", err)
+			o.log.Warn("cannot read the state topic at the source: a batch that a link from the destination appended there under a transactional session's or a salted producer ID would be sent back; set unattributed = \"skip\" on active-active links to make this an error", "topic", o.store.Topic(), "error", err)
 		}
 		v = NewView()
 	}

@@ -87,13 +87,15 @@ func ReturnsOf(srcID, dstID string, returnHome, skipUnattributed bool) Returns {
 	return Returns{Home: home, Check: srcID != dstID && !returnHome, SkipUnattributed: skipUnattributed}
 }
 
-// Sessions is a set of producer IDs under which transactional links
-// appended at a cluster (statestore's MirrorTxnProducer records, read by
-// the link in the other direction). It only grows: a producer ID is
-// allocated once by a cluster, so an ID found not to be a link's when a
-// batch under it was seen never becomes one, and a decision about a batch
-// never changes once its producer ID was looked up. Safe for concurrent
-// use; the nil *Sessions is empty.
+// Sessions is a set of producer IDs under which links appended at a
+// cluster without their origin's region: their transactional sessions'
+// IDs and salted mapped IDs (statestore's MirrorTxnProducer and
+// MirrorSaltedPid records, read by the link in the other direction). It
+// only grows: a cluster allocates a producer ID once, and a salt is chosen
+// clear of the mapped IDs its partition holds, so an ID found not to be
+// one of these when a batch under it was seen does not become one, and a
+// decision about a batch does not change once its producer ID was looked
+// up. Safe for concurrent use; the nil *Sessions is empty.
 type Sessions struct {
 	mu  sync.RWMutex
 	ids map[int64]struct{}
