@@ -67,7 +67,7 @@ type OriginsConfig struct {
 	// the batches a link from its destination appended under its
 	// transactional sessions' or salted producer IDs. A
 	// link that does not skip unattributed batches (not active-active)
-	// is not strict: it logs a warning once and treats the IDs as not a
+	// is not strict: it says so once at INFO and treats the IDs as not a
 	// link's. A state topic that does not exist holds no record either
 	// way.
 	Strict bool
@@ -157,7 +157,7 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 	case err != nil:
 		if !o.warned {
 			o.warned = true
-			o.log.Warn("cannot read the state topic at the source: a batch that a link from the destination appended there under a transactional session's or a salted producer ID would be sent back; set unattributed = \"skip\" on active-active links to make this an error", "topic", o.store.Topic(), "error", err)
+			o.log.Info("cannot read the state topic at the source, so producer IDs under which a link from the destination appended there (its transactional sessions', salted ones) are not looked up: a one-way link needs none; on active-active links set unattributed = \"skip\", which makes this an error, and grant Read on the topic there (docs/acls.md)", "topic", o.store.Topic(), "error", err)
 		}
 		v = NewView()
 	}
