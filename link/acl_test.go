@@ -193,6 +193,8 @@ func leastPrivilege(cfg Config, srcTopics []string, groups ...string) map[string
 	add("+dst.group.Describe", "dst", group, groups, kadm.OpDescribe)
 	add("+src.topic.Describe", "src", topic, srcTopics, kadm.OpDescribe)
 	add("+dst.txn.Describe", "dst", txn, []string{statestore.TransactionalID(cfg.Link.Name)}, kadm.OpDescribe)
+	// Active-active: the state topic of the same name at the source.
+	add("+src.state.Read", "src", topic, state, kadm.OpRead)
 	return out
 }
 
@@ -406,6 +408,12 @@ type aclCase struct {
 	// logOnly: the link cannot fail (the topic is invisible to it); want
 	// is in its log and it mirrors nothing.
 	logOnly bool
+	// activeActive: the link skips unattributed batches and shares its
+	// destination (an active-active link, which must read the state topic
+	// at its source); its source holds transactional batches. With want,
+	// the fetcher retries those partitions (want in the log, the link
+	// MIRRORING, none of the transactional records at the destination).
+	activeActive bool
 	// txn runs the link in transactional delivery.
 	txn bool
 }
@@ -456,6 +464,9 @@ func TestMissingACLs(t *testing.T) {
 		{name: "transactional delivery: state topic Write", drop: []string{"dst.state.Write"}, txn: true,
 			want: `the destination cluster does not allow User:{user} Write on Topic:{state} (every state transaction (checkpoints, barriers, salts, the session's lease) writes it; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
 		{name: "transactional delivery needs no more than the least set", txn: true},
+		{name: "active-active: state topic Read at the source", activeActive: true,
+			want: `read state topic "{state}" at the source to tell the batches a link from the destination appended under its transactional sessions' or salted producer IDs, which must not be sent back: the source cluster does not allow User:{user} Describe on Topic:{state} (links in the other direction record there the producer IDs of batches that must not go back; mirrord needs Read on it, which implies Describe; see docs/acls.md): TOPIC_AUTHORIZATION_FAILED`},
+		{name: "active-active needs Read on the state topic at the source", activeActive: true, extra: []string{"+src.state.Read"}},
 		{name: "topics created beforehand need no Create and no DescribeConfigs",
 			drop: []string{"src.topic.DescribeConfigs", "dst.topic.Create", "dst.state.Create"},
 			setup: func(t *testing.T, e *env, src, dst *aclCluster) {
@@ -491,10 +502,33 @@ func missingACL(t *testing.T, b mirrortest.Backend, src, dst *aclCluster, tc acl
 	if tc.txn {
 		f.cfg.Link.Delivery = statestore.DeliveryTransactional
 	}
+	if tc.activeActive {
+		f.cfg.Link.SkipUnattributed, f.cfg.Link.SharedDestination = true, true
+	}
 	allow(t, user, src, dst, grants(leastPrivilege(f.cfg, []string{topic}), tc.drop, tc.extra...))
 	f.load(idempotent, 3, "i", 60)
-	if tc.txn {
+	if tc.txn || tc.activeActive {
 		f.load(transactional, 2, "t", 40)
+	}
+	if tc.activeActive && tc.want != "" {
+		want := strings.NewReplacer("{user}", user, "{state}", e.stateTopic()).Replace(tc.want)
+		l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)
+		deadline := time.Now().Add(30 * time.Second)
+		for !logSays(tap.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("state %s, last error %q; want the log to contain:\n%s", l.Status().State, l.Status().LastError, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if st := l.Status(); st.State != Mirroring {
+			t.Errorf("link state %s, want MIRRORING (the fetcher retries the partitions)", st.State)
+		}
+		for _, r := range consumeAll(t, dst.cluster, false, topic) {
+			if strings.HasPrefix(string(r.Key), "transactional-") {
+				t.Fatalf("the destination holds %s: a transactional batch went through without its origin looked up", r.Key)
+			}
+		}
+		return
 	}
 
 	l, tap := startSCRAMLink(t, f.cfg, blocks, tc.name)

@@ -224,7 +224,7 @@ func (s *session) connect(ctx context.Context) (err error) {
 			Topic: l.cfg.Link.StateTopic, SourceOpts: l.deps.SourceOpts,
 			SourceClusterID: s.srcID, DestinationClusterID: s.dstID,
 			Strict: l.cfg.Link.SkipUnattributed, Logger: l.log,
-			OnRead: func() { l.met.add(OriginReads, 1) },
+			OnRead: func() { l.met.add(OriginReads, 1) }, Principal: l.cfg.Source.Principal,
 		}); err != nil {
 			return err
 		}

@@ -74,6 +74,9 @@ type OriginsConfig struct {
 	Logger hclog.Logger
 	// OnRead, when set, is called at each read of the state topic.
 	OnRead func()
+	// Principal names the principal of the source credentials in errors
+	// about a missing ACL. Default "the link's principal".
+	Principal string
 }
 
 // NewOrigins returns an Origins with an empty set. It does no I/O.
@@ -81,7 +84,7 @@ func NewOrigins(cfg OriginsConfig) (*Origins, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	st, err := New(Config{Topic: cfg.Topic}, Deps{ClientOpts: cfg.SourceOpts, Logger: cfg.Logger})
+	st, err := New(Config{Topic: cfg.Topic, Principal: cfg.Principal, OtherSide: true}, Deps{ClientOpts: cfg.SourceOpts, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +156,7 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 	case errors.Is(err, ErrNoTopic):
 		v = NewView()
 	case err != nil && o.strict:
-		return fmt.Errorf("read state topic %q at the source to tell the batches a link from the destination appended under its transactional sessions' or salted producer IDs (they must not be sent back; the link's principal needs Read on it there, docs/acls.md): %w", o.store.Topic(), err)
+		return fmt.Errorf("read state topic %q at the source to tell the batches a link from the destination appended under its transactional sessions' or salted producer IDs, which must not be sent back: %w", o.store.Topic(), err)
 	case err != nil:
 		if !o.warned {
 			o.warned = true

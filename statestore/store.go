@@ -64,6 +64,10 @@ type Config struct {
 	// in errors about a missing ACL (dial.Principal). Default "the
 	// link's principal".
 	Principal string
+	// OtherSide: the topic is the state topic of links in the other
+	// direction, read at this link's source (Origins); errors about a
+	// missing ACL name the source cluster and what the read is for.
+	OtherSide bool
 }
 
 // validate fills defaults and reports every problem at once, each under the
@@ -225,6 +229,10 @@ type need struct {
 // refused is the error for an operation the destination does not allow the
 // principal on the state topic; it wraps cause.
 func (s *Store) refused(n need, cause error) error {
+	if s.cfg.OtherSide {
+		return fmt.Errorf("the source cluster does not allow %s %s on Topic:%s (links in the other direction record there the producer IDs of batches that must not go back; mirrord needs Read on it, which implies Describe; see docs/acls.md): %w",
+			s.principal(), n.name, s.cfg.Topic, cause)
+	}
 	return fmt.Errorf("the destination cluster does not allow %s %s on Topic:%s (%s; see docs/acls.md): %w",
 		s.principal(), n.name, s.cfg.Topic, n.why, cause)
 }
