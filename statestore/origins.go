@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/transform"
 )
 
@@ -49,6 +51,11 @@ type Origins struct {
 	checked map[int64]struct{}
 	warned  bool
 	reads   int64
+
+	// reverse is the last view Reverse read, and when.
+	reverse   *View
+	reverseAt time.Time
+	now       func() time.Time
 }
 
 // OriginsConfig says where Origins reads and what it looks for.
@@ -90,7 +97,7 @@ func NewOrigins(cfg OriginsConfig) (*Origins, error) {
 	}
 	home, _ := transform.RegionOf(cfg.DestinationClusterID)
 	return &Origins{store: st, from: cfg.DestinationClusterID, to: cfg.SourceClusterID, home: home, strict: cfg.Strict, onRead: cfg.OnRead,
-		log: cfg.Logger.Named("origins"), set: transform.NewSessions(), checked: make(map[int64]struct{})}, nil
+		log: cfg.Logger.Named("origins"), set: transform.NewSessions(), checked: make(map[int64]struct{}), now: time.Now}, nil
 }
 
 // Sessions is the set of producer IDs learnt so far; it only grows.
@@ -187,4 +194,67 @@ func (o *Origins) Learn(ctx context.Context, hs []transform.Header) error {
 		o.log.Info("learnt producer IDs that started at the destination (transactional links' sessions, salted mappings)", "new", m-n, "known", m)
 	}
 	return nil
+}
+
+// reverseAge is how long Reverse answers from the view it read last: a
+// translation of a group's partitions asks once per partition. An older
+// checkpoint is still a cut (Reverse), only a lower one.
+const reverseAge = 10 * time.Second
+
+// Reverse is the last checkpoint, of one partition, of a link in the other
+// direction: from the link's destination into its source, over the same
+// topic names, whose state topic (of the same name) is at the link's
+// source. Every batch it mirrored from below SourceNext (an offset at the
+// link's destination) is below DestNext at the link's source, and every
+// one from SourceNext on is at DestNext or later.
+type Reverse struct {
+	Link string
+	// Live: its last state record is not a stop or a pause: a session of
+	// it runs, or crashed, and mirrors (or will) what its source gets.
+	Live bool
+	// State is that record's state.
+	State                LinkState
+	SourceNext, DestNext int64
+}
+
+// Reverse returns the checkpoint of the partition dst (at the link's
+// destination) that a link from the destination into the source committed
+// for its mirror src at the source; ok is false when no such link has one
+// (of several, the checkpoint with the lowest SourceNext). The topic IDs must match
+// where both are known. It reads the state topic at the source, or answers
+// from a read less than 10 s old.
+func (o *Origins) Reverse(ctx context.Context, src, dst tp.Partition) (Reverse, bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.reverse == nil || o.now().Sub(o.reverseAt) >= reverseAge {
+		v, err := o.store.Replay(kadm.WithAuthorizedOps(ctx))
+		switch {
+		case errors.Is(err, ErrNoTopic):
+			v = NewView()
+		case err != nil && o.strict:
+			return Reverse{}, false, fmt.Errorf("read state topic %q at the source for the checkpoints of the link in the other direction: %w", o.store.Topic(), err)
+		case err != nil:
+			return Reverse{}, false, nil
+		}
+		o.reverse, o.reverseAt = v, o.now()
+	}
+	var (
+		out Reverse
+		ok  bool
+	)
+	for k, ck := range o.reverse.Checkpoints {
+		lv, known := o.reverse.Links[k.LinkName]
+		if !known || lv.SourceClusterID != o.from || lv.DestinationClusterID != o.to ||
+			ck.SourceTopic != dst.Topic || ck.SourcePartition != dst.Partition || k.Partition != src.Partition ||
+			(k.TopicID != UUID{} && src.ID != [16]byte{} && k.TopicID != UUID(src.ID)) ||
+			(ck.SourceTopicID != UUID{} && dst.ID != [16]byte{} && ck.SourceTopicID != UUID(dst.ID)) {
+			continue
+		}
+		if !ok || ck.SourceNextOffset < out.SourceNext {
+			out = Reverse{Link: k.LinkName, Live: lv.State != Stopped && lv.State != Paused, State: lv.State,
+				SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}
+			ok = true
+		}
+	}
+	return out, ok, nil
 }

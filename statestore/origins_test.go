@@ -1,10 +1,13 @@
 package statestore
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -140,5 +143,90 @@ func BenchmarkOriginsLearn(b *testing.B) {
 		if err := o.Learn(b.Context(), hs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Reverse finds the checkpoint that the link in the other direction (from
+// the link's destination into its source) committed for a partition, in
+// the state topic at the link's source: by that link's clusters, its
+// source partition (the link's destination partition) and the topic IDs on
+// both sides where known; a stop or pause makes it not live; an answer is
+// at most 10 s old.
+func TestOriginsReverse(t *testing.T) {
+	ctx := testCtx(t)
+	src, _ := kafkatest.Pair(t)
+	const reverseSrc, reverseDst = kafkatest.DestClusterID, kafkatest.SourceClusterID
+	o, err := NewOrigins(OriginsConfig{Topic: "__state", SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+		SourceClusterID: reverseDst, DestinationClusterID: reverseSrc, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	now := time.Unix(1000, 0)
+	o.now = func() time.Time { return now }
+	srcT := tp.Partition{Topic: "orders", ID: [16]byte{1}, Partition: 2} // the link's source partition (the reverse link's destination)
+	dstT := tp.Partition{Topic: "orders", ID: [16]byte{2}, Partition: 2} // the link's destination partition (the reverse link's source)
+	reverse := func() (Reverse, bool) {
+		t.Helper()
+		r, ok, err := o.Reverse(ctx, srcT, dstT)
+		if err != nil {
+			t.Fatalf("Reverse: %v", err)
+		}
+		return r, ok
+	}
+	if r, ok := reverse(); ok {
+		t.Fatalf("without a state topic: %+v", r)
+	}
+
+	s := newStore(t, src, Config{Topic: "__state"}, nil)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ck := func(link string, dstID, srcID [16]byte, topic string, part int32, srcNext, dstNext int64) Record {
+		return Record{Key: CheckpointKey{LinkName: link, TopicID: UUID(dstID), Partition: part},
+			Value: CheckpointValue{SourceTopic: topic, SourcePartition: part, SourceNextOffset: srcNext, DestNextOffset: dstNext, SourceTopicID: UUID(srcID), TimestampMs: 1}}
+	}
+	session := func(link, from, to string) *Session {
+		sess, err := s.Begin(ctx, link, time.Minute, SourceCluster(from), DestinationCluster(to))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sess.Close(context.Background()) })
+		return sess
+	}
+	ba, ab, other := session("ba", reverseSrc, reverseDst), session("ab", reverseDst, reverseSrc), session("other", kafkatest.ThirdClusterID, reverseDst)
+	for _, c := range []struct {
+		sess *Session
+		recs []Record
+	}{
+		{ba, []Record{ck("ba", srcT.ID, dstT.ID, "orders", 2, 500, 700), ck("ba", srcT.ID, dstT.ID, "orders", 1, 1, 1),
+			ck("ba", [16]byte{9}, dstT.ID, "orders", 2, 1, 1)}},
+		{ab, []Record{ck("ab", dstT.ID, srcT.ID, "orders", 2, 3, 3)}},
+		{other, []Record{ck("other", srcT.ID, dstT.ID, "orders", 2, 4, 4)}},
+	} {
+		if err := c.sess.Commit(ctx, Mirroring, c.recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The read 10 s ago (no topic) still answers.
+	if r, ok := reverse(); ok {
+		t.Fatalf("within 10 s of the last read: %+v; want its answer, none", r)
+	}
+	now = now.Add(10 * time.Second)
+	if r, ok := reverse(); !ok || r != (Reverse{Link: "ba", Live: true, State: Mirroring, SourceNext: 500, DestNext: 700}) {
+		t.Fatalf("Reverse = %+v, %v; want ba's checkpoint of the partition, live", r, ok)
+	}
+	if err := ba.CommitStop(ctx, Paused, 0); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Second)
+	if r, ok := reverse(); !ok || r.Live || r.State != Paused || r.SourceNext != 500 {
+		t.Fatalf("after a pause: %+v, %v; want ba's checkpoint, not live", r, ok)
+	}
+	// Topic IDs unknown on either side (a cluster that reports none, a
+	// version 0 checkpoint): the names decide.
+	srcT.ID, dstT.ID = [16]byte{}, [16]byte{}
+	if r, ok := reverse(); !ok || r.SourceNext != 1 {
+		t.Fatalf("without topic IDs: %+v, %v; want the lowest of ba's checkpoints of orders[2] (1)", r, ok)
 	}
 }
