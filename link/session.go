@@ -250,6 +250,9 @@ func (s *session) connect(ctx context.Context) (err error) {
 	s.logs = &translate.Logs{Source: srcLogs, Destination: translate.NewCluster(s.trDst),
 		From: twin.Source{Cluster: s.srcID, Region: s.region, Returns: s.returns}, Now: l.deps.Now,
 		Stamped: l.cfg.Link.Delivery == statestore.DeliveryTransactional}
+	if s.origins != nil {
+		s.logs.Reverse = s.origins.Reverse
+	}
 	l.setStatus(func(st *Status) { st.SourceClusterID, st.DestinationClusterID = s.srcID, s.dstID })
 
 	s.store, err = statestore.New(statestore.Config{

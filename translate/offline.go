@@ -99,6 +99,9 @@ func NewOffline(ctx context.Context, cfg OfflineConfig) (_ *Offline, err error) 
 		From: twin.Source{Cluster: srcID, Region: region, Returns: returns},
 		Now:  cfg.Now, Stamped: cfg.Stamped,
 	}
+	if o.origins != nil {
+		o.logs.Reverse = o.origins.Reverse
+	}
 	if o.view, err = statestore.ReadView(ctx, cfg.StateTopic, cfg.DestinationOpts); err != nil {
 		return nil, fmt.Errorf("read the link's state topic %q on cluster %s: %w", cfg.StateTopic, cfg.DestinationName, err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/rawfetch"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/twin"
 )
@@ -60,7 +62,14 @@ type Result struct {
 	DestinationOffset int64  `json:"destination_offset"`
 	// Via says how it was found: head, window, checkpoint or timestamp,
 	// or origin: the first source batch from SourceOffset on started at
-	// the destination, and the answer is its original there.
+	// the destination, and the answer is its original there. Where both
+	// clusters are written (a link in the other direction copies the
+	// destination's records into the source), reverse or
+	// reverse-checkpoint: the answer was lowered to the original of the
+	// first such copy from SourceOffset on, or to that link's last
+	// checkpoint at the destination, so that a group at SourceOffset
+	// re-reads records rather than skips the destination's it had not
+	// read (job.unread).
 	Via string `json:"via"`
 	// SourceLogStart is set when SourceOffset lay below the source's log
 	// start: the translation is the log start's.
@@ -120,6 +129,12 @@ type Logs struct {
 	// it, so that the data of an aborted session's transaction is never
 	// taken for a mirror.
 	Stamped bool
+	// Reverse, when set, returns the last checkpoint of the partition by a
+	// link in the other direction (statestore.Origins.Reverse): with
+	// both clusters written, a translation then also bounds its answer
+	// by the records of the destination that had not reached the source
+	// (job.unread).
+	Reverse func(ctx context.Context, src, dst tp.Partition) (statestore.Reverse, bool, error)
 }
 
 // Cluster is one cluster as translations read it: raw fetches and
@@ -168,6 +183,9 @@ func (lg *Logs) Translate(ctx context.Context, a Anchor, p int64) (Result, error
 		x.now = time.Now
 	}
 	err := x.run(ctx, p)
+	if err == nil {
+		err = x.unread(ctx, x.out.SourceOffset)
+	}
 	if err == nil {
 		// An answer below the destination's log start (the pair above
 		// or the head, when the destination deleted past it) is no
@@ -1745,6 +1763,102 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	}
 	return fmt.Errorf("%w: the source batch at offset %d started at the destination (%s), and no destination batch from offset %d (the first with a timestamp at or after %d) on is its original (compacted or deleted at the destination since)",
 		ErrUntranslatable, c.h.BaseOffset, why(c.pid), r, least)
+}
+
+// unread lowers the answer where both clusters are written: a link in the
+// other direction (R, from the destination into the source) copies the
+// destination's own records into the source, in their order there but
+// interleaved with the source's own records otherwise than at the
+// destination, so the answer so far (the mirror of the first source record
+// from p on that the link sends) may lie past destination records whose
+// copies at the source are at or after p, which a group at p has not read.
+// No single offset is exact then (README, "Active-active and failback");
+// the answer is made one that re-reads rather than skips. A group at p has
+// read every copy below p and none from p on, so the first destination
+// record of its own that it has not read is
+//
+//   - the original of the first copy at or after p, when the source holds
+//     one (Via "reverse");
+//   - else one R has not copied yet, at or after R's position at the
+//     destination, if R is live (not stopped or paused). R's last
+//     checkpoint bounds that position from below (Via
+//     "reverse-checkpoint"): the answer then re-reads what R copied since
+//     that checkpoint and what the link mirrored after it.
+//
+// When the first batch from p is a copy, the answer is its original
+// already: every source record after the copy was written after the copy,
+// which was written after its original, so its mirror lies beyond the
+// original. Without R (no checkpoint of it in the state topic at the
+// source), nothing changes.
+func (x *job) unread(ctx context.Context, p int64) error {
+	if x.Reverse == nil || !x.From.Returns.Check || x.out.Via == "origin" {
+		return nil
+	}
+	rev, ok, err := x.Reverse(ctx, x.a.Src, x.a.Dst)
+	if err != nil || !ok {
+		return err
+	}
+	p = max(p, x.out.SourceLogStart)
+	// A copy at or after R's checkpoint at the source has its original at
+	// or after R's checkpoint at the destination: when that is not below
+	// the answer, copies from there on cannot lower it, and the search
+	// ends there (a group behind R reads no further than R's checkpoint;
+	// with nothing written at the destination since, not at all).
+	limit := int64(math.MaxInt64)
+	if rev.SourceNext >= x.out.DestinationOffset {
+		limit = rev.DestNext
+	}
+	home, q, err := x.firstHome(ctx, p, limit)
+	switch {
+	case home != nil:
+		before := x.out
+		if err := x.origin(ctx, *home, p); err != nil {
+			return fmt.Errorf("both clusters are written (link %s mirrors the other way): %w", rev.Link, err)
+		}
+		if x.out.DestinationOffset < before.DestinationOffset {
+			x.out.Via = "reverse"
+			return nil
+		}
+		requests := x.out.Requests
+		x.out = before
+		x.out.Requests = requests
+	case errors.Is(err, errBudget) && q < rev.DestNext:
+		return fmt.Errorf("%w: both clusters are written (link %s mirrors the other way), and the source holds no copy of a destination record between offsets %d and %d, below that link's checkpoint at %d: which destination records a group at offset %d has read is not known within the read budget (%w)",
+			ErrUntranslatable, rev.Link, p, q, rev.DestNext, p, err)
+	case err != nil && !errors.Is(err, errBudget):
+		return err
+	case rev.Live && rev.SourceNext >= 0 && rev.SourceNext < x.out.DestinationOffset:
+		x.out.Via, x.out.DestinationOffset = "reverse-checkpoint", rev.SourceNext
+		x.out.SourceBatch, x.out.DestinationBatch = -1, -1
+	}
+	return nil
+}
+
+// firstHome returns the first committed source batch from p on, below
+// limit, that started at the destination (nil: none), and the offset the
+// search reached: limit, the source's end, or where the read budget ran out
+// (err errBudget).
+func (x *job) firstHome(ctx context.Context, p, limit int64) (*srcBatch, int64, error) {
+	for pos := p; ; {
+		if pos >= limit {
+			return nil, pos, nil
+		}
+		r, err := x.committed(ctx, pos)
+		var re *rangeError
+		switch {
+		case errors.As(err, &re) && pos >= re.end:
+			return nil, pos, nil
+		case err != nil:
+			return nil, pos, err
+		case len(r.homes) > 0 && r.homes[0].h.BaseOffset < limit:
+			return &r.homes[0], pos, nil
+		case len(r.homes) > 0:
+			return nil, limit, nil
+		case r.next <= pos:
+			return nil, pos, nil
+		}
+		pos = r.next
+	}
 }
 
 // why says how a source batch with producer ID pid is known to have
