@@ -3,11 +3,14 @@ package link
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
@@ -25,7 +28,8 @@ import (
 // answer is at most B→A's last checkpoint at B), and after it copied b1 to
 // A (the answer is at most b1's original). For each answer, the records
 // below the position at A and those from the answer on at B together hold
-// every record B holds.
+// every record B holds. A round of the link's group sync puts a group
+// committed at A where the translation says.
 func TestActiveActiveGroupMove(t *testing.T) {
 	t.Run("preserve", func(t *testing.T) {
 		scenario(t, func(t *testing.T, e *env) { movingGroup(t, e, false) })
@@ -51,6 +55,9 @@ func movingGroup(t *testing.T, e *env, txn bool) {
 		return c
 	}
 	abCfg, baCfg := cfg("ab", a, b), cfg("ba", b, a)
+	// Group sync as the link runs it (rounds called by the test).
+	abCfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^(?:` + regexp.QuoteMeta(e.topic("app")) + `.*)$`)}}
+	abCfg.Link.GroupSyncInterval = time.Hour
 	sent := newProduced()
 	kind := idempotent
 	if txn {
@@ -94,6 +101,9 @@ func movingGroup(t *testing.T, e *env, txn bool) {
 			t.Errorf("%s: A's end %d translates to %d (%s), past b1 at %d", name, end, r[end].DestinationOffset, r[end].Via, b1)
 		}
 	}
+	if at := syncGroup(t, ab, a, b, e.topic("app-all"), topic, atA[len(atA)-1].Offset+1); at > b1 {
+		t.Errorf("group sync: a group at A's end is at %d at B, past b1 at %d", at, b1)
+	}
 
 	// B→A back: b1 reaches A after a3. A group that read a1 and a2
 	// resumes at b1's original.
@@ -107,7 +117,35 @@ func movingGroup(t *testing.T, e *env, txn bool) {
 			t.Errorf("%s: a3's offset %d at A translates to %d (%s), want b1's original at %d (reverse)", name, a3, got.DestinationOffset, got.Via, b1)
 		}
 	}
+	if at := syncGroup(t, ab, a, b, e.topic("app-a2"), topic, a3); at != b1 {
+		t.Errorf("group sync: a group at a3's offset %d at A is at %d at B; want b1's original at %d", a3, at, b1)
+	}
 	ba.stop(t, false)
+}
+
+// syncGroup commits group at offset p of the topic's partition 0 at src,
+// runs a round of l's group sync, and returns the group's offset at dst.
+func syncGroup(t *testing.T, l *testLink, src, dst *cluster, group, topic string, p int64) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: topic, Partition: 0, At: p, LeaderEpoch: -1})
+	if r, err := src.Admin.CommitOffsets(ctx, group, os); err != nil || r.Error() != nil {
+		t.Fatalf("commit %s at %s: %v %v", group, src.Name, err, r.Error())
+	}
+	if _, err := l.SyncGroups(ctx); err != nil {
+		t.Fatalf("group sync: %v", err)
+	}
+	got, err := dst.Admin.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := got.Lookup(topic, 0)
+	if !ok || o.At < 0 {
+		t.Fatalf("group %s has no offset at %s after a sync round: %+v", group, dst.Name, got)
+	}
+	return o.At
 }
 
 // waitCheckpointed waits until the state topic holds a checkpoint of l's
