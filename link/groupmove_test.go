@@ -120,7 +120,59 @@ func movingGroup(t *testing.T, e *env, txn bool) {
 	if at := syncGroup(t, ab, a, b, e.topic("app-a2"), topic, a3); at != b1 {
 		t.Errorf("group sync: a group at a3's offset %d at A is at %d at B; want b1's original at %d", a3, at, b1)
 	}
+
+	// The search's budget: 20 records of 800 KiB at A, no copy among
+	// them, then b2 at B, which B→A copies after them. From a position
+	// in front of them the search for a copy reads 16 MiB and stops below
+	// B→A's last checkpoint at A; an earlier checkpoint of B→A at or
+	// below where it stopped bounds the answer (without, the translation
+	// failed).
+	bigRecords(t, a, sent, "a4", 20, 800<<10, topic)
+	bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a})
+	load(t, b, sent, kind, 1, "b2", 5, topic)
+	bothCaughtUp(t, topic, map[*testLink]*cluster{ab: a, ba: b})
+	waitCheckpointed(t, ba, b, topic)
+	waitCheckpointed(t, ab, a, topic)
+	offline2, err := NewOffline(context.Background(), abCfg, Deps{SourceOpts: a.Opts(), DestinationOpts: b.Opts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer offline2.Close()
+	translators["offline"] = func(ctx context.Context, p int64) (translate.Result, error) {
+		return offline2.Translate(ctx, topic, 0, p)
+	}
+	atA, atB = recordsAt(t, a, topic), recordsAt(t, b, topic)
+	a4 := firstOf(t, atA, "a4-")
+	for name, tr := range translators {
+		r := moveAll(t, name+", past the budget", atA, atB, tr)
+		t.Logf("%s: a4's offset %d at A translates to %d (%s, %d bytes read)", name, a4, r[a4].DestinationOffset, r[a4].Via, r[a4].Bytes)
+	}
 	ba.stop(t, false)
+}
+
+// bigRecords produces n records of size bytes each to the topic's partition
+// 0 with an idempotent producer, uncompressed, keys prefix-<i>.
+func bigRecords(t *testing.T, c *cluster, p *produced, prefix string, n, size int, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(append(c.Opts(), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	val := make([]byte, size)
+	for i := range val {
+		val[i] = byte('a' + i%26)
+	}
+	for i := range n {
+		k := fmt.Sprintf("%s-%06d", prefix, i)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(k), Value: val, Partition: 0}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		p.Committed[topic+"/"+k]++
+	}
 }
 
 // syncGroup commits group at offset p of the topic's partition 0 at src,

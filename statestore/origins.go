@@ -52,8 +52,10 @@ type Origins struct {
 	warned  bool
 	reads   int64
 
-	// reverse is the last view Reverse read, and when.
+	// reverse is the last view Reverse read, and when; history holds the
+	// checkpoints of each partition that view's records still held.
 	reverse   *View
+	history   map[CheckpointKey][]cutOf
 	reverseAt time.Time
 	now       func() time.Time
 }
@@ -215,6 +217,20 @@ type Reverse struct {
 	// State is that record's state.
 	State                LinkState
 	SourceNext, DestNext int64
+	// Earlier are the link's checkpoints of the partition before the
+	// last that the state topic still holds (compaction removes them),
+	// oldest first: each is a cut as the last is.
+	Earlier []Cut
+}
+
+// Cut is one checkpoint's pair of positions.
+type Cut struct{ SourceNext, DestNext int64 }
+
+// cutOf is a checkpoint's cut and its source topic's ID: the cuts of a
+// topic deleted and created again under its name are not the new one's.
+type cutOf struct {
+	Cut
+	topicID UUID
 }
 
 // Reverse returns the checkpoint of the partition dst (at the link's
@@ -237,6 +253,17 @@ func (o *Origins) Reverse(ctx context.Context, src, dst tp.Partition) (Reverse, 
 			return Reverse{}, false, nil
 		}
 		o.reverse, o.reverseAt = v, o.now()
+		o.history = make(map[CheckpointKey][]cutOf)
+		for _, r := range v.Records {
+			k, isCk := r.Key.(CheckpointKey)
+			ck, ok := r.Value.(CheckpointValue)
+			if !isCk || !ok {
+				continue
+			}
+			if lv, known := v.Links[k.LinkName]; known && lv.SourceClusterID == o.from && lv.DestinationClusterID == o.to {
+				o.history[k] = append(o.history[k], cutOf{Cut{SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}, ck.SourceTopicID})
+			}
+		}
 	}
 	var (
 		out Reverse
@@ -253,6 +280,13 @@ func (o *Origins) Reverse(ctx context.Context, src, dst tp.Partition) (Reverse, 
 		if !ok || ck.SourceNextOffset < out.SourceNext {
 			out = Reverse{Link: k.LinkName, Live: lv.State != Stopped && lv.State != Paused, State: lv.State,
 				SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}
+			if h := o.history[k]; len(h) > 1 {
+				for _, c := range h[:len(h)-1] {
+					if c.topicID == ck.SourceTopicID {
+						out.Earlier = append(out.Earlier, c.Cut)
+					}
+				}
+			}
 			ok = true
 		}
 	}

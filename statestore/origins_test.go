@@ -213,14 +213,22 @@ func TestOriginsReverse(t *testing.T) {
 		t.Fatalf("within 10 s of the last read: %+v; want its answer, none", r)
 	}
 	now = now.Add(10 * time.Second)
-	if r, ok := reverse(); !ok || r != (Reverse{Link: "ba", Live: true, State: Mirroring, SourceNext: 500, DestNext: 700}) {
-		t.Fatalf("Reverse = %+v, %v; want ba's checkpoint of the partition, live", r, ok)
+	if r, ok := reverse(); !ok || r.Link != "ba" || !r.Live || r.State != Mirroring || r.SourceNext != 500 || r.DestNext != 700 || len(r.Earlier) != 0 {
+		t.Fatalf("Reverse = %+v, %v; want ba's checkpoint of the partition, live, nothing earlier", r, ok)
+	}
+	// A later checkpoint: the earlier one is kept as a cut too.
+	if err := ba.Commit(ctx, Mirroring, ck("ba", srcT.ID, dstT.ID, "orders", 2, 600, 800)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Second)
+	if r, ok := reverse(); !ok || r.SourceNext != 600 || r.DestNext != 800 || len(r.Earlier) != 1 || r.Earlier[0] != (Cut{SourceNext: 500, DestNext: 700}) {
+		t.Fatalf("after a second checkpoint: %+v, %v; want 600/800 with 500/700 earlier", r, ok)
 	}
 	if err := ba.CommitStop(ctx, Paused, 0); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(10 * time.Second)
-	if r, ok := reverse(); !ok || r.Live || r.State != Paused || r.SourceNext != 500 {
+	if r, ok := reverse(); !ok || r.Live || r.State != Paused || r.SourceNext != 600 {
 		t.Fatalf("after a pause: %+v, %v; want ba's checkpoint, not live", r, ok)
 	}
 	// Topic IDs unknown on either side (a cluster that reports none, a

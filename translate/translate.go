@@ -575,7 +575,13 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		}
 		if len(srcQ) == 0 {
 			if srcDone {
-				return errWalkLost // destination batches the source does not account for
+				// The source holds no committed batch the link sends
+				// past the walk: the destination batches left mirror
+				// nothing of it (a shared destination's own records,
+				// or, in active-active, the copies the link skipped
+				// came from there), and p lies past everything the
+				// walk matched.
+				break
 			}
 			continue
 		}
@@ -1037,8 +1043,15 @@ type found struct {
 }
 
 // runLookahead is how many source batches after a plain batch lastOfRun
-// looks through for copies of it.
-const runLookahead = 32
+// looks through for copies of it, and runLookaheadBytes how many bytes of
+// them at most: a retry lands within a few batches of its original, and 32
+// batches of 1 MiB would spend the translation's whole budget (in
+// transactional delivery, where every batch is read as a plain one, a
+// translation among large batches failed so).
+const (
+	runLookahead      = 32
+	runLookaheadBytes = 4 << 20
+)
 
 // lastOfRun places the mirror of a plain source batch c among the copies of
 // it the destination holds, d (at base) being the first the scan met: a
@@ -1058,7 +1071,7 @@ func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, h
 	if c.h.ProducerID != -1 {
 		return d, base, nil // copies with a producer ID are skipped, not mirrored
 	}
-	a, seen := 0, 0
+	a, seen, bytes := 0, 0, 0
 	var last *srcBatch // L: the last batch looked at, after every copy of c; nil: the lookahead ended in copies (or at hi)
 	for pos := c.h.NextOffset(); !hi.known || pos < hi.s; {
 		r, err := x.committed(ctx, pos)
@@ -1076,13 +1089,14 @@ func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, h
 				return nil, 0, err
 			}
 			seen++
+			bytes += len(b.raw)
 			if ok {
 				a++
 				last = nil // L comes after every copy counted
 				continue
 			}
 			last = &b
-			if seen >= runLookahead {
+			if seen >= runLookahead || bytes >= runLookaheadBytes {
 				done = true
 				break
 			}
@@ -1799,6 +1813,11 @@ func (x *job) unread(ctx context.Context, p int64) error {
 		return err
 	}
 	p = max(p, x.out.SourceLogStart)
+	// The search has a budget of its own: what the answer cost to find
+	// says nothing of how far the next copy is.
+	srcRead, dstRead := x.srcRead, x.dstRead
+	x.srcRead, x.dstRead = 0, 0
+	defer func() { x.srcRead, x.dstRead = x.srcRead+srcRead, x.dstRead+dstRead }()
 	// A copy at or after R's checkpoint at the source has its original at
 	// or after R's checkpoint at the destination: when that is not below
 	// the answer, copies from there on cannot lower it, and the search
@@ -1823,8 +1842,19 @@ func (x *job) unread(ctx context.Context, p int64) error {
 		x.out = before
 		x.out.Requests = requests
 	case errors.Is(err, errBudget) && q < rev.DestNext:
-		return fmt.Errorf("%w: both clusters are written (link %s mirrors the other way), and the source holds no copy of a destination record between offsets %d and %d, below that link's checkpoint at %d: which destination records a group at offset %d has read is not known within the read budget (%w)",
-			ErrUntranslatable, rev.Link, p, q, rev.DestNext, p, err)
+		// An earlier checkpoint of R at or below q is a cut the
+		// search passed: R's copies of destination records below its
+		// position there are below q at the source, and, none being in
+		// [p, q), below p: read.
+		if c, ok := lastCutBelow(rev.Earlier, q); ok {
+			if c.SourceNext < x.out.DestinationOffset {
+				x.out.Via, x.out.DestinationOffset = "reverse-checkpoint", c.SourceNext
+				x.out.SourceBatch, x.out.DestinationBatch = -1, -1
+			}
+			return nil
+		}
+		return fmt.Errorf("%w: both clusters are written (link %s mirrors the other way), and the source holds no copy of a destination record between offsets %d and %d, below that link's checkpoint at %d, and the state topic at the source holds no earlier checkpoint of it at or below %d: which destination records a group at offset %d has read is not known within the read budget (%w)",
+			ErrUntranslatable, rev.Link, p, q, rev.DestNext, q, p, err)
 	case err != nil && !errors.Is(err, errBudget):
 		return err
 	case rev.Live && rev.SourceNext >= 0 && rev.SourceNext < x.out.DestinationOffset:
@@ -1832,6 +1862,17 @@ func (x *job) unread(ctx context.Context, p int64) error {
 		x.out.SourceBatch, x.out.DestinationBatch = -1, -1
 	}
 	return nil
+}
+
+// lastCutBelow is the last of cuts (oldest first) whose source position
+// (DestNext, at the link's source) is at or below q.
+func lastCutBelow(cuts []statestore.Cut, q int64) (statestore.Cut, bool) {
+	for i := len(cuts) - 1; i >= 0; i-- {
+		if cuts[i].DestNext <= q {
+			return cuts[i], true
+		}
+	}
+	return statestore.Cut{}, false
 }
 
 // firstHome returns the first committed source batch from p on, below
