@@ -1,11 +1,14 @@
 package link
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seed83556561/mirrord/failover"
 )
 
 // Agents with names (agent.name, as the Kubernetes StatefulSet gives each
@@ -42,6 +45,10 @@ func TestStandbyAgent(t *testing.T) {
 		stillStandingBy(b, a, 5*time.Second)
 		if st := b.Status(); st.StandingBy != "pod-0" {
 			t.Errorf("the standby's status says it stands by for %q, want pod-0", st.StandingBy)
+		}
+		// A failover sent to the standby names the agent to send it to.
+		if err := b.StartFailover(failover.Options{}); !errors.Is(err, failover.ErrNotMirroring) || !strings.Contains(err.Error(), `stands by for agent "pod-0"`) {
+			t.Errorf("failover on the standby: %v; want it refused, naming pod-0", err)
 		}
 		f.waitMirrored(60 * time.Second)
 		if got := testutil.ToFloat64(a.met.counters[SessionsFenced]); got != 0 {

@@ -93,7 +93,14 @@ func (l *Link) State() State {
 
 // StartFailover starts a failover of the link (package failover) and
 // returns at once; its progress and outcome are in Status().Failover.
+//
+// An agent that stands by for another refuses it, naming the agent that
+// holds the link, which is the one to ask.
 func (l *Link) StartFailover(o failover.Options) error {
+	if holder := l.Status().StandingBy; holder != "" {
+		return fmt.Errorf("%w: this agent stands by for agent %q, whose session holds link %s: send the failover to that agent (mirrord failover --addr <its agent.listen>)",
+			failover.ErrNotMirroring, holder, l.Name())
+	}
 	return l.mover.Start(o)
 }
 
