@@ -52,10 +52,10 @@ type Origins struct {
 	warned  bool
 	reads   int64
 
-	// reverse is the last view Reverse read, and when; history holds the
-	// checkpoints of each partition that view's records still held.
-	reverse   *View
-	history   map[CheckpointKey][]cutOf
+	// reverse is what Reverse's last read found of the links from the
+	// destination into the source, and reverseAt when it read; nil: not
+	// read yet.
+	reverse   map[CheckpointKey]*reverseEntry
 	reverseAt time.Time
 	now       func() time.Time
 }
@@ -233,6 +233,15 @@ type cutOf struct {
 	topicID UUID
 }
 
+// reverseEntry is one checkpoint key of a link from the destination into
+// the source: its link record, its last checkpoint, and every checkpoint of
+// the key the read met, oldest first.
+type reverseEntry struct {
+	link    LinkValue
+	last    CheckpointValue
+	history []cutOf
+}
+
 // Reverse returns the checkpoint of the partition dst (at the link's
 // destination) that a link from the destination into the source committed
 // for its mirror src at the source; ok is false when no such link has one
@@ -252,16 +261,18 @@ func (o *Origins) Reverse(ctx context.Context, src, dst tp.Partition) (Reverse, 
 		case err != nil:
 			return Reverse{}, false, nil
 		}
-		o.reverse, o.reverseAt = v, o.now()
-		o.history = make(map[CheckpointKey][]cutOf)
-		for _, r := range v.Records {
-			k, isCk := r.Key.(CheckpointKey)
-			ck, ok := r.Value.(CheckpointValue)
-			if !isCk || !ok {
-				continue
-			}
+		// Only the reverse links' checkpoints are kept, not the view.
+		o.reverse, o.reverseAt = make(map[CheckpointKey]*reverseEntry), o.now()
+		for k, ck := range v.Checkpoints {
 			if lv, known := v.Links[k.LinkName]; known && lv.SourceClusterID == o.from && lv.DestinationClusterID == o.to {
-				o.history[k] = append(o.history[k], cutOf{Cut{SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}, ck.SourceTopicID})
+				o.reverse[k] = &reverseEntry{link: lv, last: ck}
+			}
+		}
+		for _, r := range v.Records {
+			k, _ := r.Key.(CheckpointKey)
+			ck, isCk := r.Value.(CheckpointValue)
+			if e := o.reverse[k]; e != nil && isCk {
+				e.history = append(e.history, cutOf{Cut{SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}, ck.SourceTopicID})
 			}
 		}
 	}
@@ -269,18 +280,17 @@ func (o *Origins) Reverse(ctx context.Context, src, dst tp.Partition) (Reverse, 
 		out Reverse
 		ok  bool
 	)
-	for k, ck := range o.reverse.Checkpoints {
-		lv, known := o.reverse.Links[k.LinkName]
-		if !known || lv.SourceClusterID != o.from || lv.DestinationClusterID != o.to ||
-			ck.SourceTopic != dst.Topic || ck.SourcePartition != dst.Partition || k.Partition != src.Partition ||
+	for k, e := range o.reverse {
+		ck := e.last
+		if ck.SourceTopic != dst.Topic || ck.SourcePartition != dst.Partition || k.Partition != src.Partition ||
 			(k.TopicID != UUID{} && src.ID != [16]byte{} && k.TopicID != UUID(src.ID)) ||
 			(ck.SourceTopicID != UUID{} && dst.ID != [16]byte{} && ck.SourceTopicID != UUID(dst.ID)) {
 			continue
 		}
 		if !ok || ck.SourceNextOffset < out.SourceNext {
-			out = Reverse{Link: k.LinkName, Live: lv.State != Stopped && lv.State != Paused, State: lv.State,
+			out = Reverse{Link: k.LinkName, Live: e.link.State != Stopped && e.link.State != Paused, State: e.link.State,
 				SourceNext: ck.SourceNextOffset, DestNext: ck.DestNextOffset}
-			if h := o.history[k]; len(h) > 1 {
+			if h := e.history; len(h) > 1 {
 				for _, c := range h[:len(h)-1] {
 					if c.topicID == ck.SourceTopicID {
 						out.Earlier = append(out.Earlier, c.Cut)
