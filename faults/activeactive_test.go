@@ -23,10 +23,10 @@ import (
 // producer exactly as often at both clusters (once if acknowledged, never
 // if aborted), records of plain producers only where they were written
 // (unattributed = "skip"), nothing else. MIRRORD_ACTIVE_ACTIVE=N kills
-// each agent N times; without it the test skips (it is not in CI, where
-// TestActiveActive crashes a link on Kafka 4.4.0 and 3.9.2).
-// MIRRORD_ACTIVE_ACTIVE_DELIVERY=transactional runs both links in
-// transactional delivery (TestActiveActiveTransactional in CI).
+// each agent N times; without it the test skips (.ci/run runs N=1 in
+// transactional delivery; TestActiveActive crashes a link in process on
+// Kafka 4.4.0 and 3.9.2). MIRRORD_ACTIVE_ACTIVE_DELIVERY=transactional
+// runs both links in transactional delivery.
 func TestActiveActiveKills(t *testing.T) {
 	kills, _ := strconv.Atoi(os.Getenv("MIRRORD_ACTIVE_ACTIVE"))
 	if kills <= 0 {
