@@ -759,7 +759,7 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 				return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
 					ErrBelowDestinationStart, cands[i].firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
 			}
-			return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition",
+			return fmt.Errorf("%w: the mirror of the source batch at offset %d comes before that of the batch at offset %d, which is not a duplicate the link would have skipped: it may be a batch the source changed beyond recognition, or one whose mirror the destination's cleaner removed (a compacted destination topic)",
 				ErrUntranslatable, cands[j].h.BaseOffset, cands[i].h.BaseOffset)
 		}
 		if x.Stamped {
