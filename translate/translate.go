@@ -1867,9 +1867,9 @@ func (x *job) unread(ctx context.Context, p int64) error {
 // lastCutBelow is the last of cuts (oldest first) whose source position
 // (DestNext, at the link's source) is at or below q.
 func lastCutBelow(cuts []statestore.Cut, q int64) (statestore.Cut, bool) {
-	for i := len(cuts) - 1; i >= 0; i-- {
-		if cuts[i].DestNext <= q {
-			return cuts[i], true
+	for _, c := range slices.Backward(cuts) {
+		if c.DestNext <= q {
+			return c, true
 		}
 	}
 	return statestore.Cut{}, false
