@@ -20,7 +20,9 @@ import (
 // nothing twice, and every source position translates, by the running
 // link and offline, to a destination offset from which a consumer reads
 // what it would have read from the mirror's offset before the compaction
-// (the cleaner removes offsets, it does not move them), or fails loudly.
+// (the cleaner removes offsets, it does not move them). Before, a position
+// whose mirror the cleaner had cut or removed answered ErrUntranslatable
+// (120 of 157 on Kafka 4.4.0).
 func TestDestinationCompacted(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
 		f := e.mirrored(t, "dcomp", srcTopic("kv", 1).with(compactedLaterConfig))
@@ -160,6 +162,13 @@ func TestDestinationCompacted(t *testing.T) {
 			}
 			t.Logf("%s: %d positions, %d answered (%v), %d untranslatable; the destination compacted %d batches with gaps",
 				name, srcEnd+1, srcEnd+1-int64(loud), vias, loud, gappy)
+			if loud > 0 {
+				// Every source batch has a producer ID and was dense
+				// when mirrored: a mirror the cleaner cut is the same
+				// producer batch, one it removed whole lies between
+				// mirrors that remain, and nothing else is in the way.
+				t.Errorf("%s: %d positions untranslatable; want every one answered", name, loud)
+			}
 		}
 	})
 }

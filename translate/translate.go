@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -238,6 +239,10 @@ type job struct {
 	// (committed only, producer identity stripped), for origin's search
 	// of the original of a transactional link's copy.
 	byContent bool
+	// passed is how many destination batches with records the last
+	// scanFor went past, after the predecessor's mirror, without taking
+	// them for a candidate's mirror.
+	passed int
 
 	last    *read // the last source read, at lastPos: reading the same position twice costs nothing
 	lastPos int64
@@ -436,11 +441,21 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 // records out of c, unless p falls between records it cut from a batch the
 // link had already re-encoded: then ErrUntranslatable.
 func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
+	var t int64
+	if dh, err := transform.ParseHeader(d); err == nil && !x.Stamped && from == c.h.BaseOffset && c.h.Dense() && dh.NumRecords < c.h.NumRecords {
+		// A mirror the destination's cleaner cut (twin.CutAtDestination):
+		// it keeps the offsets the link appended the batch's records at,
+		// the source's offset deltas. A record it removed leaves its
+		// offset, from which a consumer reads the next record it kept.
+		x.out.SourceBatch, x.out.DestinationBatch = c.h.BaseOffset, base
+		x.out.DestinationOffset = base + min(max(p-c.h.BaseOffset, 0), int64(c.h.LastOffsetDelta)+1)
+		return nil
+	}
 	i, exact, err := twin.Place(x.reenc, c.raw, c.h, from, d, p)
 	if err != nil {
 		return err
 	}
-	t := base + int64(i)
+	t = base + int64(i)
 	x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, base, t
 	if !exact {
 		return fmt.Errorf("%w: %w: the source's cleaner removed records of the batch at source offset %d around offset %d after the link mirrored it (as destination batch %d, re-encoded), and which of its records came from before offset %d is no longer known",
@@ -751,9 +766,16 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 				continue
 			}
 		}
+		removed := false
+		if j > 0 {
+			removed = x.removedMirrors(ctx, cands[:j])
+		}
 		for i := range j {
 			if duplicateOf(cands[i], pred, cands[:i]) {
 				continue // skipped by the pipeline: not mirrored
+			}
+			if removed {
+				continue // appended, and removed since by the destination's cleaner
 			}
 			if r <= x.dstStart {
 				return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
@@ -769,6 +791,61 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		}
 		return x.found(cands[j], from, d, base, p)
 	}
+}
+
+// removedMirrors reports whether the mirrors of source batches cs, which
+// the scan did not meet before a later candidate's, were removed whole by
+// the destination's cleaner: the link appended them (they lie below its
+// checkpoint or acknowledged head), the destination topic is compacted,
+// and the scan went past no destination batch with records it could not
+// place, so that no record of theirs survives between where it began (the
+// first offset with their create time) and the later mirror: a consumer
+// reads from the later mirror what it would have read from theirs.
+// Preserve delivery only, and batches with a producer ID: a Stamped or a
+// plain batch's mirror is told by content alone. Any doubt (a batch passed,
+// the topic's configuration not readable) keeps the refusal.
+func (x *job) removedMirrors(ctx context.Context, cs []srcBatch) bool {
+	if x.Stamped || x.passed > 0 {
+		return false
+	}
+	appended := x.a.CkSrc
+	if x.a.Head {
+		appended = max(appended, x.a.SrcNext)
+	}
+	for _, c := range cs {
+		if c.h.ProducerID == -1 || c.h.NextOffset() > appended {
+			return false
+		}
+	}
+	return x.dstCompacted(ctx)
+}
+
+// dstCompacted reports whether the destination topic's cleanup.policy
+// compacts; false when the cluster does not say (a refused
+// DescribeConfigs, an error).
+func (x *job) dstCompacted(ctx context.Context) bool {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeTopic
+	res.ResourceName = x.a.Dst.Topic
+	res.ConfigNames = []string{"cleanup.policy"}
+	req.Resources = append(req.Resources, res)
+	x.out.Requests++
+	resp, err := req.RequestWith(ctx, x.Destination.cl)
+	if err != nil {
+		return false
+	}
+	for _, r := range resp.Resources {
+		if r.ErrorCode != 0 {
+			return false
+		}
+		for _, c := range r.Configs {
+			if c.Name == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sameOrdinal checks, for a Stamped link, the mirror the timestamp search
@@ -962,6 +1039,7 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 		}
 	}
 	claimed = pred == nil // the predecessor claims at most one batch
+	x.passed = 0
 	var (
 		pending *found // a later candidate's mirror met first
 		looked  int    // destination batches looked at since
@@ -1005,6 +1083,7 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 					return pending.j, pending.from, pending.d, pending.base, claimed, nil
 				}
 			}
+			matched := false
 			for i, c := range cands[:limit] {
 				from, err := x.mirrorOf(c, whole, i, d, dh)
 				if err != nil {
@@ -1013,6 +1092,7 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 				if from < 0 {
 					continue
 				}
+				matched = true
 				if i == 0 || c.h.ProducerID != -1 {
 					return i, from, d, dh.BaseOffset, claimed, nil
 				}
@@ -1022,6 +1102,9 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 				// comes within runLookahead batches, wins.
 				pending = &found{j: i, from: from, d: d, base: dh.BaseOffset}
 				break
+			}
+			if !matched && !dh.Control() && dh.NumRecords > 0 {
+				x.passed++
 			}
 		}
 		if end {
@@ -1232,6 +1315,12 @@ func (x *job) mirrorOf(c srcBatch, whole [][]byte, i int, d []byte, dh transform
 		from, ok, err := x.mirrorFrom(c, d)
 		if err != nil || ok {
 			return from, err
+		}
+	}
+	if !x.Stamped && dh.NumRecords < c.h.NumRecords && dh.ProducerEpoch == c.h.ProducerEpoch && dh.BaseSequence == c.h.BaseSequence {
+		// The destination's cleaner cut the mirror since.
+		if ok, err := twin.CutAtDestination(x.psm, x.src, x.reenc, c.raw, c.h, d); err != nil || ok {
+			return c.h.BaseOffset, err
 		}
 	}
 	return -1, nil

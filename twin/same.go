@@ -237,3 +237,55 @@ func Place(reenc *transform.Reencoder, raw []byte, h transform.Header, from int6
 	}
 	return n, false, nil
 }
+
+// CutAtDestination reports whether destination batch dst is the batch the
+// link appended whole for source batch raw (header h) and the destination's
+// cleaner cut records out of since (a compacted destination topic): the
+// same producer batch (the mapped producer ID psm gives h, its epoch and
+// base sequence), fewer records than the source batch, and each of them
+// the source batch's record at the same offset delta, the same in key,
+// value, headers and create time. Only a source batch that is dense (every
+// offset of its range holds a record, so the link appended its bytes with
+// the same offset deltas) and has a producer ID qualifies: a batch without
+// one has no identity to tell it by. A batch the cleaner emptied is never
+// one (nothing tells it from a later batch of the same identity). raw is
+// not modified; it decodes the records of both batches (the slow path of
+// translation only).
+func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte, h transform.Header, dst []byte) (bool, error) {
+	dh, err := transform.ParseHeader(dst)
+	if err != nil {
+		return false, fmt.Errorf("destination batch: %w", err)
+	}
+	if h.ProducerID < 0 || !h.Dense() || h.NumRecords == 0 || dh.NumRecords == 0 || dh.NumRecords >= h.NumRecords ||
+		dh.ProducerEpoch != h.ProducerEpoch || dh.BaseSequence != h.BaseSequence || dh.Control() {
+		return false, nil
+	}
+	d, err := Decide(psm, src, reenc, nil, raw, h, h.BaseOffset, true)
+	if err != nil || d.Verdict != Forward {
+		return false, err
+	}
+	if mapped, _ := transform.ParseHeader(d.Out); dh.ProducerID != mapped.ProducerID {
+		return false, nil
+	}
+	if err := transform.Validate(dst); err != nil {
+		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	}
+	srcRecs, err := reenc.Records(raw)
+	if err != nil {
+		return false, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
+	}
+	dstRecs, err := reenc.Records(dst)
+	if errors.Is(err, transform.ErrEmptyBatch) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	}
+	for _, r := range dstRecs {
+		i := int(r.Offset - dh.BaseOffset)
+		if i < 0 || i >= len(srcRecs) || srcRecs[i].Offset-h.BaseOffset != int64(i) || !srcRecs[i].Same(r) {
+			return false, nil
+		}
+	}
+	return true, nil
+}

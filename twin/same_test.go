@@ -235,3 +235,61 @@ func TestSameAcrossCompressors(t *testing.T) {
 		}
 	}
 }
+
+// CutAtDestination recognises the mirror the destination's cleaner cut
+// since the link appended it (a compacted destination topic): the same
+// producer batch under the mapped producer ID, fewer records, each the
+// source's record at its offset delta; and nothing else.
+func TestCutAtDestination(t *testing.T) {
+	const pid, base = 3, 100
+	m := transform.MapPID(pid, 42)
+	rs := recs(6)
+	build := func(s batchtest.Spec) []byte {
+		s.FirstTimestamp = 1_700_000_000_000
+		return batchtest.Build(s)
+	}
+	src := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, Records: rs})
+	at := func(s batchtest.Spec) []byte { // a destination batch at offset 50 under the mapped PID
+		s.BaseOffset = 50
+		if s.PID == 0 {
+			s.PID = m
+		}
+		return build(s)
+	}
+	changed := keep(rs, 1, 3)
+	changed[1].Value = []byte("another value")
+	gappy := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
+	plain := build(batchtest.Spec{BaseOffset: base, PID: -1, Epoch: -1, BaseSequence: -1, Records: rs})
+	for _, tc := range []struct {
+		name string
+		src  []byte
+		dst  []byte
+		want bool
+	}{
+		{"Kafka's cleaner cut the mirror", src, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 1, 3, 4)}), true},
+		{"kfake's cleaner cut the mirror", src, at(batchtest.Spec{Records: keep(rs, 0, 2)}), true},
+		{"only its last record left", src, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 5)}), true},
+		{"not cut: Same's twin", src, appended(src, m, 50), false},
+		{"emptied", src, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5}), false},
+		{"a record's value differs", src, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: changed}), false},
+		{"a record at another offset delta", src, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: []batchtest.Record{func() batchtest.Record { r := rs[1]; r.OffsetDelta = 2; return r }()}}), false},
+		{"another base sequence", src, at(batchtest.Spec{Codec: 3, BaseSequence: 6, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), false},
+		{"another producer", src, at(batchtest.Spec{PID: transform.MapPID(4, 42), Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), false},
+		{"the source batch had gaps when mirrored (re-encoded)", gappy, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 3, Records: keep(rs, 1)}), false},
+		{"a batch without a producer ID", plain, at(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5, Records: keep(rs, 2)}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := clone(tc.src)
+			got, err := CutAtDestination(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), tc.src, mustHeader(t, tc.src), tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(before) != string(tc.src) {
+				t.Fatal("CutAtDestination modified the source batch")
+			}
+			if got != tc.want {
+				t.Fatalf("CutAtDestination = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
