@@ -106,22 +106,9 @@ func Same(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte
 // holds the batch dense (as many records as the source's offset range),
 // each at its offset delta.
 func cutOf(reenc *transform.Reencoder, raw []byte, h transform.Header, dst []byte, dh transform.Header) (bool, error) {
-	if err := transform.Validate(raw); err != nil {
-		return false, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
-	}
-	if err := transform.Validate(dst); err != nil {
-		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
-	}
-	srcRecs, err := reenc.Records(raw)
-	if err != nil {
-		return false, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
-	}
-	dstRecs, err := reenc.Records(dst)
-	if errors.Is(err, transform.ErrEmptyBatch) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
+	if err != nil || dstRecs == nil {
+		return false, err
 	}
 	dense := int64(dh.NumRecords) == int64(h.LastOffsetDelta)+1
 	j := 0
@@ -267,19 +254,9 @@ func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder
 	if mapped, _ := transform.ParseHeader(d.Out); dh.ProducerID != mapped.ProducerID {
 		return false, nil
 	}
-	if err := transform.Validate(dst); err != nil {
-		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
-	}
-	srcRecs, err := reenc.Records(raw)
-	if err != nil {
-		return false, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
-	}
-	dstRecs, err := reenc.Records(dst)
-	if errors.Is(err, transform.ErrEmptyBatch) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
+	if err != nil || dstRecs == nil {
+		return false, err
 	}
 	for _, r := range dstRecs {
 		i := int(r.Offset - dh.BaseOffset)
@@ -288,4 +265,26 @@ func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder
 		}
 	}
 	return true, nil
+}
+
+// bothRecords validates and decodes the records of source batch raw and
+// destination batch dst; dstRecs is nil when dst holds none (emptied).
+func bothRecords(reenc *transform.Reencoder, raw []byte, h transform.Header, dst []byte, dh transform.Header) (srcRecs, dstRecs []transform.Record, err error) {
+	if err := transform.Validate(raw); err != nil {
+		return nil, nil, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
+	}
+	if err := transform.Validate(dst); err != nil {
+		return nil, nil, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	}
+	if srcRecs, err = reenc.Records(raw); err != nil {
+		return nil, nil, fmt.Errorf("source batch at offset %d: %w", h.BaseOffset, err)
+	}
+	dstRecs, err = reenc.Records(dst)
+	if errors.Is(err, transform.ErrEmptyBatch) {
+		return srcRecs, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("destination batch at offset %d: %w", dh.BaseOffset, err)
+	}
+	return srcRecs, dstRecs, nil
 }
