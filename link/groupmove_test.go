@@ -141,21 +141,27 @@ func movingGroup(t *testing.T, e *env, txn bool) {
 	translators["offline"] = func(ctx context.Context, p int64) (translate.Result, error) {
 		return offline2.Translate(ctx, topic, 0, p)
 	}
-	if txn {
-		// Offline, a transactional link's translation of a position
-		// among the 800 KiB batches is a timestamp search by content,
-		// which may read past its 16 MiB budget at the destination
-		// (ErrUntranslatable; seen once, in a clean-clone run on Kafka 4.4.0,
-		// also without a link in the other direction): a limit of its
-		// own, not this test's. The online translation answers from
-		// the session's window there.
-		delete(translators, "offline")
-	}
 	atA, atB = recordsAt(t, a, topic), recordsAt(t, b, topic)
 	a4 := firstOf(t, atA, "a4-")
 	for name, tr := range translators {
-		r := moveAll(t, name+", past the budget", atA, atB, tr)
-		t.Logf("%s: a4's offset %d at A translates to %d (%s, %d bytes read)", name, a4, r[a4].DestinationOffset, r[a4].Via, r[a4].Bytes)
+		last := atA[len(atA)-1].Offset + 1
+		if txn && name == "offline" {
+			// Offline, a transactional link's translation of a position
+			// among the 800 KiB batches is a timestamp search by
+			// content, which may read past its 16 MiB budget at the
+			// destination (ErrUntranslatable; seen once, in a
+			// clean-clone run on Kafka 4.4.0, also without a link in the
+			// other direction): a limit of its own, not this test's. The
+			// positions before them are translated: their search for
+			// copies of a plain batch looks ahead into the 800 KiB
+			// batches, which spent the budget at the source before that
+			// lookahead was bounded by bytes.
+			last = a4
+		}
+		r := moveUpTo(t, name+", past the budget", atA, atB, tr, last)
+		if got, ok := r[a4]; ok {
+			t.Logf("%s: a4's offset %d at A translates to %d (%s, %d bytes read)", name, a4, got.DestinationOffset, got.Via, got.Bytes)
+		}
 	}
 	ba.stop(t, false)
 }
@@ -262,12 +268,17 @@ func firstOf(t *testing.T, rs []*kgo.Record, prefix string) int64 {
 // the moves re-read at most and in total, and returns the answers.
 func moveAll(t *testing.T, what string, atA, atB []*kgo.Record, tr func(context.Context, int64) (translate.Result, error)) map[int64]translate.Result {
 	t.Helper()
+	return moveUpTo(t, what, atA, atB, tr, atA[len(atA)-1].Offset+1)
+}
+
+// moveUpTo is moveAll for the positions from 0 to last.
+func moveUpTo(t *testing.T, what string, atA, atB []*kgo.Record, tr func(context.Context, int64) (translate.Result, error), last int64) map[int64]translate.Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out := map[int64]translate.Result{}
-	end := atA[len(atA)-1].Offset + 1
 	reread, most, vias := 0, 0, map[string]int{}
-	for p := int64(0); p <= end; p++ {
+	for p := int64(0); p <= last; p++ {
 		r, err := tr(ctx, p)
 		if err != nil {
 			t.Fatalf("%s: translate %d: %v", what, p, err)
@@ -292,6 +303,6 @@ func moveAll(t *testing.T, what string, atA, atB []*kgo.Record, tr func(context.
 		reread += n
 		most = max(most, n)
 	}
-	t.Logf("%s: %d positions translated (%s); re-read at most %d records at one position, %d in all", what, end+1, fmt.Sprint(vias), most, reread)
+	t.Logf("%s: %d positions translated (%s); re-read at most %d records at one position, %d in all", what, last+1, fmt.Sprint(vias), most, reread)
 	return out
 }
