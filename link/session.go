@@ -496,7 +496,10 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 	}
 	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
 	for {
-		view, err := s.store.Replay(ctx)
+		// Before this session's InitProducerId: a transaction its last
+		// session left open is not waited for (that would take the
+		// transaction timeout); the InitProducerId that follows aborts it.
+		view, err := s.store.ReplayCommitted(ctx, s.l.cfg.Link.Name)
 		if err != nil {
 			return err
 		}

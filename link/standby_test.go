@@ -1,14 +1,18 @@
 package link
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/statestore"
 )
 
 // Agents with names (agent.name, as the Kubernetes StatefulSet gives each
@@ -84,6 +88,68 @@ func TestStandbyAgent(t *testing.T) {
 		f.exactlyOnce()
 		if got := testutil.ToFloat64(b.met.counters[SessionsFenced]); got != 0 {
 			t.Errorf("the holder was fenced %v times", got)
+		}
+	})
+}
+
+// A named agent whose transactional session crashed with a transaction
+// open on the state topic (its checkpoint records ride in the data's
+// transaction) restarts at once: the standby check reads the committed
+// state only, up to the last stable offset, and leaves the open
+// transaction to the session's InitProducerId, which aborts it. It used
+// to read up to the high watermark first and so waited for the
+// transaction's timeout (a 59.8 s takeover in the active-active kill
+// suite; here 10 minutes, which the wait for MIRRORING would not see).
+func TestStandbyAgentTransactionalCrash(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "stbytxn", srcTopic("t", 2))
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		// Long enough that a wait for the open transaction to time out
+		// shows (kfake keeps the timeout of a transactional.id's first
+		// InitProducerId; Kafka takes each one's).
+		f.cfg.Link.TransactionTimeout = 10 * time.Minute
+		f.cfg.Agent = "pod-0"
+		f.load(transactional, 3, "before", 60)
+		a := startLink(t, f.cfg, f.src, f.dst, "pod-0")
+		a.waitState(t, Mirroring, 60*time.Second)
+		f.waitSameCommitted(90 * time.Second)
+		a.stop(t, true)
+
+		// What the crashed session leaves when the kill lands between its
+		// checkpoint records and its EndTxn: its transactional.id holds
+		// an open transaction on the state topic.
+		zombie, err := kgo.NewClient(append(f.dst.Opts(),
+			kgo.TransactionalID(statestore.TransactionalID(f.cfg.Link.Name)),
+			kgo.TransactionTimeout(10*time.Minute), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zombie.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		parts, err := kadm.NewClient(zombie).ListEndOffsets(ctx, f.cfg.Link.StateTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := zombie.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for p := range int32(len(parts[f.cfg.Link.StateTopic])) {
+			rec := &kgo.Record{Topic: f.cfg.Link.StateTopic, Partition: p, Key: []byte("open"), Value: []byte("never committed")}
+			if err := zombie.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		f.load(idempotent, 1, "after", 50)
+		began := time.Now()
+		b := startLink(t, f.cfg, f.src, f.dst, "pod-0 again")
+		b.waitState(t, Mirroring, 60*time.Second)
+		t.Logf("the restarted session mirrors %s after it began", time.Since(began).Round(time.Millisecond))
+		f.waitSameCommitted(90 * time.Second)
+		f.exactlyOnceCommitted()
+		if st := b.Status(); st.StandingBy != "" {
+			t.Errorf("the restarted agent stands by for %q", st.StandingBy)
 		}
 	})
 }

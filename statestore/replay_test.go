@@ -114,8 +114,17 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 
 // TestReplayWaitsForOpenTransaction guards that a replay does not stop at
 // another link's open transaction and miss what was committed after it
-// began: the replay reads to the high watermark it saw at its start.
+// began: the replay reads to the high watermark it saw at its start. So
+// does ReplayCommitted for l1: the open transaction is not l1's.
 func TestReplayWaitsForOpenTransaction(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Replay", true: "ReplayCommitted"}[committed], func(t *testing.T) {
+			testReplayWaitsForOpenTransaction(t, committed)
+		})
+	}
+}
+
+func testReplayWaitsForOpenTransaction(t *testing.T, committed bool) {
 	ctx := testCtx(t)
 	_, dst := kafkatest.Pair(t)
 	s := newStore(t, dst, Config{}, nil)
@@ -148,7 +157,11 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		v, err = rs.Replay(ctx)
+		if committed {
+			v, err = rs.ReplayCommitted(ctx, "l1")
+		} else {
+			v, err = rs.Replay(ctx)
+		}
 	}()
 	select {
 	case <-w.ch:
@@ -171,6 +184,80 @@ func TestReplayWaitsForOpenTransaction(t *testing.T) {
 	}
 	if _, ok := v.Links["l1"]; !ok {
 		t.Error("l1's link record is missing")
+	}
+}
+
+// TestReplayCommittedLeavesOwnOpenTransaction guards what a session's
+// standby check reads before its InitProducerId: the transaction its
+// link's last session left open is not waited for (it would be, until its
+// timeout), and the view holds what the link and others committed before
+// it. A plain Replay still waits for it.
+func TestReplayCommittedLeavesOwnOpenTransaction(t *testing.T) {
+	ctx := testCtx(t)
+	_, dst := kafkatest.Pair(t)
+	s := newStore(t, dst, Config{}, nil)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l1 := begin(t, ctx, s, "l1")
+	l1Rec := Record{Key: CheckpointKey{LinkName: "l1"}, Value: CheckpointValue{SourceTopic: "a", SourceNextOffset: 1}}
+	if err := l1.Commit(ctx, Mirroring, l1Rec); err != nil {
+		t.Fatalf("commit of l1: %v", err)
+	}
+	l2 := begin(t, ctx, s, "l2")
+	l2Rec := Record{Key: CheckpointKey{LinkName: "l2"}, Value: CheckpointValue{SourceTopic: "b", SourceNextOffset: 2}}
+	if err := l2.Commit(ctx, Mirroring, l2Rec); err != nil {
+		t.Fatalf("commit of l2: %v", err)
+	}
+	// l1's next commit stops between its produce and its EndTxn: the
+	// crash of its session.
+	produced, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	l1.testBeforeEnd = func() { once.Do(func() { close(produced) }); <-release }
+	openDone := make(chan error, 1)
+	go func() {
+		openDone <- l1.Commit(ctx, Mirroring, Record{Key: CheckpointKey{LinkName: "l1"}, Value: CheckpointValue{SourceTopic: "a", SourceNextOffset: 9}})
+	}()
+	select {
+	case <-produced:
+	case err := <-openDone:
+		t.Fatalf("open transaction of l1: %v", err)
+	}
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	defer func() { free(); <-openDone }()
+
+	var logs logtest.Buffer
+	rs := newStore(t, dst, Config{}, logtest.Logger(&logs))
+	short, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := rs.ReplayCommitted(short, "l1")
+	if err != nil {
+		t.Fatalf("ReplayCommitted: %v (a wait for l1's open transaction?)", err)
+	}
+	if got, want := stripLinks(v.Records), []Record{l1Rec, l2Rec}; !reflect.DeepEqual(got, want) {
+		t.Errorf("replayed %v, want %v", describe(got), describe(want))
+	}
+	if lv, ok := v.Links["l1"]; !ok || lv.State != Mirroring {
+		t.Errorf("l1's link record: %+v (found %v), want its committed MIRRORING", lv, ok)
+	}
+	if !strings.Contains(logs.String(), "leaves out the open transaction of the link's last session") {
+		t.Errorf("no log of the open transaction left out:\n%s", logs.String())
+	}
+
+	// Another link's replay (and a plain one) cannot leave it out.
+	w := &signalWriter{needle: "waits for an open transaction", ch: make(chan struct{})}
+	ws := newStore(t, dst, Config{}, logtest.Logger(w))
+	done := make(chan error, 1)
+	go func() { _, err := ws.ReplayCommitted(ctx, "l2"); done <- err }()
+	select {
+	case <-w.ch:
+	case err := <-done:
+		t.Fatalf("l2's replay finished while l1's transaction was open: %v", err)
+	}
+	free()
+	if err := <-done; err != nil {
+		t.Fatalf("l2's replay: %v", err)
 	}
 }
 

@@ -414,6 +414,13 @@ type RawRecord struct {
 // timeout): only then can the scan tell whether its records count. An error
 // from fn stops the scan and is returned as it is.
 func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
+	return s.scan(ctx, "", fn)
+}
+
+// scan is Scan; with txnID set, a partition whose last stable offset is
+// held by an open transaction of txnID is read up to that offset only
+// (openOwn).
+func (s *Store) scan(ctx context.Context, txnID string, fn func(RawRecord) error) error {
 	cl, err := s.client()
 	if err != nil {
 		return err
@@ -454,9 +461,16 @@ func (s *Store) Scan(ctx context.Context, fn func(RawRecord) error) error {
 	if err != nil {
 		return fmt.Errorf("end offsets of state topic %q: %w", topic, err)
 	}
+	var stops map[int32]int64
+	if txnID != "" {
+		stops = s.openOwn(ctx, adm, topic, txnID, ends)
+	}
 	for _, p := range td.Partitions.Numbers() {
 		start, _ := starts.Lookup(topic, p)
 		end, _ := ends.Lookup(topic, p)
+		if stop, ok := stops[p]; ok {
+			end.Offset = stop
+		}
 		pr := partitionReader{s: s, cl: cl, adm: adm, topic: topic, id: td.ID, p: p, leader: td.Partitions[p].Leader}
 		if err := pr.read(ctx, start.Offset, end.Offset, fn); err != nil {
 			return err
@@ -577,13 +591,94 @@ func (r *partitionReader) refreshLeader(ctx context.Context) error {
 	return nil
 }
 
+// openOwn finds the partitions of the state topic whose last stable offset
+// is where an open transaction of txnID began, and returns that offset for
+// each. A link's session writes its state records in transactions of the
+// link's transactional.id; one that crashed leaves its last transaction
+// open until the next session's InitProducerId aborts it, or the
+// coordinator after the transaction timeout. Records of the link past such
+// an offset cannot be committed: a later transaction of txnID needs this
+// one ended, and any other session of the link would have aborted it with
+// its InitProducerId. So reading up to it gives the link's committed state
+// whole (other links' records past it are left out). Whatever cannot be
+// proven that way (another producer's transaction holds the offset, txnID's
+// transaction is not Ongoing, the cluster answers no DescribeProducers or
+// DescribeTransactions: Kafka 2.8 and later answer both, with Read on the
+// topic and Describe on the transactional.id, which the link has) is read
+// up to the high watermark, waiting as Scan does.
+func (s *Store) openOwn(ctx context.Context, adm *kadm.Client, topic, txnID string, ends kadm.ListedOffsets) map[int32]int64 {
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		s.log.Debug("state replay: no last stable offsets; an open transaction is waited for", "error", err)
+		return nil
+	}
+	held := map[int32]int64{}
+	stable.Each(func(o kadm.ListedOffset) {
+		if end, ok := ends.Lookup(topic, o.Partition); ok && o.Offset >= 0 && o.Offset < end.Offset {
+			held[o.Partition] = o.Offset
+		}
+	})
+	if len(held) == 0 {
+		return nil
+	}
+	txns, err := adm.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		s.log.Debug("state replay: transactional.id not described; an open transaction is waited for", "transactional_id", txnID, "error", err)
+		return nil
+	}
+	txn, ok := txns[txnID]
+	if !ok || txn.Err != nil || txn.State != "Ongoing" {
+		return nil
+	}
+	set := kadm.TopicsSet{}
+	for p := range held {
+		set.Add(topic, p)
+	}
+	producers, err := adm.DescribeProducers(ctx, set)
+	if err != nil {
+		s.log.Debug("state replay: producers not described; an open transaction is waited for", "error", err)
+		return nil
+	}
+	stops := map[int32]int64{}
+	producers.EachPartition(func(dp kadm.DescribedProducersPartition) {
+		at, ok := held[dp.Partition]
+		if !ok || dp.Topic != topic || dp.Err != nil {
+			return
+		}
+		for _, pr := range dp.ActiveProducers {
+			if pr.CurrentTxnStartOffset == at && pr.ProducerID == txn.ProducerID {
+				stops[dp.Partition] = at
+				s.log.Info("state replay leaves out the open transaction of the link's last session; the next InitProducerId aborts it",
+					"transactional_id", txnID, "producer_id", txn.ProducerID, "partition", dp.Partition, "offset", at)
+			}
+		}
+	})
+	return stops
+}
+
+// ReplayCommitted is Replay for the decisions about link that come before
+// its session's InitProducerId (whether another agent holds it): an open
+// transaction of the link's own transactional.id is not waited for
+// (openOwn), so the view holds the link's committed state whole, and other
+// links' records only up to where such a transaction began.
+func (s *Store) ReplayCommitted(ctx context.Context, link string) (*View, error) {
+	return s.replay(ctx, TransactionalID(link))
+}
+
 // Replay reads the whole state topic (see Scan) into a View. A record of an
 // unknown type or version is logged at WARN and skipped; a record that does
 // not decode stops the replay with an error that names its partition and
 // offset and wraps ErrCorrupt.
 func (s *Store) Replay(ctx context.Context) (*View, error) {
+	return s.replay(ctx, "")
+}
+
+func (s *Store) replay(ctx context.Context, txnID string) (*View, error) {
 	v := NewView()
-	err := s.Scan(ctx, func(raw RawRecord) error {
+	err := s.scan(ctx, txnID, func(raw RawRecord) error {
 		rec, err := Decode(raw.Key, raw.Value)
 		switch {
 		case errors.Is(err, ErrUnknownRecord):
