@@ -63,6 +63,13 @@ func TestActiveActiveKills(t *testing.T) {
 	default:
 		t.Fatalf("MIRRORD_ACTIVE_ACTIVE_DELIVERY=%q: use preserve or transactional", d)
 	}
+	// A takeover slower than this gets the restarted agent's log in the
+	// test's output: a transactional session fences at once; a preserve
+	// one waits out the 10 s lease plus produce_timeout and settles.
+	slow := 90 * time.Second
+	if strings.Contains(extra, "transactional") {
+		slow = 15 * time.Second
+	}
 	sides := [2]Side{Source, Destination} // A, B
 	var agents [2]*Agent
 	for i, from := range sides {
@@ -107,6 +114,10 @@ func TestActiveActiveKills(t *testing.T) {
 			t.Fatal(err)
 		}
 		back = append(back, time.Since(killed))
+		if time.Since(killed) > slow {
+			lines, err := a.LogSince(killed)
+			t.Logf("kill %d: MIRRORING again only after %.1fs; the agent's log since the kill (%v):\n%s", k+1, time.Since(killed).Seconds(), err, strings.Join(lines, "\n"))
+		}
 		t.Logf("kill %d (agent %s→%s): MIRRORING again %.1fs after the kill", k+1, sides[k%2], sides[1-k%2], time.Since(killed).Seconds())
 	}
 	time.Sleep(5 * time.Second)

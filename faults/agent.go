@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,9 @@ type AgentConfig struct {
 	CheckpointInterval time.Duration
 	// LinkExtra is more of the link block, as HCL lines.
 	LinkExtra string
+	// Name is agent.name ("": none). Agents with names that run the same
+	// link stand by for each other.
+	Name string
 }
 
 // LinkName is the one link the agent runs.
@@ -77,12 +81,16 @@ func (c AgentConfig) hcl(listen string) string {
 		extra += fmt.Sprintf("  delivery = %q\n", c.Delivery)
 	}
 	extra += c.LinkExtra
+	name := ""
+	if c.Name != "" {
+		name = fmt.Sprintf("  name             = %q\n", c.Name)
+	}
 	return fmt.Sprintf(`agent {
   listen           = %q
   log_level        = "info"
   log_format       = "json"
   shutdown_timeout = "20s"
-}
+%s}
 cluster "src" {
   bootstrap_servers = %s
 }
@@ -99,7 +107,7 @@ link %q {
   checkpoint_interval            = %q
   discovery_interval             = "5s"
 %s}
-`, listen, list(c.Source), list(c.Dest), LinkName, c.Include, c.StateTopic, ck, extra)
+`, listen, name, list(c.Source), list(c.Dest), LinkName, c.Include, c.StateTopic, ck, extra)
 }
 
 // Agent is one mirrord run process. Its log (JSON lines) goes to a file
@@ -259,6 +267,45 @@ func (a *Agent) LogLines(msg string) ([]map[string]any, error) {
 		if m, _ := l["@message"].(string); strings.HasPrefix(m, msg) {
 			out = append(out, l)
 		}
+	}
+	return out, sc.Err()
+}
+
+// LogSince returns the agent's log lines stamped at or after from, each
+// as "time level module: message key=value ...", for a report of what
+// an agent did in a slow takeover.
+func (a *Agent) LogSince(from time.Time) ([]string, error) {
+	f, err := os.Open(a.logAt)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		ts, _ := l["@timestamp"].(string)
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.Before(from) {
+			continue
+		}
+		var line strings.Builder
+		fmt.Fprintf(&line, "%s %v %v: %v", at.Format("15:04:05.000"), l["@level"], l["@module"], l["@message"])
+		keys := make([]string, 0, len(l))
+		for k := range l {
+			if !strings.HasPrefix(k, "@") {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&line, " %s=%v", k, l[k])
+		}
+		out = append(out, line.String())
 	}
 	return out, sc.Err()
 }

@@ -41,7 +41,7 @@ type Fault struct {
 // faults did. Its methods are the faults; each records a Fault.
 type Run struct {
 	Env        *Env
-	Agent      *Agent
+	Agent      Mirror
 	Watcher    *Watcher
 	Topics     []string // the mirrored topics (same names at the destination)
 	StateTopic string
@@ -402,6 +402,9 @@ func (r *Run) StallFigures(s Side, prefix string) Figures {
 	}
 	return figures(all)
 }
+
+// FiguresOf is the figures of any durations (p50, p99 and max).
+func FiguresOf(ds []time.Duration) Figures { return figures(slices.Clone(ds)) }
 
 func figures(ds []time.Duration) Figures {
 	if len(ds) == 0 {

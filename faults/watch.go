@@ -19,7 +19,7 @@ import (
 // owns one goroutine, which Stop ends and waits for.
 type Watcher struct {
 	env      *Env
-	agent    *Agent
+	agent    Mirror
 	topics   []string
 	interval time.Duration
 
@@ -38,7 +38,7 @@ type series struct {
 }
 
 // StartWatcher starts sampling.
-func StartWatcher(env *Env, agent *Agent, topics []string, interval time.Duration) *Watcher {
+func StartWatcher(env *Env, agent Mirror, topics []string, interval time.Duration) *Watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{env: env, agent: agent, topics: topics, interval: interval, cancel: cancel, done: make(chan struct{}), series: map[tp.Key]*series{}}
 	go func() {

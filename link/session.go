@@ -495,6 +495,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		return nil // no name: nothing tells another agent's session from this one's
 	}
 	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
+	var waited string // the agent this one stood by for
 	for {
 		// Before this session's InitProducerId: a transaction its last
 		// session left open is not waited for (that would take the
@@ -504,14 +505,23 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			return err
 		}
 		lv, ok := view.Links[s.l.cfg.Link.Name]
-		if !ok || lv.Clean() {
-			return nil
-		}
 		left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
-		if left <= 0 {
+		other := own != "" && lv.Agent != "" && lv.Agent != own
+		switch {
+		case !ok:
+			return nil
+		case lv.Clean() || left <= 0:
+			// The link moves to this agent: say why, for the operator who
+			// reads how the agents handed it on.
+			if other || waited != "" {
+				cause := "its session stopped cleanly (" + lv.State.String() + ")"
+				if !lv.Clean() {
+					cause = fmt.Sprintf("its lease lapsed %s ago without a clean stop (a crash, or it lost the destination)", (-left).Round(time.Millisecond))
+				}
+				s.log.Info("taking over the link", "from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause)
+			}
 			return nil
 		}
-		other := own != "" && lv.Agent != "" && lv.Agent != own
 		if mode == standbyOther && !other {
 			return nil
 		}
@@ -524,6 +534,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		if holder == "" {
 			holder = "another session"
 		}
+		waited = holder
 		s.l.setStatus(func(st *Status) { st.StandingBy = holder })
 		if err := s.l.pausableSleep(ctx, min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)); err != nil {
 			return err

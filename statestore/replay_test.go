@@ -225,7 +225,12 @@ func TestReplayCommittedLeavesOwnOpenTransaction(t *testing.T) {
 	}
 	var freed sync.Once
 	free := func() { freed.Do(func() { close(release) }) }
-	defer func() { free(); <-openDone }()
+	defer func() {
+		free()
+		if err := <-openDone; err != nil {
+			t.Logf("l1's held commit: %v", err)
+		}
+	}()
 
 	var logs logtest.Buffer
 	rs := newStore(t, dst, Config{}, logtest.Logger(&logs))

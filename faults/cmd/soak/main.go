@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -42,11 +43,16 @@ func soak(args []string) int {
 	reportPath := fs.String("report", "", "also write the report to this file")
 	keep := fs.Bool("keep", false, "keep the clusters' directories and the agent's log")
 	delivery := fs.String("delivery", "preserve", "the link's delivery mode: preserve or transactional")
+	agents := fs.Int("agents", 1, "how many agents run the link; with more than one they are named and stand by for each other, and an agent fault kills the one that holds the link, which starts again once another took it over")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *delivery != "preserve" && *delivery != "transactional" {
 		fmt.Fprintln(os.Stderr, "soak: -delivery must be preserve or transactional")
+		return 2
+	}
+	if *agents < 1 {
+		fmt.Fprintln(os.Stderr, "soak: -agents must be at least 1")
 		return 2
 	}
 	if *duration <= 0 || *pause <= 0 {
@@ -58,14 +64,14 @@ func soak(args []string) int {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, *delivery, logf); err != nil {
+	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, *delivery, *agents, logf); err != nil {
 		logf("soak: %v", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, delivery string, logf func(string, ...any)) error {
+func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, delivery string, agents int, logf func(string, ...any)) error {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "mirrord-soak-")
 	if err != nil {
@@ -98,17 +104,40 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 			return err
 		}
 	}
-	agent, err := faults.NewAgent(faults.AgentConfig{
+	cfg := faults.AgentConfig{
 		Bin: bin, Dir: dir, Source: env.Cluster(faults.Source).Addrs(), Dest: env.Cluster(faults.Destination).Addrs(),
 		Include: "orders|events", StateTopic: "__mirror_state", Delivery: delivery,
-	})
-	if err != nil {
-		return err
+	}
+	var agent faults.Mirror
+	var group *faults.Group
+	if agents == 1 {
+		a, err := faults.NewAgent(cfg)
+		if err != nil {
+			return err
+		}
+		defer a.Kill()
+		agent = a
+	} else {
+		var as []*faults.Agent
+		for i := range agents {
+			c := cfg
+			c.Name, c.Dir = fmt.Sprintf("soak-%d", i), filepath.Join(dir, fmt.Sprintf("agent-%d", i))
+			if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+				return err
+			}
+			a, err := faults.NewAgent(c)
+			if err != nil {
+				return err
+			}
+			defer a.Kill()
+			as = append(as, a)
+		}
+		group = faults.NewGroup(as...)
+		agent = group
 	}
 	if err := agent.Start(); err != nil {
 		return err
 	}
-	defer agent.Kill()
 	if err := agent.WaitMirroring(ctx, 3*time.Minute); err != nil {
 		return err
 	}
@@ -134,6 +163,11 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 	fmt.Fprintf(&report, "soak: seed %d, Kafka %s, load %d rounds: %d acknowledged, %d aborted, %d uncertain records; %d rounds with an error (last: %v)\n",
 		seed, version, load.Rounds(), acked, aborted, uncertain, loadErrs, lastLoadErr)
 	r.WriteReport(&report, res, time.Since(start))
+	if group != nil {
+		took, by := group.Takeovers()
+		fmt.Fprintf(&report, "%d agents: %d takeovers of a killed holder's link by a standby, in turn by %v; kill to another agent MIRRORING: %s\n",
+			agents, len(took), by, faults.FiguresOf(took))
+	}
 	_, _ = os.Stdout.Write(report.Bytes()) // like fmt.Print: nowhere else to report it
 	if reportPath != "" {
 		if err := os.WriteFile(reportPath, report.Bytes(), 0o644); err != nil {
