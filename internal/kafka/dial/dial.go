@@ -28,6 +28,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,7 +53,7 @@ var (
 )
 
 // Options returns the kgo options that reach cluster c: SeedBrokers,
-// ClientID, DialTLSConfig when TLS is enabled, SASL when a mechanism is
+// ClientID, a Dialer (TLS when it is enabled; SO_LINGER 0), SASL when a mechanism is
 // set, and a hook that Ping reads. Callers append their own options
 // (logger, producer or consumer settings, more hooks). It reads the TLS
 // files; an error names the cluster and the file.
@@ -76,7 +77,9 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		opts = append(opts, kgo.Dialer(dialTLS(tc)))
+	} else {
+		opts = append(opts, kgo.Dialer(netDialer().DialContext))
 	}
 	if c.SASL.Mechanism != "" {
 		m, err := mechanism(c)
@@ -86,6 +89,39 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
+}
+
+// dialTimeout is kgo's default dial timeout, which a Dialer replaces.
+const dialTimeout = 10 * time.Second
+
+// netDialer dials brokers over TCP with SO_LINGER set to 0 (lingerZero,
+// on Unix): closing a connection resets it (RST) and drops whatever the
+// kernel had not sent yet. kgo closes a connection when it gives up on a
+// request on it (its context ended: an append past the session's lease,
+// a produce timeout). With the default linger the kernel would go on
+// sending the request after the close (retransmitting through a network
+// partition for up to a minute or two), and it could reach the broker
+// after the link's next session had taken over and reconciled: a
+// preserve-delivery append has no producer ID the broker fences (DESIGN
+// §7). With linger 0 a request given up is given up.
+func netDialer() *net.Dialer {
+	return &net.Dialer{Timeout: dialTimeout, Control: lingerZero}
+}
+
+// dialTLS dials with netDialer and TLS, as kgo.DialTLSConfig does: the
+// server name, unless tc sets one, is the host dialed.
+func dialTLS(tc *tls.Config) func(ctx context.Context, network, host string) (net.Conn, error) {
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		c := tc.Clone()
+		if c.ServerName == "" {
+			server, _, err := net.SplitHostPort(host)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s: %w", host, err)
+			}
+			c.ServerName = server
+		}
+		return (&tls.Dialer{NetDialer: netDialer(), Config: c}).DialContext(ctx, network, host)
+	}
 }
 
 // tlsConfig builds the client TLS config. Without ServerName, kgo checks

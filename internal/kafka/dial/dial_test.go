@@ -307,9 +307,12 @@ func TestOptionsValues(t *testing.T) {
 	if got := cl.OptValue(kgo.ClientID); got != "mirror-c" {
 		t.Errorf("client id %v", got)
 	}
-	tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config)
-	if tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.Pool) {
-		t.Errorf("tls config %+v", tc)
+	if cl.OptValue(kgo.Dialer) == nil {
+		t.Error("no dialer")
+	}
+	tc, err := tlsConfig(c)
+	if err != nil || tc == nil || tc.ServerName != "kafka.test" || !tc.InsecureSkipVerify || tc.RootCAs == nil || !tc.RootCAs.Equal(ca.Pool) {
+		t.Errorf("tls config %+v (%v)", tc, err)
 	}
 	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
 	if len(ms) != 1 || ms[0].Name() != "SCRAM-SHA-256" {
@@ -319,6 +322,9 @@ func TestOptionsValues(t *testing.T) {
 	plainCl := newClient(t, &config.Cluster{Name: "p", BootstrapServers: []string{"k:1"}, ClientID: "x"})
 	if tc, _ := plainCl.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
 		t.Error("TLS enabled without tls")
+	}
+	if plainCl.OptValue(kgo.Dialer) == nil {
+		t.Error("no dialer without tls")
 	}
 	if ms, _ := plainCl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) != 0 {
 		t.Error("SASL enabled without a mechanism")
