@@ -2,6 +2,8 @@ package link
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"errors"
 	"strings"
 	"testing"
@@ -11,7 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/statestore"
 )
 
@@ -152,4 +157,157 @@ func TestStandbyAgentTransactionalCrash(t *testing.T) {
 			t.Errorf("the restarted agent stands by for %q", st.StandingBy)
 		}
 	})
+}
+
+// A network partition between the holder and the destination, with a
+// named standby beside it (issue 24): the holder can neither append nor
+// renew its lease; the standby takes the link over once the lease lapsed
+// (in preserve delivery also produce_timeout later). When the partition
+// heals, the old holder learns it was fenced and stands by for the new
+// one. The fault proxy holds the holder's requests the way a middlebox
+// that buffered them would, and delivers them late: in transactional
+// delivery the broker fences them and the destination holds every
+// record once; in preserve delivery (appends with no producer ID a
+// broker fences, DESIGN §7) a late append is a duplicate the new holder
+// cannot prevent, and it must say so: each extra record is counted in
+// destination_gap_offsets (and logged at ERROR), and apart from those the
+// destination holds every record once, in order.
+func TestStandbyPartitioned(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+			t.Run(delivery.String(), func(t *testing.T) { testStandbyPartitioned(t, e, delivery) })
+		}
+	})
+}
+
+func testStandbyPartitioned(t *testing.T, e *env, delivery statestore.Delivery) {
+	txn := delivery == statestore.DeliveryTransactional
+	f := e.mirrored(t, "part-"+delivery.String(), srcTopic("t", 3))
+	f.cfg.Link.Delivery = delivery
+	f.cfg.Link.TransactionTimeout = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokers, err := faultproxy.Brokers(ctx, f.dst.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := faultproxy.Start(t, brokers)
+	cut := f.cfg
+	cut.Agent = "pod-0"
+	cut.Destination.BootstrapServers = px.Addrs()
+	same := func() {
+		if txn {
+			f.waitSameCommitted(90 * time.Second)
+		} else {
+			f.waitMirrored(90 * time.Second)
+		}
+	}
+
+	f.load(idempotent, 1, "before", 60)
+	f.load(transactional, 3, "before-txn", 40)
+	// pod-0 dials the proxy as the agent dials (dial.Options).
+	a := startLinkWith(t, cut, Deps{Logger: testLogger(t, "pod-0"), SourceOpts: f.src.Opts(),
+		DestinationOpts: dialed(t, &config.Cluster{Name: "dst", BootstrapServers: px.Addrs()})})
+	a.waitState(t, Mirroring, 60*time.Second)
+	same()
+	other := f.cfg
+	other.Agent = "pod-1"
+	b := startLink(t, other, f.src, f.dst, "pod-1")
+	for end := time.Now().Add(30 * time.Second); b.Status().StandingBy != "pod-0"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("pod-1 does not stand by for pod-0: %+v", b.Status())
+		}
+	}
+
+	for _, n := range px.Nodes() {
+		px.Stall(n)
+	}
+	// The source is still reachable: the holder fetches these and
+	// tries to append them into the partition.
+	f.load(idempotent, 2, "during", 60)
+	f.load(plain, 0, "during-plain", 30)
+	b.waitState(t, Mirroring, 90*time.Second)
+	f.load(transactional, 4, "after-takeover", 40)
+	same()
+	for _, n := range px.Nodes() {
+		px.Resume(n)
+	}
+	for end := time.Now().Add(60 * time.Second); a.Status().StandingBy != "pod-1"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			st := a.Status()
+			t.Fatalf("after the partition healed, pod-0 is %s (last error %q), not standing by for pod-1", st.State, st.LastError)
+		}
+	}
+	if st := b.Status(); st.State != Mirroring {
+		t.Fatalf("pod-1: %s (last error %q) after the partition healed, want MIRRORING", st.State, st.LastError)
+	}
+	f.load(idempotent, 0, "healed", 50)
+	if txn {
+		same()
+		f.exactlyOnceCommitted()
+		return
+	}
+	late := lateCopies(t, f, 90*time.Second)
+	gap := int(testutil.ToFloat64(b.met.counters[DestinationGapOffsets]))
+	t.Logf("preserve delivery: %d records of the partitioned holder landed late (a duplicate each); the new holder counted %d destination gap offsets", late, gap)
+	if late != gap {
+		t.Errorf("%d records landed late at the destination, but the new holder counted %d destination gap offsets: a duplicate went unreported", late, gap)
+	}
+}
+
+// lateCopies waits until the destination holds every committed record of
+// the fixture's topic that the source holds, and checks, partition by
+// partition, that the destination is the source's records in order once
+// the records it holds a second time are left out; it returns how many
+// those are.
+func lateCopies(t *testing.T, f *fixture, within time.Duration) int {
+	t.Helper()
+	topic := f.topics("t")[0]
+	var extra int
+	for end := time.Now().Add(within); ; time.Sleep(200 * time.Millisecond) {
+		src := mirrortest.ConsumeCommitted(t, f.src, topic)
+		dst := mirrortest.ConsumeCommitted(t, f.dst, topic)
+		keys := func(rs []*kgo.Record) map[int32][]string {
+			out := map[int32][]string{}
+			for _, r := range rs {
+				out[r.Partition] = append(out[r.Partition], string(r.Key))
+			}
+			return out
+		}
+		sk, dk := keys(src), keys(dst)
+		extra = 0
+		var diff string
+		for p, want := range sk {
+			seen := map[string]bool{}
+			var once []string
+			for _, k := range dk[p] {
+				if seen[k] {
+					extra++
+					continue
+				}
+				seen[k] = true
+				once = append(once, k)
+			}
+			if !slices.Equal(once, want) && diff == "" {
+				diff = fmt.Sprintf("partition %d: the destination holds %d distinct records, the source %d", p, len(once), len(want))
+				for i := range min(len(once), len(want)) {
+					if once[i] != want[i] {
+						diff += fmt.Sprintf("; first difference at %d: %s at the destination, %s at the source", i, once[i], want[i])
+						break
+					}
+				}
+				if len(once) <= len(want) && slices.Equal(once, want[:len(once)]) {
+					diff += " (behind)"
+				} else {
+					diff += " (out of order or foreign)"
+				}
+			}
+		}
+		if diff == "" {
+			return extra
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after %s: %s", within, diff)
+		}
+	}
 }
