@@ -38,7 +38,9 @@ func TestDialerResetsOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // delivered, unread: a reset discards it at the receiver
-	c.Close()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = io.ReadAll(srv)
 	if !errors.Is(err, syscall.ECONNRESET) {
