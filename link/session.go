@@ -495,16 +495,34 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		return nil // no name: nothing tells another agent's session from this one's
 	}
 	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
-	var waited string // the agent this one stood by for
+	name := s.l.cfg.Link.Name
+	var (
+		waited string // the agent this one stood by for
+		lv     statestore.LinkValue
+		ok     bool
+		fol    *statestore.Follower
+	)
 	for {
-		// Before this session's InitProducerId: a transaction its last
-		// session left open is not waited for (that would take the
-		// transaction timeout); the InitProducerId that follows aborts it.
-		view, err := s.store.ReplayCommitted(ctx, s.l.cfg.Link.Name)
-		if err != nil {
-			return err
+		if fol == nil {
+			// Before this session's InitProducerId: a transaction its
+			// last session left open is not waited for (that would take
+			// the transaction timeout); the InitProducerId that follows
+			// aborts it.
+			view, err := s.store.ReplayCommitted(ctx, name)
+			if err != nil {
+				return err
+			}
+			lv, ok = view.Links[name]
+			if p, next, found := linkRecordAt(view, name); found && ok {
+				// Follow the partition of the link's record: a clean stop
+				// or a lease no longer renewed shows as soon as it is
+				// committed, without a replay of the whole topic.
+				if fol, err = s.store.Follow(ctx, p, next); err != nil {
+					s.log.Debug("standby: cannot follow the link's record; replaying the state topic instead", "error", err)
+					fol = nil
+				}
+			}
 		}
-		lv, ok := view.Links[s.l.cfg.Link.Name]
 		left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
 		other := own != "" && lv.Agent != "" && lv.Agent != own
 		switch {
@@ -527,17 +545,86 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		}
 		if other && lv.Fingerprint != "" && lv.Fingerprint != fp {
 			return fmt.Errorf("%w: agent %q runs link %q with settings whose fingerprint is %s, this agent's are %s; make the link's block equal in both agents' configurations (topics, rename, start_from, state_topic, delivery, on_offset_out_of_range, unattributed, return_home, shared_destination, producer_state_expiry, groups, share_groups, config_sync, acl_sync, destination_replication_factor, and the clusters); until then this agent does not run the link",
-				errSettingsDiffer, lv.Agent, s.l.cfg.Link.Name, lv.Fingerprint, fp)
+				errSettingsDiffer, lv.Agent, name, lv.Fingerprint, fp)
 		}
-		s.log.Info("standing by: another session holds the link", "agent", lv.Agent, "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
 		holder := lv.Agent
 		if holder == "" {
 			holder = "another session"
 		}
+		if holder != waited {
+			s.log.Info("standing by: another session holds the link", "agent", lv.Agent, "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
+		}
 		waited = holder
 		s.l.setStatus(func(st *Status) { st.StandingBy = holder })
-		if err := s.l.pausableSleep(ctx, min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)); err != nil {
+		wait := min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)
+		if fol == nil {
+			if err := s.l.pausableSleep(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.followLink(ctx, fol, wait, &lv, &ok); err != nil {
+			if ctx.Err() != nil || errors.Is(err, errPaused) {
+				return err
+			}
+			s.log.Debug("standby: following the link's record failed; replaying the state topic instead", "error", err)
+			fol = nil
+		}
+	}
+}
+
+// linkRecordAt finds the partition of the state topic that holds link's
+// record in view, and the offset after the last record view holds of that
+// partition.
+func linkRecordAt(view *statestore.View, link string) (p int32, next int64, found bool) {
+	for _, r := range slices.Backward(view.Records) {
+		if k, ok := r.Key.(statestore.LinkKey); ok && k.LinkName == link {
+			p, found = r.Partition, true
+			break
+		}
+	}
+	if !found {
+		return 0, 0, false
+	}
+	for _, r := range view.Records {
+		if r.Partition == p {
+			next = max(next, r.Offset+1)
+		}
+	}
+	return p, next, true
+}
+
+// followLink reads the partition of the link's record for at most wait,
+// and returns once a record of the link arrived (applied to lv and ok:
+// its newest value, or a deletion), when wait has passed, or when the
+// link is paused.
+func (s *session) followLink(ctx context.Context, fol *statestore.Follower, wait time.Duration, lv *statestore.LinkValue, ok *bool) error {
+	deadline := time.Now().Add(wait)
+	for {
+		if s.l.pausing() {
+			return errPaused
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		recs, err := fol.Next(ctx, min(left, 500*time.Millisecond))
+		if err != nil {
 			return err
+		}
+		changed := false
+		for _, raw := range recs {
+			rec, err := statestore.Decode(raw.Key, raw.Value)
+			if err != nil {
+				continue // another link's or a newer agent's record; the replay logs those
+			}
+			if k, isLink := rec.Key.(statestore.LinkKey); isLink && k.LinkName == s.l.cfg.Link.Name {
+				v, isValue := rec.Value.(statestore.LinkValue)
+				*lv, *ok, changed = v, isValue, true
+			}
+		}
+		if changed {
+			return nil
 		}
 	}
 }

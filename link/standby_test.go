@@ -2,9 +2,9 @@ package link
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -310,4 +310,34 @@ func lateCopies(t *testing.T, f *fixture, within time.Duration) int {
 			t.Fatalf("after %s: %s", within, diff)
 		}
 	}
+}
+
+// A standby follows the partition that holds the link's record, so it
+// takes over from a holder that stopped cleanly as soon as the stop is
+// committed. It used to see the stop only at its next replay of the state
+// topic, a third of session_timeout later: 30 s here, where the test
+// allows 15 s (the stop comes right after the standby read the topic).
+func TestStandbyCleanStop(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "stbystop", srcTopic("t", 2))
+		f.cfg.Link.SessionTimeout = 90 * time.Second
+		f.load(idempotent, 1, "before", 40)
+		named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
+		a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
+		a.waitState(t, Mirroring, 60*time.Second)
+		f.waitMirrored(60 * time.Second)
+		b := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
+		for end := time.Now().Add(30 * time.Second); b.Status().StandingBy != "pod-0"; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("pod-1 does not stand by for pod-0: %+v", b.Status())
+			}
+		}
+		stopped := time.Now()
+		a.stop(t, false)
+		b.waitState(t, Mirroring, 15*time.Second)
+		t.Logf("pod-1 mirrors %s after pod-0 began its clean stop", time.Since(stopped).Round(time.Millisecond))
+		f.load(transactional, 2, "after", 40)
+		f.waitMirrored(60 * time.Second)
+		f.exactlyOnce()
+	})
 }

@@ -556,13 +556,18 @@ func (r *partitionReader) read(ctx context.Context, off, end int64, fn func(RawR
 // leader and processes the answer with kgo's own batch parser (aborted
 // transactions dropped, control records skipped, CRCs checked).
 func (r *partitionReader) fetch(ctx context.Context, off int64) (kgo.FetchPartition, int64, error) {
+	return r.fetchWait(ctx, off, fetchMaxWaitMillis*time.Millisecond)
+}
+
+// fetchWait is fetch with the broker's MaxWait given.
+func (r *partitionReader) fetchWait(ctx context.Context, off int64, wait time.Duration) (kgo.FetchPartition, int64, error) {
 	rp, err := rawfetch.Do(ctx, r.cl, r.leader, rawfetch.Request{
 		Partition:         tp.Partition{Topic: r.topic, ID: r.id, Partition: r.p},
 		Offset:            off,
 		LeaderEpoch:       -1,
 		PartitionMaxBytes: fetchPartitionMaxBytes,
 		ReadCommitted:     true,
-		MaxWait:           fetchMaxWaitMillis * time.Millisecond,
+		MaxWait:           max(wait, time.Millisecond),
 		MinBytes:          1,
 	})
 	if err != nil {

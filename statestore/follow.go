@@ -1,0 +1,95 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/internal/kafka/access"
+)
+
+// Follower reads one partition of the state topic as it grows, with
+// READ_COMMITTED isolation: a standby agent watches the partition that
+// holds its link's record, so that it sees a clean stop, or a lease no
+// longer renewed, as soon as it is committed instead of at its next full
+// replay. It is used by one goroutine and holds no goroutine of its own.
+type Follower struct {
+	r   partitionReader
+	off int64
+}
+
+// Follow returns a Follower of partition p from offset off.
+func (s *Store) Follow(ctx context.Context, p int32, off int64) (*Follower, error) {
+	cl, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	adm := kadm.NewClient(cl)
+	topic := s.cfg.Topic
+	md, err := adm.Metadata(ctx, topic)
+	if access.IsRefusal(err) {
+		return nil, s.refused(needDescribe, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("metadata of state topic %q: %w", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok {
+		return nil, fmt.Errorf("state topic %q: %w", topic, ErrNoTopic)
+	}
+	if td.Err != nil {
+		return nil, fmt.Errorf("metadata of state topic %q: %w", topic, td.Err)
+	}
+	pd, ok := td.Partitions[p]
+	if !ok {
+		return nil, fmt.Errorf("state topic %q has no partition %d", topic, p)
+	}
+	return &Follower{r: partitionReader{s: s, cl: cl, adm: adm, topic: topic, id: td.ID, p: p, leader: pd.Leader}, off: off}, nil
+}
+
+// Next waits at most wait for committed records past the follower's
+// offset and returns those a fetch answered (none when wait passed
+// without any); the follower then follows from after them. An error is
+// one the partition's leader answered that a retry does not mend, or a
+// refusal.
+func (f *Follower) Next(ctx context.Context, wait time.Duration) ([]RawRecord, error) {
+	r := &f.r
+	if r.leader < 0 {
+		if err := r.refreshLeader(ctx); err != nil {
+			return nil, err
+		}
+		if r.leader < 0 {
+			return nil, backoff.Sleep(ctx, min(wait, 100*time.Millisecond))
+		}
+	}
+	fp, next, err := r.fetchWait(ctx, f.off, wait)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fp.Err == nil:
+	case errors.Is(fp.Err, kerr.OffsetOutOfRange) && fp.LogStartOffset > f.off:
+		f.off = fp.LogStartOffset // compaction or DeleteRecords moved the start
+		return nil, nil
+	case kerr.IsRetriable(fp.Err):
+		if err := r.refreshLeader(ctx); err != nil {
+			return nil, err
+		}
+		return nil, backoff.Sleep(ctx, min(wait, 100*time.Millisecond))
+	case access.IsRefusal(fp.Err):
+		return nil, fmt.Errorf("follow state topic %q partition %d at offset %d: %w", r.topic, r.p, f.off, r.s.refused(needRead, fp.Err))
+	default:
+		return nil, fmt.Errorf("follow state topic %q partition %d at offset %d: %w", r.topic, r.p, f.off, fp.Err)
+	}
+	var out []RawRecord
+	for _, rec := range fp.Records {
+		out = append(out, RawRecord{Partition: r.p, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp})
+	}
+	f.off = max(f.off, next)
+	return out, nil
+}
