@@ -277,6 +277,9 @@ type Link struct {
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64
+	// tookOver: the session that is beginning took the link from another
+	// agent's session (standBy); read and written by Run's goroutine only.
+	tookOver bool
 	// online is the running session's offer to other goroutines (offset
 	// translation), nil while no session's event loop runs.
 	online atomic.Pointer[online]
@@ -482,6 +485,8 @@ func (l *Link) lifecycle(ctx context.Context) error {
 		switch state {
 		case Preparing:
 			since := l.deps.Now()
+			prepared := l.prepared.Load()
+			l.tookOver = false
 			var (
 				ev  Trigger
 				end sessionEnd
@@ -523,7 +528,10 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			fenced = errors.Is(err, statestore.ErrFenced)
 			switch ev {
 			case OnFail:
-				l.fail(err)
+				// Fenced before it mirrored, right after it took the link
+				// from another agent: another standby took it at the same
+				// moment, which is no fight over the link.
+				l.fail(err, fenced && l.tookOver && l.prepared.Load() == prepared)
 				// A link that mirrored for longer than the longest
 				// backoff has recovered: its next failure starts the
 				// backoff afresh. One that fails again soon keeps
@@ -590,9 +598,16 @@ func (l *Link) lifecycle(ctx context.Context) error {
 // errInvariant marks a broken internal invariant; Run returns it.
 var errInvariant = errors.New("link: broken invariant")
 
-// fail logs an error that failed the link and counts it.
-func (l *Link) fail(err error) {
+// fail logs an error that failed the link and counts it. lostTakeover:
+// the session was fenced by another standby that took the link at the
+// same moment (standBy), which is counted apart from sessions_fenced.
+func (l *Link) fail(err error, lostTakeover bool) {
 	kind := errorKind(err)
+	if lostTakeover {
+		l.met.add(TakeoversLost, 1)
+		l.log.Info("another standby took the link at the same moment; standing by for it", "error", err)
+		return
+	}
 	l.met.error(kind)
 	if errors.Is(err, statestore.ErrFenced) {
 		l.met.add(SessionsFenced, 1)

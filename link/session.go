@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -497,10 +498,11 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
 	name := s.l.cfg.Link.Name
 	var (
-		waited string // the agent this one stood by for
-		lv     statestore.LinkValue
-		ok     bool
-		fol    *statestore.Follower
+		waited    string // the agent this one stood by for
+		staggered bool   // waited its stagger since the holder's last record
+		lv        statestore.LinkValue
+		ok        bool
+		fol       *statestore.Follower
 	)
 	for {
 		if fol == nil {
@@ -529,6 +531,23 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		case !ok:
 			return nil
 		case lv.Clean() || left <= 0:
+			if (other || waited != "") && fol != nil && !staggered {
+				// Other standbys saw the same record at the same moment;
+				// each waits a stagger of its own first, and stands by for
+				// whichever claimed the link meanwhile instead of fencing
+				// it (a spurious sessions_fenced for a normal takeover).
+				staggered = true
+				changed, err := s.followLink(ctx, fol, standbyStagger(s.l.cfg.Link.SessionTimeout), &lv, &ok)
+				if err != nil && (ctx.Err() != nil || errors.Is(err, errPaused)) {
+					return err
+				}
+				if err != nil {
+					fol = nil
+				}
+				if changed || err != nil {
+					continue
+				}
+			}
 			// The link moves to this agent: say why, for the operator who
 			// reads how the agents handed it on.
 			if other || waited != "" {
@@ -537,6 +556,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 					cause = fmt.Sprintf("its lease lapsed %s ago without a clean stop (a crash, or it lost the destination)", (-left).Round(time.Millisecond))
 				}
 				s.log.Info("taking over the link", "from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause)
+				s.l.tookOver = true
 			}
 			return nil
 		}
@@ -554,7 +574,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		if holder != waited {
 			s.log.Info("standing by: another session holds the link", "agent", lv.Agent, "session_epoch", lv.SessionEpoch, "lease_left", left.Round(time.Millisecond))
 		}
-		waited = holder
+		waited, staggered = holder, false
 		s.l.setStatus(func(st *Status) { st.StandingBy = holder })
 		wait := min(left+10*time.Millisecond, s.l.cfg.Link.SessionTimeout/3)
 		if fol == nil {
@@ -563,7 +583,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			}
 			continue
 		}
-		if err := s.followLink(ctx, fol, wait, &lv, &ok); err != nil {
+		if _, err := s.followLink(ctx, fol, wait, &lv, &ok); err != nil {
 			if ctx.Err() != nil || errors.Is(err, errPaused) {
 				return err
 			}
@@ -594,25 +614,37 @@ func linkRecordAt(view *statestore.View, link string) (p int32, next int64, foun
 	return p, next, true
 }
 
+// standbyStagger is how long a standby waits, once the holder stopped or
+// its lease lapsed, before it takes the link: random, up to a tenth of
+// the session timeout and at most 2 s, so that standbys that saw the
+// same record mostly take turns. Two that still start together are
+// resolved by fencing (a lost takeover, not counted as a fenced session).
+func standbyStagger(sessionTimeout time.Duration) time.Duration {
+	window := min(2*time.Second, sessionTimeout/10)
+	if window <= 0 {
+		return 0
+	}
+	return rand.N(window)
+}
+
 // followLink reads the partition of the link's record for at most wait,
 // and returns once a record of the link arrived (applied to lv and ok:
-// its newest value, or a deletion), when wait has passed, or when the
-// link is paused.
-func (s *session) followLink(ctx context.Context, fol *statestore.Follower, wait time.Duration, lv *statestore.LinkValue, ok *bool) error {
+// its newest value, or a deletion; changed), when wait has passed, or
+// when the link is paused.
+func (s *session) followLink(ctx context.Context, fol *statestore.Follower, wait time.Duration, lv *statestore.LinkValue, ok *bool) (changed bool, err error) {
 	deadline := time.Now().Add(wait)
 	for {
 		if s.l.pausing() {
-			return errPaused
+			return false, errPaused
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil
+			return false, nil
 		}
 		recs, err := fol.Next(ctx, min(left, 500*time.Millisecond))
 		if err != nil {
-			return err
+			return false, err
 		}
-		changed := false
 		for _, raw := range recs {
 			rec, err := statestore.Decode(raw.Key, raw.Value)
 			if err != nil {
@@ -624,7 +656,7 @@ func (s *session) followLink(ctx context.Context, fol *statestore.Follower, wait
 			}
 		}
 		if changed {
-			return nil
+			return true, nil
 		}
 	}
 }
