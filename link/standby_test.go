@@ -182,7 +182,8 @@ func TestStandbyPartitioned(t *testing.T) {
 
 func testStandbyPartitioned(t *testing.T, e *env, delivery statestore.Delivery) {
 	txn := delivery == statestore.DeliveryTransactional
-	f := e.mirrored(t, "part-"+delivery.String(), srcTopic("t", 3))
+	base := "t-" + delivery.String() // the subtests share the backend's topics
+	f := e.mirrored(t, "part-"+delivery.String(), srcTopic(base, 3))
 	f.cfg.Link.Delivery = delivery
 	f.cfg.Link.TransactionTimeout = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -247,7 +248,7 @@ func testStandbyPartitioned(t *testing.T, e *env, delivery statestore.Delivery) 
 		f.exactlyOnceCommitted()
 		return
 	}
-	late := lateCopies(t, f, 90*time.Second)
+	late := lateCopies(t, f, base, 90*time.Second)
 	gap := int(testutil.ToFloat64(b.met.counters[DestinationGapOffsets]))
 	t.Logf("preserve delivery: %d records of the partitioned holder landed late (a duplicate each); the new holder counted %d destination gap offsets", late, gap)
 	if late != gap {
@@ -260,9 +261,9 @@ func testStandbyPartitioned(t *testing.T, e *env, delivery statestore.Delivery) 
 // partition, that the destination is the source's records in order once
 // the records it holds a second time are left out; it returns how many
 // those are.
-func lateCopies(t *testing.T, f *fixture, within time.Duration) int {
+func lateCopies(t *testing.T, f *fixture, base string, within time.Duration) int {
 	t.Helper()
-	topic := f.topics("t")[0]
+	topic := f.topics(base)[0]
 	var extra int
 	for end := time.Now().Add(within); ; time.Sleep(200 * time.Millisecond) {
 		src := mirrortest.ConsumeCommitted(t, f.src, topic)
