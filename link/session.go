@@ -535,8 +535,11 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 				// Other standbys saw the same record at the same moment;
 				// each waits a stagger of its own first, and stands by for
 				// whichever claimed the link meanwhile instead of fencing
-				// it (a spurious sessions_fenced for a normal takeover).
+				// it (a spurious sessions_fenced for a normal takeover): a
+				// claim shows as its commit, or, before that, as its
+				// InitProducerId moving the link's producer.
 				staggered = true
+				before, berr := s.store.LinkProducer(ctx, name)
 				changed, err := s.followLink(ctx, fol, standbyStagger(s.l.cfg.Link.SessionTimeout), &lv, &ok)
 				if err != nil && (ctx.Err() != nil || errors.Is(err, errPaused)) {
 					return err
@@ -545,6 +548,12 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 					fol = nil
 				}
 				if changed || err != nil {
+					continue
+				}
+				if after, aerr := s.store.LinkProducer(ctx, name); berr == nil && aerr == nil && after != before && (after.ID != before.ID || after.Epoch != before.Epoch) {
+					s.log.Info("another agent began a session of the link during this standby's stagger; standing by for its claim",
+						"producer_id", after.ID, "epoch", after.Epoch)
+					staggered = false // its claim commits, or this standby staggers again
 					continue
 				}
 			}

@@ -93,3 +93,36 @@ func (f *Follower) Next(ctx context.Context, wait time.Duration) ([]RawRecord, e
 	f.off = max(f.off, next)
 	return out, nil
 }
+
+// TxnProducer is the producer a transactional.id is held by, as its
+// coordinator describes it (DescribeTransactions).
+type TxnProducer struct {
+	ID    int64
+	Epoch int16
+	State string // Empty, Ongoing, PrepareCommit, CompleteCommit, ...
+}
+
+// LinkProducer describes the producer of link's transactional.id. Every
+// session of the link begins with an InitProducerId on it, which moves
+// its epoch (or its producer ID), so a standby that compares two answers
+// sees another agent begin a session before that session commits
+// anything.
+func (s *Store) LinkProducer(ctx context.Context, link string) (TxnProducer, error) {
+	cl, err := s.client()
+	if err != nil {
+		return TxnProducer{}, err
+	}
+	id := TransactionalID(link)
+	txns, err := kadm.NewClient(cl).DescribeTransactions(ctx, id)
+	if err != nil {
+		return TxnProducer{}, fmt.Errorf("describe transactional.id %s: %w", id, err)
+	}
+	txn, ok := txns[id]
+	if !ok {
+		return TxnProducer{}, fmt.Errorf("describe transactional.id %s: not in the answer", id)
+	}
+	if txn.Err != nil {
+		return TxnProducer{}, fmt.Errorf("describe transactional.id %s: %w", id, txn.Err)
+	}
+	return TxnProducer{ID: txn.ProducerID, Epoch: txn.ProducerEpoch, State: txn.State}, nil
+}
