@@ -251,47 +251,43 @@ func (a *Agent) WaitMirroring(ctx context.Context, within time.Duration) error {
 
 // LogLines returns the agent's log lines whose message starts with msg.
 func (a *Agent) LogLines(msg string) ([]map[string]any, error) {
+	var out []map[string]any
+	err := a.eachLogLine(func(l map[string]any) {
+		if m, _ := l["@message"].(string); strings.HasPrefix(m, msg) {
+			out = append(out, l)
+		}
+	})
+	return out, err
+}
+
+// eachLogLine calls fn with each JSON line of the agent's log, decoded.
+func (a *Agent) eachLogLine(fn func(map[string]any)) error {
 	f, err := os.Open(a.logAt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	var out []map[string]any
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
 	for sc.Scan() {
 		var l map[string]any
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
-		if m, _ := l["@message"].(string); strings.HasPrefix(m, msg) {
-			out = append(out, l)
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			fn(l)
 		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // LogSince returns the agent's log lines stamped at or after from, each
 // as "time level module: message key=value ...", for a report of what
 // an agent did in a slow takeover.
 func (a *Agent) LogSince(from time.Time) ([]string, error) {
-	f, err := os.Open(a.logAt)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 4<<20)
-	for sc.Scan() {
-		var l map[string]any
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
+	err := a.eachLogLine(func(l map[string]any) {
 		ts, _ := l["@timestamp"].(string)
 		at, err := time.Parse(time.RFC3339Nano, ts)
 		if err != nil || at.Before(from) {
-			continue
+			return
 		}
 		var line strings.Builder
 		fmt.Fprintf(&line, "%s %v %v: %v", at.Format("15:04:05.000"), l["@level"], l["@module"], l["@message"])
@@ -306,6 +302,6 @@ func (a *Agent) LogSince(from time.Time) ([]string, error) {
 			fmt.Fprintf(&line, " %s=%v", k, l[k])
 		}
 		out = append(out, line.String())
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }

@@ -515,7 +515,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 				return err
 			}
 			lv, ok = view.Links[name]
-			if p, next, found := linkRecordAt(view, name); found && ok {
+			if p, next, found := view.LinkRecordAt(name); found && ok {
 				// Follow the partition of the link's record: a clean stop
 				// or a lease no longer renewed shows as soon as it is
 				// committed, without a replay of the whole topic.
@@ -600,27 +600,6 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			fol = nil
 		}
 	}
-}
-
-// linkRecordAt finds the partition of the state topic that holds link's
-// record in view, and the offset after the last record view holds of that
-// partition.
-func linkRecordAt(view *statestore.View, link string) (p int32, next int64, found bool) {
-	for _, r := range slices.Backward(view.Records) {
-		if k, ok := r.Key.(statestore.LinkKey); ok && k.LinkName == link {
-			p, found = r.Partition, true
-			break
-		}
-	}
-	if !found {
-		return 0, 0, false
-	}
-	for _, r := range view.Records {
-		if r.Partition == p {
-			next = max(next, r.Offset+1)
-		}
-	}
-	return p, next, true
 }
 
 // standbyStagger is how long a standby waits, once the holder stopped or

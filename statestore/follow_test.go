@@ -35,17 +35,7 @@ func TestFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, next, found := int32(0), int64(0), false
-	for _, r := range view.Records {
-		if k, ok := r.Key.(LinkKey); ok && k.LinkName == "l1" {
-			p, found = r.Partition, true
-		}
-	}
-	for _, r := range view.Records {
-		if r.Partition == p {
-			next = max(next, r.Offset+1)
-		}
-	}
+	p, next, found := view.LinkRecordAt("l1")
 	if !found {
 		t.Fatal("no link record replayed")
 	}

@@ -1,6 +1,9 @@
 package statestore
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // View is the state of the state topic as a replay left it: the latest
 // value of every key, tombstoned keys removed, and the records themselves in
@@ -129,4 +132,26 @@ func (v *View) LeaseWait(link string, now time.Time, skew, defaultAppendTimeout 
 	}
 	wait := time.UnixMilli(lv.LeaseExpiresMs).Add(skew + inBroker).Sub(now)
 	return max(wait, 0)
+}
+
+// LinkRecordAt finds the partition of the state topic that holds link's
+// record in the view, and the offset after the last record the view holds
+// of that partition: where a reader that follows the link's record
+// (Follower) goes on.
+func (v *View) LinkRecordAt(link string) (p int32, next int64, found bool) {
+	for _, r := range slices.Backward(v.Records) {
+		if k, ok := r.Key.(LinkKey); ok && k.LinkName == link {
+			p, found = r.Partition, true
+			break
+		}
+	}
+	if !found {
+		return 0, 0, false
+	}
+	for _, r := range v.Records {
+		if r.Partition == p {
+			next = max(next, r.Offset+1)
+		}
+	}
+	return p, next, true
 }
