@@ -97,6 +97,10 @@ func TestMirrorSurvivesCrashes(t *testing.T) {
 		wg.Wait()
 
 		last := f.start("crashy")
+		// Mirrored by the last session or already by the one killed
+		// before it: the barrier count below wants the last session
+		// MIRRORING (it waits out the killed one's lease first).
+		last.waitState(t, Mirroring, 60*time.Second)
 		rep := f.waitMirrored(90 * time.Second)
 		n := f.exactlyOnce()
 		t.Logf("%s: killed the agent %d times; %d committed records mirrored exactly once (verify: %d records)", e.b, kills, n, rep.Records)
