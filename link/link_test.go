@@ -92,6 +92,42 @@ func TestErrorKind(t *testing.T) {
 	}
 }
 
+// A preserve session whose state session was fenced fails as fenced, also
+// when an append found the lease ended first (the fencing ends the lease at
+// once): counted as lease_expired, the agent would begin again at once and
+// fence back the session that fenced it. A lease that lapsed by itself, or a
+// failure of another kind, stays what it was.
+func TestFencedFirst(t *testing.T) {
+	lapse := fmt.Errorf("append to t[0]: %w: the produce request to broker 1 was not sent (lease left: 0s)", appender.ErrLeaseExpired)
+	fencing := fmt.Errorf("state session of link \"x\" (epoch 1): produce: %w: %w", statestore.ErrFenced, kerr.ProducerFenced)
+	other := errors.New("state session of link \"x\": commit: the lease ran out")
+	for _, tc := range []struct {
+		name          string
+		err, stateErr error
+		kind          string
+	}{
+		{"lapse after a fencing", lapse, fencing, "fenced"},
+		{"lapse alone", lapse, nil, "lease_expired"},
+		{"lapse after another failure", lapse, other, "lease_expired"},
+		{"corrupt while fenced", fmt.Errorf("t[0]: %w", appender.ErrCorrupt), fencing, "corrupt"},
+		{"clean end", nil, fencing, ""},
+	} {
+		got := fencedFirst(tc.err, tc.stateErr)
+		if tc.kind == "" {
+			if got != nil {
+				t.Errorf("%s: %v, want nil", tc.name, got)
+			}
+			continue
+		}
+		if k := errorKind(got); k != tc.kind {
+			t.Errorf("%s: %v is %q, want %q", tc.name, got, k, tc.kind)
+		}
+		if !errors.Is(got, tc.err) && !strings.Contains(got.Error(), tc.err.Error()) {
+			t.Errorf("%s: %v lost the append's error %v", tc.name, got, tc.err)
+		}
+	}
+}
+
 // Guards the names the log and the scripts show for pairs and decisions.
 func TestNames(t *testing.T) {
 	pr := Pair{Src: tp.Partition{Topic: "orders", Partition: 3}, Dst: tp.Partition{Topic: "dc1.orders", Partition: 3}}
