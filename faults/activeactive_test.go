@@ -74,7 +74,7 @@ func TestActiveActiveKills(t *testing.T) {
 	var agents [2]*Agent
 	for i, from := range sides {
 		to := sides[1-i]
-		a, err := NewAgent(AgentConfig{Bin: bin, Dir: t.TempDir(), Source: env.Cluster(from).Addrs(), Dest: env.Cluster(to).Addrs(),
+		a, err := NewAgent(AgentConfig{Bin: bin, Dir: t.TempDir(), Source: env.Addrs(from), Dest: env.Addrs(to),
 			Include: topic, StateTopic: state,
 			LinkExtra: extra})
 		if err != nil {
@@ -95,7 +95,7 @@ func TestActiveActiveKills(t *testing.T) {
 	var loads [2]*Load
 	for i, s := range sides {
 		leds[i] = NewLedger()
-		if loads[i], err = StartLoad(LoadConfig{Addrs: env.Cluster(s).Addrs(), Topics: []string{topic}, Prefix: "at-" + s.String(),
+		if loads[i], err = StartLoad(LoadConfig{Addrs: env.Addrs(s), Topics: []string{topic}, Prefix: "at-" + s.String(),
 			Ledger: leds[i], Pause: 300 * time.Millisecond, Records: 20}); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestActiveActiveKills(t *testing.T) {
 	}
 	var held [2]map[string]int
 	for i, s := range sides {
-		if held[i], err = readAll(ctx, env.Cluster(s).Addrs(), []string{topic}); err != nil {
+		if held[i], err = readAll(ctx, env.Addrs(s), []string{topic}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -75,7 +75,7 @@ func verifyRun(ctx context.Context, env *Env, stateTopic string, topics []string
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dst := env.Client(Destination)
-	salts, err := verify.StateSalts(ctx, dst, []kgo.Opt{kgo.SeedBrokers(env.Cluster(Destination).Addrs()...)}, stateTopic)
+	salts, err := verify.StateSalts(ctx, dst, []kgo.Opt{kgo.SeedBrokers(env.Addrs(Destination)...)}, stateTopic)
 	if err != nil {
 		return verify.Report{}, err
 	}
@@ -99,11 +99,11 @@ func Check(ctx context.Context, env *Env, stateTopic string, topics []string, le
 	if err != nil && rep.Records == 0 {
 		return res, err
 	}
-	src, err := readAll(ctx, env.Cluster(Source).Addrs(), topics)
+	src, err := readAll(ctx, env.Addrs(Source), topics)
 	if err != nil {
 		return res, fmt.Errorf("read the source: %w", err)
 	}
-	dst, err := readAll(ctx, env.Cluster(Destination).Addrs(), topics)
+	dst, err := readAll(ctx, env.Addrs(Destination), topics)
 	if err != nil {
 		return res, fmt.Errorf("read the destination: %w", err)
 	}

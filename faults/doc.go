@@ -18,7 +18,10 @@
 //
 // The package is used by its own test (the short form CI runs, with a TCP
 // fault proxy between the agent and the brokers as well) and by the soak
-// command (faults/cmd/soak: half an hour or more of random faults).
+// command (faults/cmd/soak: half an hour or more of random faults). Tests
+// of the agents' own faults only (kill, stop, start: TestThreeAgents) also
+// run on two kfake clusters of three brokers in the test's process
+// (StartKfakeEnv), which the agents reach over TCP as they reach Kafka.
 //
 // # Invariants
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -46,9 +47,15 @@ type EnvConfig struct {
 }
 
 // Env is a source and a destination cluster of Nodes nodes each, with an
-// admin client for each (connected directly, not through any proxy).
+// admin client for each (connected directly, not through any proxy): Apache
+// Kafka clusters (StartEnv), or kfake clusters in the test's process
+// (StartKfakeEnv), which agents in processes of their own reach over TCP
+// as they reach Kafka. Broker faults need Kafka (Cluster); the agents'
+// own faults (kill, stop, start) run on both.
 type Env struct {
 	clusters [2]*realkafka.Cluster
+	fakes    [2]*kfake.Cluster
+	addrs    [2][]string
 	clients  [2]*kgo.Client
 	admins   [2]*kadm.Client
 }
@@ -103,14 +110,44 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 	for i, c := range e.clusters {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(100*time.Millisecond))
+		e.addrs[i] = c.Addrs()
+	}
+	if err := e.connect(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// StartKfakeEnv starts a source and a destination kfake cluster of Nodes
+// brokers each, with the cluster IDs of StartEnv's, in this process.
+func StartKfakeEnv() (*Env, error) {
+	e := &Env{}
+	for i, id := range [2]string{SourceClusterID, DestinationClusterID} {
+		c, err := kfake.NewCluster(kfake.NumBrokers(Nodes), kfake.ClusterID(id))
 		if err != nil {
 			e.Close()
-			return nil, err
+			return nil, fmt.Errorf("start the %s kfake cluster: %w", Side(i), err)
+		}
+		e.fakes[i], e.addrs[i] = c, c.ListenAddrs()
+	}
+	if err := e.connect(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// connect makes the clients of both sides.
+func (e *Env) connect() error {
+	for i, addrs := range e.addrs {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.MetadataMinAge(100*time.Millisecond))
+		if err != nil {
+			return err
 		}
 		e.clients[i], e.admins[i] = cl, kadm.NewClient(cl)
 	}
-	return e, nil
+	return nil
 }
 
 // Close stops both clusters and closes the clients.
@@ -121,6 +158,9 @@ func (e *Env) Close() {
 		}
 		if e.clusters[i] != nil {
 			_ = e.clusters[i].Close()
+		}
+		if e.fakes[i] != nil {
+			e.fakes[i].Close()
 		}
 	}
 }
@@ -138,8 +178,15 @@ func (e *Env) Keep() []string {
 	return dirs
 }
 
-// Cluster is the cluster of a side.
+// Cluster is the Kafka cluster of a side, for its broker faults; nil on
+// kfake (StartKfakeEnv).
 func (e *Env) Cluster(s Side) *realkafka.Cluster { return e.clusters[s] }
+
+// Addrs are the bootstrap servers of a side's cluster.
+func (e *Env) Addrs(s Side) []string { return e.addrs[s] }
+
+// Kfake reports whether the clusters are kfake's (StartKfakeEnv).
+func (e *Env) Kfake() bool { return e.fakes[0] != nil }
 
 // Client is a client of a side's cluster.
 func (e *Env) Client(s Side) *kgo.Client { return e.clients[s] }

@@ -99,7 +99,7 @@ func TestFaultSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	led := NewLedger()
-	load, err := StartLoad(LoadConfig{Addrs: env.Cluster(Source).Addrs(), Topics: topics, Prefix: "suite", Ledger: led})
+	load, err := StartLoad(LoadConfig{Addrs: env.Addrs(Source), Topics: topics, Prefix: "suite", Ledger: led})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		agentDir := t.TempDir()
-		agent, err := NewAgent(AgentConfig{Bin: bin, Dir: agentDir, Source: env.Cluster(Source).Addrs(), Dest: env.Cluster(Destination).Addrs(),
+		agent, err := NewAgent(AgentConfig{Bin: bin, Dir: agentDir, Source: env.Addrs(Source), Dest: env.Addrs(Destination),
 			Include: topic, StateTopic: state, Delivery: mode, CheckpointInterval: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		led := NewLedger()
-		load, err := StartLoad(LoadConfig{Addrs: env.Cluster(Source).Addrs(), Topics: []string{topic}, Prefix: mode, Ledger: led, Pause: 200 * time.Millisecond, Records: 20})
+		load, err := StartLoad(LoadConfig{Addrs: env.Addrs(Source), Topics: []string{topic}, Prefix: mode, Ledger: led, Pause: 200 * time.Millisecond, Records: 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func firstNewRecords(ctx context.Context, env *Env, topic string, from map[int32
 	for p, o := range from {
 		parts[p] = kgo.NewOffset().At(o)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Cluster(Destination).Addrs()...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Addrs(Destination)...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {

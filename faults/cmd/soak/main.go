@@ -105,7 +105,7 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 		}
 	}
 	cfg := faults.AgentConfig{
-		Bin: bin, Dir: dir, Source: env.Cluster(faults.Source).Addrs(), Dest: env.Cluster(faults.Destination).Addrs(),
+		Bin: bin, Dir: dir, Source: env.Addrs(faults.Source), Dest: env.Addrs(faults.Destination),
 		Include: "orders|events", StateTopic: "__mirror_state", Delivery: delivery,
 	}
 	var agent faults.Mirror
@@ -142,7 +142,7 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 		return err
 	}
 	led := faults.NewLedger()
-	load, err := faults.StartLoad(faults.LoadConfig{Addrs: env.Cluster(faults.Source).Addrs(), Topics: topics, Prefix: "soak", Ledger: led})
+	load, err := faults.StartLoad(faults.LoadConfig{Addrs: env.Addrs(faults.Source), Topics: topics, Prefix: "soak", Ledger: led})
 	if err != nil {
 		return err
 	}
