@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +143,15 @@ func testTranslateAfterCompaction(t *testing.T, e *env, txn bool) {
 // crash.
 func crashPastCheckpoint(t *testing.T, f *fixture, name, base string, produce func()) (ckDst int64) {
 	t.Helper()
-	f.cfg.Link.SessionTimeout, f.cfg.Link.CheckpointInterval = 9*time.Second, 3*time.Second
+	return crashPastCheckpointEvery(t, f, name, base, 3*time.Second, produce)
+}
+
+// crashPastCheckpointEvery is crashPastCheckpoint with checkpoints every
+// interval (and a session timeout of three intervals), for a produce that
+// takes longer.
+func crashPastCheckpointEvery(t *testing.T, f *fixture, name, base string, interval time.Duration, produce func()) (ckDst int64) {
+	t.Helper()
+	f.cfg.Link.SessionTimeout, f.cfg.Link.CheckpointInterval = 3*interval, interval
 	a := f.start(name)
 	a.waitState(t, Mirroring, 60*time.Second)
 	time.Sleep(100 * time.Millisecond) // the first checkpoint commits with the barrier: at the start
@@ -227,6 +236,143 @@ func testReconcileAfterCompaction(t *testing.T, e *env) {
 	b := f.start("B")
 	waitCaughtUp(t, b, endOffset(t, f.src, kv, 0), 90*time.Second)
 	onceEach(t, f, "kv")
+	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 {
+		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign", c)
+	}
+}
+
+// Case 7: the agent crashes with batches appended past its checkpoint, and
+// the destination's cleaner compacts them while it is down (the mirror of
+// a compacted topic, compacted by the destination itself): it cuts records
+// out of them and removes those it emptied, leaving offset gaps. The next
+// session recognises the cut batches as the link's own (the same producer
+// batch, each record it kept the source batch's at the same offset delta)
+// and takes the source batches across a gap for the mirrors the cleaner
+// removed: nothing is appended again, nothing is foreign, and the
+// destination holds each key's latest value.
+func TestReconcileAfterDestinationCompaction(t *testing.T) {
+	scenario(t, testReconcileAfterDestinationCompaction)
+}
+
+func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
+	f := e.mirrored(t, "rdcomp", srcTopic("kv", 1))
+	f.cfg.Link.ConfigSync.Enabled = false
+	kv := f.topic("kv")
+	// The destination topic is compacted (the link finds it there); on
+	// Kafka its segments roll every 100 ms, so that the rounds below land
+	// in segments the cleaner may take (never the active one).
+	f.dst.CreateTopic(t, kv, 1, compactedConfig)
+	// Two producers for all rounds, taking turns: an idempotent one and a
+	// plain one (no producer ID: its batches are told by their records).
+	// The cleaner removes a batch it empties unless it is its producer's
+	// last (Kafka keeps that one, empty, when it has a producer ID).
+	ck := crashPastCheckpointEvery(t, f, "A", "kv", 10*time.Second, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		idem := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+		defer idem.Close()
+		plain := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.DisableIdempotentWrite())
+		defer plain.Close()
+		for round := range 10 {
+			cl := idem
+			if round%3 == 1 {
+				cl = plain
+			}
+			var recs []*kgo.Record
+			for i := range 12 {
+				recs = append(recs, &kgo.Record{Topic: kv, Key: fmt.Appendf(nil, "key-%02d", (i*5+round*3)%17), Value: fmt.Appendf(nil, "round %d record %d", round, i)})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if f.dst.Fake == nil {
+				time.Sleep(150 * time.Millisecond) // a segment per round
+			}
+		}
+	})
+	// cut: batches of the tail with fewer records than offsets; removed:
+	// offsets of the tail in no batch (the cleaner may have begun while
+	// the link ran).
+	cleaned := func() (cut, removed int) {
+		next := ck
+		for _, h := range rawHeaders(t, f.dst, kv, 0) {
+			if h.NextOffset() <= ck {
+				continue
+			}
+			if !h.Dense() {
+				cut++
+			}
+			removed += int(max(h.BaseOffset-next, 0))
+			next = h.NextOffset()
+		}
+		return cut, removed
+	}
+	var cut, removed int
+	if f.dst.Fake != nil {
+		f.dst.Fake.Compact()
+		cut, removed = cleaned()
+	} else {
+		// Kafka's cleaner, in its own time: until it cut and removed
+		// batches of the tail and stayed so for three looks.
+		deadline := time.Now().Add(90 * time.Second)
+		for stable := 0; stable < 3; time.Sleep(time.Second) {
+			c, r := cleaned()
+			if c > 0 && r > 0 && c == cut && r == removed {
+				stable++
+			} else {
+				stable = 0
+			}
+			cut, removed = c, r
+			if time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	if cut == 0 || removed == 0 {
+		var hs []string
+		for _, h := range rawHeaders(t, f.dst, kv, 0) {
+			hs = append(hs, fmt.Sprintf("%d+%d/%d", h.BaseOffset, h.LastOffsetDelta+1, h.NumRecords))
+		}
+		t.Fatalf("the destination's cleaner cut %d batches of the tail and removed %d offsets: the test needs both; batches (base+offsets/records) %v", cut, removed, hs)
+	}
+	t.Logf("crashed with the destination past the checkpoint at %d; the destination's cleaner cut %d batches and removed %d offsets", ck, cut, removed)
+	kvRounds(t, f.src, kv, 10, 12)
+	b := f.start("B")
+	srcEnd := endOffset(t, f.src, kv, 0)
+	waitCaughtUp(t, b, srcEnd, 90*time.Second)
+
+	// Each key's latest value, and no key and value twice; every record
+	// of the rounds after the crash.
+	srcRecs := readPartition(t, f.src, kv, 0, true, srcEnd)
+	dstRecs := readPartition(t, f.dst, kv, 0, false, endOffset(t, f.dst, kv, 0))
+	latest := func(rs []*kgo.Record) map[string]string {
+		m := map[string]string{}
+		for _, r := range rs {
+			m[string(r.Key)] = string(r.Value)
+		}
+		return m
+	}
+	s, d := latest(srcRecs), latest(dstRecs)
+	for k, v := range s {
+		if d[k] != v {
+			t.Errorf("key %s: latest value at the source %q, at the destination %q", k, v, d[k])
+		}
+	}
+	seen := map[string]int64{}
+	for _, r := range dstRecs {
+		kv := string(r.Key) + "\x00" + string(r.Value)
+		if at, ok := seen[kv]; ok {
+			t.Errorf("destination holds %q=%q twice, at %d and %d", r.Key, r.Value, at, r.Offset)
+		}
+		seen[kv] = r.Offset
+	}
+	for _, r := range srcRecs {
+		if strings.HasPrefix(string(r.Value), "round 10 ") || strings.HasPrefix(string(r.Value), "round 11 ") {
+			if _, ok := seen[string(r.Key)+"\x00"+string(r.Value)]; !ok {
+				t.Errorf("source record %q=%q at offset %d, produced after the crash, is not at the destination", r.Key, r.Value, r.Offset)
+			}
+		}
+	}
 	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 {
 		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign", c)
 	}

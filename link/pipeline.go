@@ -871,7 +871,7 @@ func (pl *Pipeline) reconciled(p *partition) {
 			"destination", p.Dst.String(), "foreign_batches", foreign, "resume_source_offset", p.srcNext)
 	}
 	if n.Deleted > 0 {
-		pl.log(hclog.Warn, "reconcile: the destination deleted batches this link had appended past the checkpoint; not appending them again",
+		pl.log(hclog.Warn, "reconcile: the destination no longer holds batches this link had appended past the checkpoint (DeleteRecords or retention, or its cleaner on a compacted topic); not appending them again",
 			"destination", p.Dst.String(), "source", p.Src.String(), "source_batches", n.Deleted, "records", n.DeletedRecords)
 	}
 	pl.log(hclog.Info, "reconciled", "destination", p.Dst.String(), "matched_batches", n.Matched, "passed_batches", n.Passed, "foreign_batches", foreign,

@@ -31,9 +31,15 @@ const (
 	// records the source still holds are, in order, records of the
 	// destination batch, the same in key, value, headers and create time.
 	Cut
+	// DestinationCut: the destination's cleaner cut records out of the
+	// batch since, or emptied it (a compacted destination topic; Kafka
+	// keeps a producer's last batch, emptied, for its producer state):
+	// the same producer batch with the same offset range, and each record
+	// it kept the source batch's record at the same offset delta.
+	DestinationCut
 )
 
-var samenessNames = [...]string{"not the same", "twin", "whole", "cut"}
+var samenessNames = [...]string{"not the same", "twin", "whole", "cut", "cut at the destination"}
 
 func (s Sameness) String() string { return samenessNames[s] }
 
@@ -48,9 +54,21 @@ func (s Sameness) String() string { return samenessNames[s] }
 // A batch without a producer ID (a non-idempotent producer) carries no
 // identity but its records: Cut then needs every record of the destination
 // batch that the source no longer holds to lie between records it holds,
-// which a batch mirrored whole and cut since satisfies. A batch the cleaner
-// emptied is never Same: nothing of it tells it from a later batch of the
-// same identity.
+// which a batch mirrored whole and cut since satisfies. A batch the
+// source's cleaner emptied is never Same: nothing of it tells it from a
+// later batch of the same identity.
+//
+// DestinationCut needs a source batch that the link forwarded whole and
+// dense (its records keep their offset deltas at the destination), a
+// destination batch with its mapped producer ID, epoch, base sequence and
+// offset range (kfake's cleaner may shorten the range by the records it
+// removed at the end), and fewer records, each the source batch's at the
+// same delta. An emptied one, with the whole range (as Kafka keeps a
+// producer's last batch), is the link's too when the batch has a producer
+// ID: the link appends a producer batch (mapped identity and sequence
+// range) once, as the producer state refuses a second (SkipDuplicate). A
+// batch without one is told by the records it kept alone, as a plain
+// producer's retry is mirrored in order with its original.
 func Same(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte, h transform.Header, from int64, dst []byte) (Sameness, Decision, error) {
 	dh, err := transform.ParseHeader(dst)
 	if err != nil {
@@ -86,6 +104,13 @@ func Same(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte
 	// uncompressed (docs/kafka-differences.md).
 	if dh.ProducerID != pd.Mapped || dh.ProducerEpoch != h.ProducerEpoch || dh.BaseSequence != h.BaseSequence {
 		return NotSame, d, nil
+	}
+	if h.NumRecords > 0 && dh.NumRecords < h.NumRecords && d.Verdict == Forward {
+		ok, err := cutAtDestination(reenc, raw, h, from, d.Out, dst, dh)
+		if err != nil || !ok {
+			return NotSame, d, err
+		}
+		return DestinationCut, d, nil
 	}
 	if h.NumRecords == 0 || dh.NumRecords < h.NumRecords {
 		// A batch the cleaner emptied is never taken for the link's: a
@@ -256,6 +281,33 @@ func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder
 	}
 	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
 	if err != nil || dstRecs == nil {
+		return false, err
+	}
+	for _, r := range dstRecs {
+		i := int(r.Offset - dh.BaseOffset)
+		if i < 0 || i >= len(srcRecs) || srcRecs[i].Offset-h.BaseOffset != int64(i) || !srcRecs[i].Same(r) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// cutAtDestination reports whether destination batch dst (header dh) is
+// out, what the link appended for source batch raw (header h) forwarded
+// from position from, after the destination's cleaner cut records out of
+// it or emptied it (Same's DestinationCut).
+func cutAtDestination(reenc *transform.Reencoder, raw []byte, h transform.Header, from int64, out, dst []byte, dh transform.Header) (bool, error) {
+	mh, err := transform.ParseHeader(out)
+	if err != nil {
+		return false, err
+	}
+	if h.ProducerID < 0 && dh.NumRecords == 0 || from > h.BaseOffset || !h.Dense() || dh.Control() || dh.NumRecords >= mh.NumRecords ||
+		dh.ProducerID != mh.ProducerID || dh.ProducerEpoch != mh.ProducerEpoch || dh.BaseSequence != mh.BaseSequence ||
+		dh.LastOffsetDelta > mh.LastOffsetDelta || dh.NumRecords == 0 && dh.LastOffsetDelta != mh.LastOffsetDelta || dh.Transactional() != mh.Transactional() {
+		return false, nil
+	}
+	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
+	if err != nil {
 		return false, err
 	}
 	for _, r := range dstRecs {

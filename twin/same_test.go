@@ -293,3 +293,72 @@ func TestCutAtDestination(t *testing.T) {
 		})
 	}
 }
+
+// Same recognises the mirror the destination's cleaner cut or emptied (a
+// compacted destination topic) as the link's own batch, and nothing else:
+// guards reconciliation after a crash against calling the crashed session's
+// compacted tail foreign and appending its surviving records again.
+func TestSameCutAtDestination(t *testing.T) {
+	const pid, base = 3, 100
+	m := transform.MapPID(pid, 42)
+	rs := recs(6)
+	build := func(s batchtest.Spec) []byte {
+		s.FirstTimestamp = 1_700_000_000_000
+		return batchtest.Build(s)
+	}
+	src := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, Records: rs})
+	at := func(s batchtest.Spec) []byte { // a destination batch at offset 50 under the mapped PID
+		s.BaseOffset = 50
+		if s.PID == 0 {
+			s.PID = m
+		}
+		return build(s)
+	}
+	changed := keep(rs, 1, 3)
+	changed[1].Value = []byte("another value")
+	gappy := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
+	plain := build(batchtest.Spec{BaseOffset: base, PID: -1, Epoch: -1, BaseSequence: -1, Records: rs})
+	for _, tc := range []struct {
+		name string
+		src  []byte
+		from int64
+		dst  []byte
+		want Sameness
+	}{
+		{"Kafka's cleaner cut the mirror", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 1, 3, 4)}), DestinationCut},
+		{"kfake's cleaner cut the mirror", src, base, at(batchtest.Spec{Records: keep(rs, 0, 2)}), DestinationCut},
+		{"only its last record left", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 5)}), DestinationCut},
+		{"emptied, its range kept (Kafka keeps a producer's last batch)", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5}), DestinationCut},
+		{"emptied, its range shortened", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 3}), NotSame},
+		{"not cut: the twin", src, base, appended(src, m, 50), Twin},
+		{"a range longer than the source batch's", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 7, Records: keep(rs, 1)}), NotSame},
+		{"a record's value differs", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: changed}), NotSame},
+		{"a record at another offset delta", src, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 5, Records: []batchtest.Record{func() batchtest.Record { r := rs[1]; r.OffsetDelta = 2; return r }()}}), NotSame},
+		{"another base sequence", src, base, at(batchtest.Spec{Codec: 3, BaseSequence: 6, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), NotSame},
+		{"another epoch", src, base, at(batchtest.Spec{Codec: 3, Epoch: 1, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), NotSame},
+		{"another producer", src, base, at(batchtest.Spec{PID: transform.MapPID(4, 42), Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), NotSame},
+		{"transactional at the destination only", src, base, at(batchtest.Spec{Codec: 3, Transactional: true, LastOffsetDelta: 5, Records: keep(rs, 1, 3)}), NotSame},
+		{"mirrored from inside the batch", src, base + 2, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 3, Records: keep(rs, 1)}), NotSame},
+		{"the source batch had gaps when mirrored (re-encoded)", gappy, base, at(batchtest.Spec{Codec: 3, LastOffsetDelta: 3, Records: keep(rs, 1)}), NotSame},
+		{"a batch without a producer ID, cut", plain, base, at(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5, Records: keep(rs, 2)}), DestinationCut},
+		{"a batch without a producer ID, emptied", plain, base, at(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5}), NotSame},
+		{"a batch without a producer ID, a record differs", plain, base, at(batchtest.Spec{PID: -1, Epoch: -1, BaseSequence: -1, LastOffsetDelta: 5, Records: changed}), NotSame},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := clone(tc.src)
+			got, d, err := Same(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), tc.src, mustHeader(t, tc.src), tc.from, tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(before) != string(tc.src) {
+				t.Fatal("Same modified the source batch")
+			}
+			if got != tc.want {
+				t.Fatalf("Same = %s, want %s", got, tc.want)
+			}
+			if got != NotSame && d.Verdict != Forward {
+				t.Errorf("a recognised batch's decision is %s, want forward", d.Verdict)
+			}
+		})
+	}
+}

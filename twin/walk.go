@@ -204,6 +204,13 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.foreignBatch(dh)
 		return StepStop, nil
 	}
+	if dh.BaseOffset > w.dstNext {
+		// Offsets the destination no longer holds: its cleaner removed
+		// batches it had emptied (a compacted topic), or DeleteRecords
+		// or retention moved its log start. The link appended batches
+		// there, so a hole opens (Hole) until the next match.
+		w.hole = true
+	}
 	same, d, err := Same(w.psm, w.src, w.reenc, raw, h, from, dst)
 	if err != nil {
 		return 0, err

@@ -353,3 +353,41 @@ func TestWalkerReturns(t *testing.T) {
 		}
 	}
 }
+
+// A compacted destination: its cleaner cut records out of the tail's
+// batches and removed those it emptied, leaving offset gaps. The walk takes
+// a cut batch for the link's own, and the source batches across a gap for
+// the mirrors the cleaner removed until the next match; with no gap, a
+// batch that does not match is foreign as before. Guards reconciliation
+// after a crash against appending a compacted tail's records again.
+func TestWalkerDestinationGap(t *testing.T) {
+	m := transform.MapPID(3, 42)
+	s0 := batchtest.Simple(100, 3, 0, 0, 5)
+	s1 := batchtest.Simple(105, 3, 0, 5, 5)
+	s2 := batchtest.Simple(110, 3, 0, 10, 5)
+	s3 := batchtest.Simple(115, 3, 0, 15, 5)
+	// s1's mirror, cut by the destination's cleaner: records 1 and 3 kept,
+	// its offset range kept.
+	cut := func() []byte {
+		rs := make([]batchtest.Record, 0, 2)
+		for _, i := range []int{1, 3} {
+			rs = append(rs, batchtest.Record{Key: []byte{'k', byte('0' + i)}, Value: []byte{'v', byte('0' + i)}, TimestampDelta: int64(i), OffsetDelta: int32(i)})
+		}
+		return batchtest.Build(batchtest.Spec{BaseOffset: 65, PID: m, BaseSequence: 5, FirstTimestamp: 1_700_000_000_000, LastOffsetDelta: 4, Records: rs})
+	}()
+	// s2's mirror (70..74) removed: s3's mirror follows a gap.
+	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	steps := walkAll(t, w, [][]byte{s0, s1, s2, s3}, [][]byte{appended(s0, m, 60), cut, appended(s3, m, 75)})
+	if fmt.Sprint(steps) != "[match match deleted match]" || w.SrcNext() != 120 || w.DstNext() != 80 || w.HoleOpen() {
+		t.Errorf("steps %v, resume %d/%d, hole open %v; want [match match deleted match], 120/80, closed", steps, w.SrcNext(), w.DstNext(), w.HoleOpen())
+	}
+	if n := w.Counts(); n.Matched != 3 || n.Changed != 1 || n.Deleted != 1 || n.Foreign != 0 {
+		t.Errorf("counts %+v; want 3 matched (1 changed), 1 deleted, none foreign", n)
+	}
+	// No gap: a batch that matches nothing is foreign.
+	foreign := batchtest.Simple(65, 77, 0, 0, 5)
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{appended(s0, m, 60), foreign, appended(s1, m, 70)}); fmt.Sprint(steps) != "[match foreign match]" {
+		t.Errorf("steps %v, want [match foreign match]", steps)
+	}
+}
