@@ -289,6 +289,7 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 				place:  pc,
 				hole:   p.ckDst >= 0 && p.dstNext > p.ckDst,
 			}
+			p.rc.w.HoleAtGaps() // the tail reader hands it every batch
 			if p.rc.hole {
 				p.rc.w.Hole()
 			}
@@ -840,6 +841,7 @@ func (pl *Pipeline) restartWalk(p *partition) error {
 	rc.w = twin.NewWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext)
 	if rc.restarts < maxHoleRestarts {
 		rc.w.Hole()
+		rc.w.HoleAtGaps()
 	}
 	rc.exhausted, rc.emptySince, rc.askedAt, rc.lost = false, time.Time{}, time.Time{}, nil
 	pl.assign(p)

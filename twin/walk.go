@@ -88,6 +88,9 @@ type Walker struct {
 	// hole: the destination deleted records from the walk's start and
 	// nothing matched since (Hole).
 	hole bool
+	// gaps: an offset gap before a destination batch opens a hole
+	// (HoleAtGaps).
+	gaps bool
 }
 
 // Counts are what a walk found.
@@ -183,6 +186,16 @@ func (w *Walker) LostOpen() (batches int, records int64, ok bool) {
 // HoleOpen reports a hole no match closed.
 func (w *Walker) Hole() { w.hole = true }
 
+// HoleAtGaps tells the walk that it is handed every batch of the
+// destination from its start on (reconciliation's tail reads, markers and
+// aborted data included), so that offsets between two batches, or between
+// its start and the first, are records the destination removed: its
+// cleaner removed batches it emptied (a compacted topic), or DeleteRecords
+// or retention moved its log start. A hole (Hole) then opens at each gap.
+// A walk over a filtered read (translation's read_committed reads skip
+// aborted data and markers) must not be told so.
+func (w *Walker) HoleAtGaps() { w.gaps = true }
+
 // HoleOpen reports whether the walk was told of a hole (Hole) and nothing
 // matched since: the source batches it skipped are then only presumed to
 // be mirrors the destination deleted. A caller whose source ran out with a
@@ -204,7 +217,7 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.foreignBatch(dh)
 		return StepStop, nil
 	}
-	if dh.BaseOffset > w.dstNext {
+	if w.gaps && dh.BaseOffset > w.dstNext {
 		// Offsets the destination no longer holds: its cleaner removed
 		// batches it had emptied (a compacted topic), or DeleteRecords
 		// or retention moved its log start. The link appended batches

@@ -377,6 +377,7 @@ func TestWalkerDestinationGap(t *testing.T) {
 	}()
 	// s2's mirror (70..74) removed: s3's mirror follows a gap.
 	w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	w.HoleAtGaps()
 	steps := walkAll(t, w, [][]byte{s0, s1, s2, s3}, [][]byte{appended(s0, m, 60), cut, appended(s3, m, 75)})
 	if fmt.Sprint(steps) != "[match match deleted match]" || w.SrcNext() != 120 || w.DstNext() != 80 || w.HoleOpen() {
 		t.Errorf("steps %v, resume %d/%d, hole open %v; want [match match deleted match], 120/80, closed", steps, w.SrcNext(), w.DstNext(), w.HoleOpen())
@@ -387,7 +388,14 @@ func TestWalkerDestinationGap(t *testing.T) {
 	// No gap: a batch that matches nothing is foreign.
 	foreign := batchtest.Simple(65, 77, 0, 0, 5)
 	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	w.HoleAtGaps()
 	if steps := walkAll(t, w, [][]byte{s0, s1}, [][]byte{appended(s0, m, 60), foreign, appended(s1, m, 70)}); fmt.Sprint(steps) != "[match foreign match]" {
 		t.Errorf("steps %v, want [match foreign match]", steps)
+	}
+	// A walk over a filtered read (not told HoleAtGaps) takes a gap for
+	// nothing: s2's mirror is foreign there.
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 60)
+	if steps := walkAll(t, w, [][]byte{s0, s1, s2, s3}, [][]byte{appended(s0, m, 60), cut, appended(s3, m, 75)}); fmt.Sprint(steps) != "[match match foreign]" {
+		t.Errorf("steps %v, want [match match foreign]", steps)
 	}
 }
