@@ -276,20 +276,7 @@ func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder
 	if err != nil || d.Verdict != Forward {
 		return false, err
 	}
-	if mapped, _ := transform.ParseHeader(d.Out); dh.ProducerID != mapped.ProducerID {
-		return false, nil
-	}
-	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
-	if err != nil || dstRecs == nil {
-		return false, err
-	}
-	for _, r := range dstRecs {
-		i := int(r.Offset - dh.BaseOffset)
-		if i < 0 || i >= len(srcRecs) || srcRecs[i].Offset-h.BaseOffset != int64(i) || !srcRecs[i].Same(r) {
-			return false, nil
-		}
-	}
-	return true, nil
+	return cutAtDestination(reenc, raw, h, h.BaseOffset, d.Out, dst, dh)
 }
 
 // cutAtDestination reports whether destination batch dst (header dh) is

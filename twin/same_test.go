@@ -241,25 +241,9 @@ func TestSameAcrossCompressors(t *testing.T) {
 // producer batch under the mapped producer ID, fewer records, each the
 // source's record at its offset delta; and nothing else.
 func TestCutAtDestination(t *testing.T) {
-	const pid, base = 3, 100
-	m := transform.MapPID(pid, 42)
-	rs := recs(6)
-	build := func(s batchtest.Spec) []byte {
-		s.FirstTimestamp = 1_700_000_000_000
-		return batchtest.Build(s)
-	}
-	src := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, Records: rs})
-	at := func(s batchtest.Spec) []byte { // a destination batch at offset 50 under the mapped PID
-		s.BaseOffset = 50
-		if s.PID == 0 {
-			s.PID = m
-		}
-		return build(s)
-	}
-	changed := keep(rs, 1, 3)
-	changed[1].Value = []byte("another value")
-	gappy := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
-	plain := build(batchtest.Spec{BaseOffset: base, PID: -1, Epoch: -1, BaseSequence: -1, Records: rs})
+	const base = destCutBase
+	c := newDestCuts()
+	m, rs, src, at, changed, gappy, plain := c.m, c.rs, c.src, c.at, c.changed, c.gappy, c.plain
 	for _, tc := range []struct {
 		name string
 		src  []byte
@@ -299,25 +283,9 @@ func TestCutAtDestination(t *testing.T) {
 // guards reconciliation after a crash against calling the crashed session's
 // compacted tail foreign and appending its surviving records again.
 func TestSameCutAtDestination(t *testing.T) {
-	const pid, base = 3, 100
-	m := transform.MapPID(pid, 42)
-	rs := recs(6)
-	build := func(s batchtest.Spec) []byte {
-		s.FirstTimestamp = 1_700_000_000_000
-		return batchtest.Build(s)
-	}
-	src := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, Records: rs})
-	at := func(s batchtest.Spec) []byte { // a destination batch at offset 50 under the mapped PID
-		s.BaseOffset = 50
-		if s.PID == 0 {
-			s.PID = m
-		}
-		return build(s)
-	}
-	changed := keep(rs, 1, 3)
-	changed[1].Value = []byte("another value")
-	gappy := build(batchtest.Spec{BaseOffset: base, PID: pid, Codec: 3, LastOffsetDelta: 5, Records: keep(rs, 0, 2, 3, 5)})
-	plain := build(batchtest.Spec{BaseOffset: base, PID: -1, Epoch: -1, BaseSequence: -1, Records: rs})
+	const base = destCutBase
+	c := newDestCuts()
+	m, rs, src, at, changed, gappy, plain := c.m, c.rs, c.src, c.at, c.changed, c.gappy, c.plain
 	for _, tc := range []struct {
 		name string
 		src  []byte
@@ -361,4 +329,41 @@ func TestSameCutAtDestination(t *testing.T) {
 			}
 		})
 	}
+}
+
+// destCutBase is the base offset of destCuts' source batches.
+const destCutBase = 100
+
+// destCuts are a source batch of 6 records with a producer ID (src), one
+// the source's cleaner had left gaps in when it was mirrored (gappy), one
+// without a producer ID (plain), and a maker of destination batches at
+// offset 50 under src's mapped producer ID (at), for the tests of a mirror
+// the destination's cleaner cut.
+type destCuts struct {
+	m                 int64
+	rs, changed       []batchtest.Record
+	src, gappy, plain []byte
+	at                func(batchtest.Spec) []byte
+}
+
+func newDestCuts() destCuts {
+	const pid = 3
+	c := destCuts{m: transform.MapPID(pid, 42), rs: recs(6)}
+	build := func(s batchtest.Spec) []byte {
+		s.FirstTimestamp = 1_700_000_000_000
+		return batchtest.Build(s)
+	}
+	c.src = build(batchtest.Spec{BaseOffset: destCutBase, PID: pid, Codec: 3, Records: c.rs})
+	c.at = func(s batchtest.Spec) []byte {
+		s.BaseOffset = 50
+		if s.PID == 0 {
+			s.PID = c.m
+		}
+		return build(s)
+	}
+	c.changed = keep(c.rs, 1, 3)
+	c.changed[1].Value = []byte("another value")
+	c.gappy = build(batchtest.Spec{BaseOffset: destCutBase, PID: pid, Codec: 3, LastOffsetDelta: 5, Records: keep(c.rs, 0, 2, 3, 5)})
+	c.plain = build(batchtest.Spec{BaseOffset: destCutBase, PID: -1, Epoch: -1, BaseSequence: -1, Records: c.rs})
+	return c
 }
