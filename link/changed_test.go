@@ -196,17 +196,51 @@ func onceEach(t *testing.T, f *fixture, base string) {
 	topic := f.topic(base)
 	srcRecs := readPartition(t, f.src, topic, 0, true, endOffset(t, f.src, topic, 0))
 	dstRecs := readPartition(t, f.dst, topic, 0, false, endOffset(t, f.dst, topic, 0))
-	seen := map[string]int64{}
-	for _, r := range dstRecs {
-		k := string(r.Key) + "\x00" + string(r.Value)
-		if at, ok := seen[k]; ok {
-			t.Errorf("destination holds %q=%q twice: at %d and %d", r.Key, r.Value, at, r.Offset)
-		}
-		seen[k] = r.Offset
-	}
+	seen := noneTwice(t, dstRecs)
 	for _, r := range srcRecs {
-		if _, ok := seen[string(r.Key)+"\x00"+string(r.Value)]; !ok {
+		if _, ok := seen[keyValue(r)]; !ok {
 			t.Errorf("source record %q=%q at offset %d is not at the destination", r.Key, r.Value, r.Offset)
+		}
+	}
+}
+
+// keyValue is a record's key and value, as noneTwice and onceEach tell
+// records apart.
+func keyValue(r *kgo.Record) string { return string(r.Key) + "\x00" + string(r.Value) }
+
+// noneTwice checks that no record (key and value) is in dst twice, and
+// returns the offset of each: the tests' producers wrote each key and
+// value once, so a second copy at the destination was appended twice.
+func noneTwice(t *testing.T, dst []*kgo.Record) map[string]int64 {
+	t.Helper()
+	seen := map[string]int64{}
+	for _, r := range dst {
+		if at, ok := seen[keyValue(r)]; ok {
+			t.Errorf("destination holds %q=%q twice, at %d and %d", r.Key, r.Value, at, r.Offset)
+		}
+		seen[keyValue(r)] = r.Offset
+	}
+	return seen
+}
+
+// sameLatest checks that dst holds the same keys as src, each with src's
+// latest value: what a compacted topic's consumers read in the end.
+func sameLatest(t *testing.T, src, dst []*kgo.Record) {
+	t.Helper()
+	latest := func(rs []*kgo.Record) map[string]string {
+		m := map[string]string{}
+		for _, r := range rs {
+			m[string(r.Key)] = string(r.Value)
+		}
+		return m
+	}
+	s, d := latest(src), latest(dst)
+	if len(s) != len(d) {
+		t.Errorf("source has %d keys, destination %d", len(s), len(d))
+	}
+	for k, v := range s {
+		if d[k] != v {
+			t.Errorf("key %s: latest value at the source %q, at the destination %q", k, v, d[k])
 		}
 	}
 }
@@ -345,30 +379,11 @@ func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
 	// of the rounds after the crash.
 	srcRecs := readPartition(t, f.src, kv, 0, true, srcEnd)
 	dstRecs := readPartition(t, f.dst, kv, 0, false, endOffset(t, f.dst, kv, 0))
-	latest := func(rs []*kgo.Record) map[string]string {
-		m := map[string]string{}
-		for _, r := range rs {
-			m[string(r.Key)] = string(r.Value)
-		}
-		return m
-	}
-	s, d := latest(srcRecs), latest(dstRecs)
-	for k, v := range s {
-		if d[k] != v {
-			t.Errorf("key %s: latest value at the source %q, at the destination %q", k, v, d[k])
-		}
-	}
-	seen := map[string]int64{}
-	for _, r := range dstRecs {
-		kv := string(r.Key) + "\x00" + string(r.Value)
-		if at, ok := seen[kv]; ok {
-			t.Errorf("destination holds %q=%q twice, at %d and %d", r.Key, r.Value, at, r.Offset)
-		}
-		seen[kv] = r.Offset
-	}
+	sameLatest(t, srcRecs, dstRecs)
+	seen := noneTwice(t, dstRecs)
 	for _, r := range srcRecs {
 		if strings.HasPrefix(string(r.Value), "round 10 ") || strings.HasPrefix(string(r.Value), "round 11 ") {
-			if _, ok := seen[string(r.Key)+"\x00"+string(r.Value)]; !ok {
+			if _, ok := seen[keyValue(r)]; !ok {
 				t.Errorf("source record %q=%q at offset %d, produced after the crash, is not at the destination", r.Key, r.Value, r.Offset)
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -72,30 +71,8 @@ func TestDestinationCompacted(t *testing.T) {
 		srcNow := readPartition(t, f.src, kv, 0, true, srcEnd)
 		dstEnd := endOffset(t, f.dst, kv, 0)
 		dstNow := readPartition(t, f.dst, kv, 0, false, dstEnd)
-		latest := func(rs []*kgo.Record) map[string]string {
-			m := map[string]string{}
-			for _, r := range rs {
-				m[string(r.Key)] = string(r.Value)
-			}
-			return m
-		}
-		if s, d := latest(srcNow), latest(dstNow); len(s) != len(d) {
-			t.Errorf("source has %d keys, destination %d", len(s), len(d))
-		} else {
-			for k, v := range s {
-				if d[k] != v {
-					t.Errorf("key %s: latest value at the source %q, at the destination %q", k, v, d[k])
-				}
-			}
-		}
-		seen := map[string]int64{}
-		for _, r := range dstNow {
-			kv := string(r.Key) + "\x00" + string(r.Value)
-			if at, ok := seen[kv]; ok {
-				t.Errorf("destination holds %q=%q twice, at %d and %d", r.Key, r.Value, at, r.Offset)
-			}
-			seen[kv] = r.Offset
-		}
+		sameLatest(t, srcNow, dstNow)
+		noneTwice(t, dstNow)
 		n := len(src)
 		for i, r := range srcNow[n:] {
 			mirror[r.Offset] = -1
