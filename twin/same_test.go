@@ -241,7 +241,6 @@ func TestSameAcrossCompressors(t *testing.T) {
 // producer batch under the mapped producer ID, fewer records, each the
 // source's record at its offset delta; and nothing else.
 func TestCutAtDestination(t *testing.T) {
-	const base = destCutBase
 	c := newDestCuts()
 	m, rs, src, at, changed, gappy, plain := c.m, c.rs, c.src, c.at, c.changed, c.gappy, c.plain
 	for _, tc := range []struct {
