@@ -285,11 +285,30 @@ func testReconcileAfterCompaction(t *testing.T, e *env) {
 // removed: nothing is appended again, nothing is foreign, and the
 // destination holds each key's latest value.
 func TestReconcileAfterDestinationCompaction(t *testing.T) {
-	scenario(t, testReconcileAfterDestinationCompaction)
+	scenario(t, func(t *testing.T, e *env) { testReconcileAfterDestinationCompaction(t, e, false) })
 }
 
-func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
-	f := e.mirrored(t, "rdcomp", srcTopic("kv", 1))
+// Case 7 with a source that had gaps when the link mirrored it: the
+// source's cleaner had compacted the batches before the crashed session
+// read them, so it re-encoded them densely, and their mirrors hold the
+// source batch's i-th record at offset delta i. The next session
+// recognises the destination's cuts of those mirrors too (twin.Same's
+// DestinationCut compares with the batch the link appended, not with the
+// source batch's offset deltas). Before, each was counted foreign and its
+// records the cleaner kept were appended again. kfake only: on Kafka the
+// crashed session appends the compacted source in one burst, into one
+// destination segment, which the destination's cleaner never takes while
+// it is the active one.
+func TestReconcileReencodedAfterDestinationCompaction(t *testing.T) {
+	testReconcileAfterDestinationCompaction(t, onKfake(t), true)
+}
+
+func testReconcileAfterDestinationCompaction(t *testing.T, e *env, gappy bool) {
+	spec := srcTopic("kv", 1)
+	if gappy {
+		spec = spec.with(compactedConfig)
+	}
+	f := e.mirrored(t, "rdcomp", spec)
 	f.cfg.Link.ConfigSync.Enabled = false
 	kv := f.topic("kv")
 	// The destination topic is compacted (the link finds it there); on
@@ -300,21 +319,32 @@ func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
 	// plain one (no producer ID: its batches are told by their records).
 	// The cleaner removes a batch it empties unless it is its producer's
 	// last (Kafka keeps that one, empty, when it has a producer ID).
-	ck := crashPastCheckpointEvery(t, f, "A", "kv", 10*time.Second, func() {
+	// keys gives round r's keys: 12 of 17, a different choice each round.
+	keys := func(round int) []string {
+		var ks []string
+		for i := range 12 {
+			ks = append(ks, fmt.Sprintf("key-%02d", (i*5+round*3)%17))
+		}
+		return ks
+	}
+	// rounds produces one batch per round with these keys: the rounds
+	// plain says by a plain producer, the others by an idempotent one.
+	rounds := func(from int, rs [][]string, plain func(round int) bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		idem := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 		defer idem.Close()
-		plain := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.DisableIdempotentWrite())
-		defer plain.Close()
-		for round := range 10 {
+		pl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.DisableIdempotentWrite())
+		defer pl.Close()
+		for n, ks := range rs {
+			round := from + n
 			cl := idem
-			if round%3 == 1 {
-				cl = plain
+			if plain(round) {
+				cl = pl
 			}
 			var recs []*kgo.Record
-			for i := range 12 {
-				recs = append(recs, &kgo.Record{Topic: kv, Key: fmt.Appendf(nil, "key-%02d", (i*5+round*3)%17), Value: fmt.Appendf(nil, "round %d record %d", round, i)})
+			for i, k := range ks {
+				recs = append(recs, &kgo.Record{Topic: kv, Key: []byte(k), Value: fmt.Appendf(nil, "round %d record %d", round, i)})
 			}
 			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				t.Fatal(err)
@@ -323,7 +353,60 @@ func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
 				time.Sleep(150 * time.Millisecond) // a segment per round
 			}
 		}
-	})
+	}
+	produce := func() {
+		var rs [][]string
+		for round := range 10 {
+			rs = append(rs, keys(round))
+		}
+		rounds(0, rs, func(round int) bool { return round%3 == 1 })
+	}
+	if gappy {
+		// Rounds compacted at the source before the session starts: the
+		// second overwrites records inside the first (an idempotent
+		// producer's), the fourth inside the third (a plain producer's),
+		// so that the cleaner leaves both with offset gaps (the fifth is
+		// there because kfake's cleaner never takes the last batch). Then the
+		// source's cleaner stops (cleanup.policy=delete): the source
+		// holds the batches as the link mirrors them. The rounds the
+		// session mirrors then overwrite one record of each at the
+		// destination, whose cleaner cuts their mirrors.
+		rounds(0, [][]string{{"a0", "a1", "a2", "a3", "a4", "a5"}, {"a1", "a3"}, {"b0", "b1", "b2", "b3", "b4", "b5"}, {"b1", "b4"}, {"z"}},
+			func(round int) bool { return round == 2 || round == 3 })
+		f.src.Fake.Compact()
+		gaps := 0
+		for _, h := range rawHeaders(t, f.src, kv, 0) {
+			if !h.Dense() {
+				gaps++
+			}
+		}
+		if gaps != 2 {
+			t.Fatalf("kfake's cleaner left %d source batches with offset gaps, want 2: the test would not exercise re-encoded mirrors", gaps)
+		}
+		alterSettings(t, f.src, kv, kadm.AlterConfig{Name: "cleanup.policy", Value: new("delete")})
+		produce = func() {
+			rounds(5, [][]string{{"a2", "c0"}, {"b2", "c1"}, {"z"}}, func(round int) bool { return round == 6 })
+		}
+	}
+	ck := crashPastCheckpointEvery(t, f, "A", "kv", 10*time.Second, produce)
+	// mirror: source offset → destination offset, as the crashed session
+	// appended (both dense in records, nothing skipped); for the
+	// translations of the re-encoded case, where nothing compacts the
+	// destination before the test does.
+	mirror := map[int64]int64{}
+	if gappy {
+		src := readPartition(t, f.src, kv, 0, true, endOffset(t, f.src, kv, 0))
+		dst := readPartition(t, f.dst, kv, 0, false, endOffset(t, f.dst, kv, 0))
+		if len(src) != len(dst) {
+			t.Fatalf("source holds %d records, destination %d; want the same before the destination's compaction", len(src), len(dst))
+		}
+		for i, r := range src {
+			if keyValue(r) != keyValue(dst[i]) {
+				t.Fatalf("record %d: source %q=%q, destination %q=%q", i, r.Key, r.Value, dst[i].Key, dst[i].Value)
+			}
+			mirror[r.Offset] = dst[i].Offset
+		}
+	}
 	// cut: batches of the tail with fewer records than offsets; removed:
 	// offsets of the tail in no batch (the cleaner may have begun while
 	// the link ran).
@@ -362,12 +445,14 @@ func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
 			}
 		}
 	}
-	if cut == 0 || removed == 0 {
+	// The dense case needs cuts and removals; the re-encoded one the cuts
+	// of both re-encoded mirrors.
+	if !gappy && (cut == 0 || removed == 0) || gappy && cut < 2 {
 		var hs []string
 		for _, h := range rawHeaders(t, f.dst, kv, 0) {
 			hs = append(hs, fmt.Sprintf("%d+%d/%d", h.BaseOffset, h.LastOffsetDelta+1, h.NumRecords))
 		}
-		t.Fatalf("the destination's cleaner cut %d batches of the tail and removed %d offsets: the test needs both; batches (base+offsets/records) %v", cut, removed, hs)
+		t.Fatalf("the destination's cleaner cut %d batches of the tail and removed %d offsets: not what the test needs; batches (base+offsets/records) %v", cut, removed, hs)
 	}
 	t.Logf("crashed with the destination past the checkpoint at %d; the destination's cleaner cut %d batches and removed %d offsets", ck, cut, removed)
 	kvRounds(t, f.src, kv, 10, 12)
@@ -393,6 +478,21 @@ func testReconcileAfterDestinationCompaction(t *testing.T, e *env) {
 	// reads above; the count does not).
 	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(ReconciledBatches) == 0 || c.Get(RecordsMirrored) != 24 {
 		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, and the 24 records produced after the crash mirrored", c)
+	}
+	if gappy {
+		// Every source position translates past the cut re-encoded
+		// mirrors (found: a record's place in the batch, not its
+		// offset delta).
+		for _, r := range srcRecs {
+			if _, ok := mirror[r.Offset]; !ok {
+				for _, d := range dstRecs {
+					if keyValue(d) == keyValue(r) {
+						mirror[r.Offset] = d.Offset
+					}
+				}
+			}
+		}
+		translatesEvery(t, f, b, kv, srcRecs, dstRecs, mirror, srcEnd, endOffset(t, f.dst, kv, 0), "re-encoded mirrors cut at the destination")
 	}
 }
 

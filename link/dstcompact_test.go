@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -86,66 +87,77 @@ func TestDestinationCompacted(t *testing.T) {
 			}
 		}
 
-		// next is the first offset from o on that the destination still
-		// holds (its end if none): where a consumer positioned at o
-		// begins.
-		var held []int64
-		for _, r := range dstNow {
-			held = append(held, r.Offset)
-		}
-		next := func(o int64) int64 {
-			i, _ := slices.BinarySearch(held, o)
-			if i == len(held) {
-				return dstEnd
-			}
-			return held[i]
-		}
-		offline, err := NewOffline(context.Background(), f.cfg, Deps{SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer offline.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		for name, tr := range map[string]func(int64) (translate.Result, error){
-			"link":    func(p int64) (translate.Result, error) { return l.Translate(ctx, kv, 0, p) },
-			"offline": func(p int64) (translate.Result, error) { return offline.Translate(ctx, kv, 0, p) },
-		} {
-			loud, vias := 0, map[string]int{}
-			for p := int64(0); p <= srcEnd; p++ {
-				want := dstEnd
-				for _, r := range srcNow {
-					if r.Offset >= p {
-						want = mirror[r.Offset]
-						break
-					}
-				}
-				got, err := tr(p)
-				switch {
-				case errors.Is(err, translate.ErrUntranslatable):
-					if loud++; loud == 1 {
-						t.Logf("%s: translate %d: %v", name, p, err)
-					}
-					continue
-				case err != nil:
-					t.Errorf("%s: translate %d: %v", name, p, err)
-					continue
-				}
-				vias[got.Via]++
-				if next(got.DestinationOffset) != next(want) {
-					t.Errorf("%s: translate %d: %d (%s), where a consumer begins at %d; the mirror of the first record from %d on was at %d, from where it begins at %d",
-						name, p, got.DestinationOffset, got.Via, next(got.DestinationOffset), p, want, next(want))
-				}
-			}
-			t.Logf("%s: %d positions, %d answered (%v), %d untranslatable; the destination compacted %d batches with gaps",
-				name, srcEnd+1, srcEnd+1-int64(loud), vias, loud, gappy)
-			if loud > 0 {
-				// Every source batch has a producer ID and was dense
-				// when mirrored: a mirror the cleaner cut is the same
-				// producer batch, one it removed whole lies between
-				// mirrors that remain, and nothing else is in the way.
-				t.Errorf("%s: %d positions untranslatable; want every one answered", name, loud)
-			}
-		}
+		translatesEvery(t, f, l, kv, srcNow, dstNow, mirror, srcEnd, dstEnd, "the destination compacted %d batches with gaps", gappy)
 	})
+}
+
+// translatesEvery checks that every source position of topic kv[0] up to
+// srcEnd translates, by the running link l and offline, to a destination
+// offset from which a consumer reads what it would have read from the
+// mirror of the first record at or after it (mirror: source offset to
+// destination offset, as appended; srcNow and dstNow the records both
+// hold now), and that none is untranslatable. what and args end its log
+// line.
+func translatesEvery(t *testing.T, f *fixture, l *testLink, kv string, srcNow, dstNow []*kgo.Record, mirror map[int64]int64, srcEnd, dstEnd int64, what string, args ...any) {
+	t.Helper()
+	// next is the first offset from o on that the destination still
+	// holds (its end if none): where a consumer positioned at o
+	// begins.
+	var held []int64
+	for _, r := range dstNow {
+		held = append(held, r.Offset)
+	}
+	next := func(o int64) int64 {
+		i, _ := slices.BinarySearch(held, o)
+		if i == len(held) {
+			return dstEnd
+		}
+		return held[i]
+	}
+	offline, err := NewOffline(context.Background(), f.cfg, Deps{SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer offline.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for name, tr := range map[string]func(int64) (translate.Result, error){
+		"link":    func(p int64) (translate.Result, error) { return l.Translate(ctx, kv, 0, p) },
+		"offline": func(p int64) (translate.Result, error) { return offline.Translate(ctx, kv, 0, p) },
+	} {
+		loud, vias := 0, map[string]int{}
+		for p := int64(0); p <= srcEnd; p++ {
+			want := dstEnd
+			for _, r := range srcNow {
+				if r.Offset >= p {
+					want = mirror[r.Offset]
+					break
+				}
+			}
+			got, err := tr(p)
+			switch {
+			case errors.Is(err, translate.ErrUntranslatable):
+				if loud++; loud == 1 {
+					t.Logf("%s: translate %d: %v", name, p, err)
+				}
+				continue
+			case err != nil:
+				t.Errorf("%s: translate %d: %v", name, p, err)
+				continue
+			}
+			vias[got.Via]++
+			if next(got.DestinationOffset) != next(want) {
+				t.Errorf("%s: translate %d: %d (%s), where a consumer begins at %d; the mirror of the first record from %d on was at %d, from where it begins at %d",
+					name, p, got.DestinationOffset, got.Via, next(got.DestinationOffset), p, want, next(want))
+			}
+		}
+		t.Logf("%s: %d positions, %d answered (%v), %d untranslatable; "+what,
+			append([]any{name, srcEnd + 1, srcEnd + 1 - int64(loud), vias, loud}, args...)...)
+		if loud > 0 {
+			// A mirror the cleaner cut is the same producer batch,
+			// one it removed whole lies between mirrors that
+			// remain, and nothing else is in the way.
+			t.Errorf("%s: %d positions untranslatable; want every one answered", name, loud)
+		}
+	}
 }

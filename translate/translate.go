@@ -442,13 +442,21 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 // link had already re-encoded: then ErrUntranslatable.
 func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 	var t int64
-	if dh, err := transform.ParseHeader(d); err == nil && !x.Stamped && from == c.h.BaseOffset && c.h.Dense() && dh.NumRecords < c.h.NumRecords {
+	if dh, err := transform.ParseHeader(d); err == nil && !x.Stamped && from == c.h.BaseOffset && dh.NumRecords < c.h.NumRecords {
 		// A mirror the destination's cleaner cut (twin.CutAtDestination):
 		// it keeps the offsets the link appended the batch's records at,
-		// the source's offset deltas. A record it removed leaves its
-		// offset, from which a consumer reads the next record it kept.
+		// the source batch's i-th record at base+i (its offset delta; its
+		// index where the link re-encoded a batch with gaps). A record it
+		// removed leaves its offset, from which a consumer reads the next
+		// record it kept.
+		before := int64(0)
+		for _, o := range c.offsets {
+			if o < p {
+				before++
+			}
+		}
 		x.out.SourceBatch, x.out.DestinationBatch = c.h.BaseOffset, base
-		x.out.DestinationOffset = base + min(max(p-c.h.BaseOffset, 0), int64(c.h.LastOffsetDelta)+1)
+		x.out.DestinationOffset = base + before
 		return nil
 	}
 	i, exact, err := twin.Place(x.reenc, c.raw, c.h, from, d, p)

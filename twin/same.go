@@ -58,12 +58,14 @@ func (s Sameness) String() string { return samenessNames[s] }
 // source's cleaner emptied is never Same: nothing of it tells it from a
 // later batch of the same identity.
 //
-// DestinationCut needs a source batch that the link forwarded whole and
-// dense (its records keep their offset deltas at the destination), a
-// destination batch with its mapped producer ID, epoch, base sequence and
-// offset range (kfake's cleaner may shorten the range by the records it
-// removed at the end), and fewer records, each the source batch's at the
-// same delta. An emptied one, with the whole range (as Kafka keeps a
+// DestinationCut needs a source batch that the link forwarded whole (from
+// its base offset), a destination batch with its mapped producer ID,
+// epoch, base sequence and offset range (kfake's cleaner may shorten the
+// range by the records it removed at the end), and fewer records, each the
+// appended batch's record at the same offset delta: the source batch's at
+// that delta, or, for a batch the link re-encoded because it had offset
+// gaps, its record at that index (the source must hold the batch as it
+// was mirrored: one the cleaners cut on both sides is not recognised). An emptied one, with the whole range (as Kafka keeps a
 // producer's last batch), is the link's too when the batch has a producer
 // ID: the link appends a producer batch (mapped identity and sequence
 // range) once, as the producer state refuses a second (SkipDuplicate). A
@@ -255,11 +257,11 @@ func Place(reenc *transform.Reencoder, raw []byte, h transform.Header, from int6
 // cleaner cut records out of since (a compacted destination topic): the
 // same producer batch (the mapped producer ID psm gives h, its epoch and
 // base sequence), fewer records than the source batch, and each of them
-// the source batch's record at the same offset delta, the same in key,
-// value, headers and create time. Only a source batch that is dense (every
-// offset of its range holds a record, so the link appended its bytes with
-// the same offset deltas) and has a producer ID qualifies: a batch without
-// one has no identity to tell it by. A batch the cleaner emptied is never
+// the record the link appended at that offset delta (the source batch's
+// record at that delta, or at that index when the batch had offset gaps
+// and the link re-encoded it densely), the same in key, value, headers and
+// create time. Only a source batch with a producer ID qualifies: a batch
+// without one has no identity to tell it by. A batch the cleaner emptied is never
 // one (nothing tells it from a later batch of the same identity). raw is
 // not modified; it decodes the records of both batches (the slow path of
 // translation only).
@@ -268,7 +270,7 @@ func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder
 	if err != nil {
 		return false, fmt.Errorf("destination batch: %w", err)
 	}
-	if h.ProducerID < 0 || !h.Dense() || h.NumRecords == 0 || dh.NumRecords == 0 || dh.NumRecords >= h.NumRecords ||
+	if h.ProducerID < 0 || h.NumRecords == 0 || dh.NumRecords == 0 || dh.NumRecords >= h.NumRecords ||
 		dh.ProducerEpoch != h.ProducerEpoch || dh.BaseSequence != h.BaseSequence || dh.Control() {
 		return false, nil
 	}
@@ -288,18 +290,21 @@ func cutAtDestination(reenc *transform.Reencoder, raw []byte, h transform.Header
 	if err != nil {
 		return false, err
 	}
-	if h.ProducerID < 0 && dh.NumRecords == 0 || from > h.BaseOffset || !h.Dense() || dh.Control() || dh.NumRecords >= mh.NumRecords ||
+	if h.ProducerID < 0 && dh.NumRecords == 0 || from > h.BaseOffset || dh.Control() || dh.NumRecords >= mh.NumRecords ||
 		dh.ProducerID != mh.ProducerID || dh.ProducerEpoch != mh.ProducerEpoch || dh.BaseSequence != mh.BaseSequence ||
 		dh.LastOffsetDelta > mh.LastOffsetDelta || dh.NumRecords == 0 && dh.LastOffsetDelta != mh.LastOffsetDelta || dh.Transactional() != mh.Transactional() {
 		return false, nil
 	}
-	srcRecs, dstRecs, err := bothRecords(reenc, raw, h, dst, dh)
+	// The records of out, not of raw: a batch with offset gaps was
+	// re-encoded densely, so its mirror's record i is the source's i-th
+	// record, not the one at offset delta i.
+	outRecs, dstRecs, err := bothRecords(reenc, out, mh, dst, dh)
 	if err != nil {
 		return false, err
 	}
 	for _, r := range dstRecs {
 		i := int(r.Offset - dh.BaseOffset)
-		if i < 0 || i >= len(srcRecs) || srcRecs[i].Offset-h.BaseOffset != int64(i) || !srcRecs[i].Same(r) {
+		if i < 0 || i >= len(outRecs) || outRecs[i].Offset-mh.BaseOffset != int64(i) || !outRecs[i].Same(r) {
 			return false, nil
 		}
 	}
