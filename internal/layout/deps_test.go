@@ -18,7 +18,7 @@ const module = "github.com/seed83556561/mirrord"
 
 // components are the product's parts: each takes its own config struct
 // and sits below the top layer (agent, demo, cmd) that wires them.
-var components = []string{"fetcher", "appender", "statestore", "transform", "barrier", "twin", "translate", "failover", "link", "verify"}
+var components = []string{"fetcher", "appender", "statestore", "transform", "barrier", "twin", "translate", "failover", "link", "verify", "slots"}
 
 // topLayer wires components together; no component imports it.
 var topLayer = []string{"agent", "demo", "cmd", "bench"}
