@@ -279,7 +279,8 @@ func (a *Agent) eachLogLine(fn func(map[string]any)) error {
 }
 
 // LogSince returns the agent's log lines stamped at or after from, each
-// as "time level module: message key=value ...", for a report of what
+// as "time level module: message key=value ..." (time of day in UTC,
+// with milliseconds), for a report of what
 // an agent did in a slow takeover.
 func (a *Agent) LogSince(from time.Time) ([]string, error) {
 	var out []string
@@ -290,7 +291,7 @@ func (a *Agent) LogSince(from time.Time) ([]string, error) {
 			return
 		}
 		var line strings.Builder
-		fmt.Fprintf(&line, "%s %v %v: %v", at.Format("15:04:05.000"), l["@level"], l["@module"], l["@message"])
+		fmt.Fprintf(&line, "%s %v %v: %v", at.UTC().Format("15:04:05.000"), l["@level"], l["@module"], l["@message"])
 		keys := make([]string, 0, len(l))
 		for k := range l {
 			if !strings.HasPrefix(k, "@") {

@@ -110,7 +110,7 @@ func TestTakeover(t *testing.T) {
 			// partition shows a record committed after it (the abort
 			// of the dead session's transaction moves the last stable
 			// offset too, but shows no record).
-			stall, err := firstNewRecords(ctx, env, topic, before, killed, 5*time.Minute)
+			stall, err := firstNewRecords(ctx, env, topic, before, killed, killed, 5*time.Minute)
 			if err != nil {
 				t.Fatalf("%s kill %d: %v", mode, i, err)
 			}
@@ -132,8 +132,11 @@ func TestTakeover(t *testing.T) {
 
 // firstNewRecords consumes topic read_committed from the offsets given and
 // returns how long after start every partition showed a record produced
-// after start.
-func firstNewRecords(ctx context.Context, env *Env, topic string, from map[int32]int64, start time.Time, within time.Duration) (time.Duration, error) {
+// after after (the time the ending agent had exited, so that only the
+// agent that took over can have mirrored it: an agent stopped cleanly
+// drains and commits what it had fetched, records produced after start
+// among them).
+func firstNewRecords(ctx context.Context, env *Env, topic string, from map[int32]int64, start, after time.Time, within time.Duration) (time.Duration, error) {
 	parts := map[int32]kgo.Offset{}
 	for p, o := range from {
 		parts[p] = kgo.NewOffset().At(o)
@@ -157,10 +160,10 @@ func firstNewRecords(ctx context.Context, env *Env, topic string, from map[int32
 		fs := cl.PollFetches(pctx)
 		cancel()
 		fs.EachRecord(func(r *kgo.Record) {
-			// Produced after the kill (the load's producers stamp
-			// CreateTime on this machine's clock): the dead agent's
-			// appends still in flight at the kill cannot have carried it.
-			if r.Timestamp.After(start) {
+			// Produced after the agent ended (the load's producers
+			// stamp CreateTime on this machine's clock): its appends
+			// still in flight at the end cannot have carried it.
+			if r.Timestamp.After(after) {
 				delete(waiting, r.Partition)
 			}
 		})
