@@ -277,8 +277,10 @@ type Link struct {
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64
-	// tookOver: the session that is beginning took the link from another
-	// agent's session (standBy); read and written by Run's goroutine only.
+	// tookOver: the session that is beginning took over a free link (its
+	// holder stopped cleanly or its lease lapsed: another agent's session,
+	// or this agent's own before a restart; standBy); read and written by
+	// Run's goroutine only.
 	tookOver bool
 	// online is the running session's offer to other goroutines (offset
 	// translation), nil while no session's event loop runs.
@@ -529,9 +531,9 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			fenced = errors.Is(err, statestore.ErrFenced)
 			switch ev {
 			case OnFail:
-				// Fenced before it mirrored, right after it took the link
-				// from another agent: another standby took it at the same
-				// moment, which is no fight over the link.
+				// Fenced before it mirrored, right after it took over a
+				// free link: another standby took it at the same moment,
+				// which is no fight over the link.
 				l.fail(err, fenced && l.tookOver && l.prepared.Load() == prepared)
 				// A link that mirrored for longer than the longest
 				// backoff has recovered: its next failure starts the

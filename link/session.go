@@ -565,8 +565,13 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 					cause = fmt.Sprintf("its lease lapsed %s ago without a clean stop (a crash, or it lost the destination)", (-left).Round(time.Millisecond))
 				}
 				s.log.Info("taking over the link", "from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause)
-				s.l.tookOver = true
 			}
+			// A takeover of a free link, also this agent's own after a
+			// restart (no stagger: it takes its link back at once): a
+			// standby that takes it at the same moment fences this
+			// session before its first commit, a takeover lost, not a
+			// fight over the link (Link.fail).
+			s.l.tookOver = true
 			return nil
 		}
 		if mode == standbyOther && !other {

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/failover"
@@ -370,4 +373,75 @@ func TestStandbyCleanStop(t *testing.T) {
 		f.waitMirrored(60 * time.Second)
 		f.exactlyOnce()
 	})
+}
+
+// The holder of a link stops cleanly and starts again (the same name, as
+// when every agent restarts) while a standby takes the link over at the
+// same moment: the standby's InitProducerId fences the restarted holder
+// before its first commit. That is a takeover lost, not two agents
+// fighting over the link: the restarted holder logs it at INFO, counts
+// takeovers_lost, not sessions_fenced, and stands by for the standby.
+// Before, it counted a fenced session and logged the WARN meant for a
+// fight (TestThreeAgents on Kafka 4.4.0, transactional delivery, when all
+// three agents restarted). kfake only: the restarted holder's first
+// commit is held until the standby has taken the link.
+func TestRestartedHolderLosesTakeover(t *testing.T) {
+	for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+		t.Run(delivery.String(), func(t *testing.T) {
+			f := onKfake(t).mirrored(t, "relost", srcTopic("t", 2))
+			f.cfg.Link.Delivery = delivery
+			f.cfg.Link.SessionTimeout = 30 * time.Second
+			named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
+			mirrored := func() {
+				if delivery == statestore.DeliveryTransactional {
+					f.waitSameCommitted(60 * time.Second)
+				} else {
+					f.waitMirrored(60 * time.Second)
+				}
+			}
+			f.load(idempotent, 1, "before", 40)
+			a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
+			a.waitState(t, Mirroring, 60*time.Second)
+			mirrored()
+			a.stop(t, false)
+
+			// The restarted holder's first commit (its PREPARING
+			// transaction on the link's transactional.id) is held.
+			held, release := make(chan struct{}), make(chan struct{})
+			var holding atomic.Bool
+			txnID := "mirrord." + f.cfg.Link.Name
+			f.dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				f.dst.Fake.KeepControl()
+				if r := req.(*kmsg.EndTxnRequest); r.TransactionalID != txnID || !r.Commit || !holding.CompareAndSwap(false, true) {
+					return nil, nil, false
+				}
+				close(held)
+				f.dst.Fake.SleepControl(func() { <-release })
+				return nil, nil, false
+			})
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			restarted := startLink(t, named("pod-0"), f.src, f.dst, "pod-0 restarted")
+			waitClosed(t, held, "the restarted holder's first commit")
+			standby := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
+			standby.waitState(t, Mirroring, 60*time.Second)
+			once.Do(func() { close(release) })
+
+			for end := time.Now().Add(30 * time.Second); restarted.Status().StandingBy != "pod-1"; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the restarted holder does not stand by for pod-1: %+v", restarted.Status())
+				}
+			}
+			if lost, fenced := testutil.ToFloat64(restarted.met.counters[TakeoversLost]), testutil.ToFloat64(restarted.met.counters[SessionsFenced]); lost != 1 || fenced != 0 {
+				t.Errorf("the restarted holder counted %v takeovers lost and %v fenced sessions; want 1 and 0", lost, fenced)
+			}
+			f.load(transactional, 2, "after", 40)
+			mirrored()
+			if delivery == statestore.DeliveryTransactional {
+				f.exactlyOnceCommitted()
+			} else {
+				f.exactlyOnce()
+			}
+		})
+	}
 }
