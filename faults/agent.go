@@ -280,8 +280,7 @@ func (a *Agent) eachLogLine(fn func(map[string]any)) error {
 
 // LogSince returns the agent's log lines stamped at or after from, each
 // as "time level module: message key=value ..." (time of day in UTC,
-// with milliseconds), for a report of what
-// an agent did in a slow takeover.
+// with milliseconds), for a report of what an agent did in a takeover.
 func (a *Agent) LogSince(from time.Time) ([]string, error) {
 	var out []string
 	err := a.eachLogLine(func(l map[string]any) {

@@ -253,7 +253,9 @@ func threeAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string, 
 			return "?"
 		}
 		tookAt := at(took, func(string) bool { return true })
-		mirroringAt := at(took, func(l string) bool { return strings.Contains(l, ": link state ") && strings.Contains(l, "to=MIRRORING") })
+		mirroringAt := at(took, func(l string) bool {
+			return strings.Contains(l, ": link state ") && strings.Contains(l, "to=MIRRORING")
+		})
 		t.Logf("%s: %s of %s: %s took over (logged %s, MIRRORING %s after the %s); records produced after the old holder exited at the destination %s after it",
 			mode, cause, old, holder, tookAt, mirroringAt, cause, stall.Round(10*time.Millisecond))
 		h.start(old) // back, as a standby

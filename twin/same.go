@@ -65,7 +65,8 @@ func (s Sameness) String() string { return samenessNames[s] }
 // appended batch's record at the same offset delta: the source batch's at
 // that delta, or, for a batch the link re-encoded because it had offset
 // gaps, its record at that index (the source must hold the batch as it
-// was mirrored: one the cleaners cut on both sides is not recognised). An emptied one, with the whole range (as Kafka keeps a
+// was mirrored: one the cleaners cut on both sides is not recognised).
+// An emptied one, with the whole range (as Kafka keeps a
 // producer's last batch), is the link's too when the batch has a producer
 // ID: the link appends a producer batch (mapped identity and sequence
 // range) once, as the producer state refuses a second (SkipDuplicate). A
@@ -261,8 +262,9 @@ func Place(reenc *transform.Reencoder, raw []byte, h transform.Header, from int6
 // record at that delta, or at that index when the batch had offset gaps
 // and the link re-encoded it densely), the same in key, value, headers and
 // create time. Only a source batch with a producer ID qualifies: a batch
-// without one has no identity to tell it by. A batch the cleaner emptied is never
-// one (nothing tells it from a later batch of the same identity). raw is
+// without one has no identity to tell it by. A batch the cleaner emptied
+// is never one (nothing tells it from a later batch of the same
+// identity). raw is
 // not modified; it decodes the records of both batches (the slow path of
 // translation only).
 func CutAtDestination(psm *transform.PSM, src Source, reenc *transform.Reencoder, raw []byte, h transform.Header, dst []byte) (bool, error) {
