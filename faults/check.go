@@ -145,7 +145,11 @@ func Check(ctx context.Context, env *Env, stateTopic string, topics []string, le
 func readAll(ctx context.Context, addrs, topics []string) (map[string]int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(200*time.Millisecond))
+		kgo.FetchMaxWait(200*time.Millisecond),
+		// kgo v1.22.3's Close races with a fetch in flight over the
+		// fetch session's ID; without sessions it is never written
+		// (internal/testkit/mirrortest, Cluster.Opts).
+		kgo.DisableFetchSessions())
 	if err != nil {
 		return nil, err
 	}

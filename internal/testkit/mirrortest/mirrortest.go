@@ -222,12 +222,19 @@ func (c *Cluster) Addrs() []string {
 	return c.Fake.ListenAddrs()
 }
 
-// Opts are the kgo options that reach the cluster.
+// Opts are the kgo options that reach the cluster. They turn kgo's fetch
+// sessions (KIP-227) off, for the tests' consumers: kgo v1.22.3's
+// Client.Close reads a source's fetch session ID without the lock under
+// which a fetch still in flight writes it (fetchSession.bumpEpoch), a data
+// race the race detector reported in CI (TestCompactedSource, a consumer
+// of readCommitted closed while it fetched). Without sessions the ID is
+// never written. mirrord's own clients are not consumers (the fetcher
+// sends its own Fetch requests), so the option changes nothing of theirs.
 func (c *Cluster) Opts() []kgo.Opt {
 	if c.opts != nil {
-		return append([]kgo.Opt(nil), c.opts...)
+		return append(append([]kgo.Opt(nil), c.opts...), kgo.DisableFetchSessions())
 	}
-	return []kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}
+	return []kgo.Opt{kgo.SeedBrokers(c.Addrs()...), kgo.DisableFetchSessions()}
 }
 
 // NewClient returns a client of the cluster with extra options, closed
