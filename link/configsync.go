@@ -231,6 +231,9 @@ func (cs *configSync) live() bool { return cs.l.syncLive() }
 // syncLive reports whether this agent's session of the link is the live
 // one, for the config and ACL syncs.
 func (l *Link) syncLive() bool {
+	if l.slotted() && l.wideTopics.Load() == nil {
+		return false // not slot 0's Link, or its session has not discovered the link's topics
+	}
 	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
 		return l.txnTopics.Load() != nil
 	}
@@ -249,9 +252,19 @@ func (cs *configSync) mirroredTopics(ctx context.Context) ([]mirrored, error) {
 	return cs.l.mirroredTopics(ctx)
 }
 
-// mirroredTopics asks the running session for the topics it mirrors, in
-// destination name order; errConfigSyncNotLive without one.
+// mirroredTopics asks the running session for the topics it mirrors (with
+// slots, slot 0's session for every slot's), in destination name order;
+// errConfigSyncNotLive without one.
 func (l *Link) mirroredTopics(ctx context.Context) ([]mirrored, error) {
+	if l.slotted() {
+		// Slot 0's session: every slot's topics, as it last discovered
+		// them.
+		ts := l.wideTopics.Load()
+		if ts == nil {
+			return nil, errConfigSyncNotLive
+		}
+		return slices.Clone(*ts), nil
+	}
 	if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
 		ts := l.txnTopics.Load()
 		if ts == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
 	"github.com/seed83556561/mirrord/internal/topics"
+	"github.com/seed83556561/mirrord/slots"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -42,7 +43,21 @@ type Config struct {
 	// stops, and then the final checkpoint.
 	ShutdownTimeout time.Duration
 	Tuning          Tuning
+	// Slot is the slot this Link runs when Link.Slots is above 1 (package
+	// slots): a session of its own (SlotSession names it: its lease, link
+	// record, checkpoints and transactional.id) over the source
+	// partitions slots.Of gives it. Slot 0 also does the link-wide work:
+	// it creates and grows the destination topics of every slot, and runs
+	// the config and ACL syncs over all of them; the other slots mirror a
+	// partition once its destination exists. Ignored when Link.Slots is 0
+	// or 1 (one session mirrors every partition, under the link's name).
+	Slot int
 }
+
+// SlotSession is the session name of slot slot of link link: the name its
+// state records carry and its transactional.id's suffix
+// (statestore.TransactionalID), mirrord.<link>.<slot>.
+func SlotSession(link string, slot int) string { return fmt.Sprintf("%s.%d", link, slot) }
 
 // Settings are the keys of a link block, as package config validated them
 // (the file's key names are in the error messages of validate).
@@ -116,6 +131,9 @@ type Settings struct {
 	// ACLSyncInterval is how often they are synced.
 	ACLSync         ACLSync
 	ACLSyncInterval time.Duration
+	// Slots is the number of slots the link's partitions are spread over
+	// (package slots); 0 or 1: one session mirrors the whole link.
+	Slots int
 }
 
 // GroupSelector says which consumer groups a link syncs (the config's
@@ -226,6 +244,14 @@ func (c *Config) validate() error {
 	if l.ConfigSync.Enabled && l.ConfigSyncInterval <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: config_sync_interval (%s) must be positive", l.Name, l.ConfigSyncInterval))
 	}
+	if l.Slots > 1 {
+		if c.Slot < 0 || c.Slot >= l.Slots {
+			errs = append(errs, fmt.Errorf("link %s: slot %d is not one of its %d slots (0 to %d)", l.Name, c.Slot, l.Slots, l.Slots-1))
+		}
+		if l.Groups != nil || l.ShareGroups != nil {
+			errs = append(errs, fmt.Errorf("link %s: group offset sync (groups, share_groups) does not run with slots = %d yet: translating a group's offsets needs every slot's checkpoints; use slots = 1 for a link that syncs groups", l.Name, l.Slots))
+		}
+	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))
 	}
@@ -263,6 +289,10 @@ type Link struct {
 	log  hclog.Logger
 	met  *linkMetrics
 
+	// sess names the link's sessions: the link's name, or with slots
+	// SlotSession's (what state records and the transactional.id carry).
+	sess string
+
 	cmd commands // operator commands (pause, resume) to the Run goroutine
 	// acl names the link's clusters in the errors for permissions they
 	// refuse (package access).
@@ -289,6 +319,10 @@ type Link struct {
 	// (config sync's list; a preserve session answers through online),
 	// nil while no transactional session's event loop runs.
 	txnTopics atomic.Pointer[[]mirrored]
+	// wideTopics are every topic of the link, over all its slots, as the
+	// running session of slot 0 last discovered them (the config and ACL
+	// syncs' list when the link has slots), nil while none runs.
+	wideTopics atomic.Pointer[[]mirrored]
 	// mover moves the link's consumers to the mirror: group offset sync
 	// and failover (package failover), through a view of the link that
 	// offers only what it needs (moverView).
@@ -346,12 +380,19 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	if deps.Rand == nil {
 		deps.Rand = rand.Int64
 	}
+	sess, log := cfg.Link.Name, deps.Logger.Named("link").With("link", cfg.Link.Name)
+	if cfg.Link.Slots > 1 {
+		sess, log = SlotSession(cfg.Link.Name, cfg.Slot), log.With("slot", cfg.Slot)
+	}
 	l := &Link{
 		cfg:  cfg,
 		deps: deps,
-		log:  deps.Logger.Named("link").With("link", cfg.Link.Name),
-		met:  deps.Metrics.forLink(cfg.Link.Name),
-		cmd:  commands{wake: make(chan struct{}, 1)},
+		sess: sess,
+		log:  log,
+		// A slot's metrics are its session's: the agents that share a
+		// link each export the slots they own.
+		met: deps.Metrics.forLink(sess),
+		cmd: commands{wake: make(chan struct{}, 1)},
 
 		owned:   ownedTopics{ids: map[[16]byte]statestore.TopicValue{}},
 		syncNow: make(chan struct{}, 1),
@@ -363,10 +404,14 @@ func New(cfg Config, deps Deps) (*Link, error) {
 	l.acl.dst = access.Cluster{Role: "destination", Name: cfg.Destination.Name, Principal: cfg.Destination.Principal}
 	l.mover = l.newMover(moverView{l})
 	l.status = Status{Name: cfg.Link.Name, State: Stopped, Source: cfg.Source.Name, Destination: cfg.Destination.Name, Delivery: cfg.Link.Delivery.String()}
-	if l.cfg.Link.ConfigSync.Enabled {
+	if l.slotted() {
+		slot := cfg.Slot
+		l.status.Slot = &slot
+	}
+	if l.cfg.Link.ConfigSync.Enabled && l.linkWide() {
 		l.status.ConfigSync = &ConfigSyncStatus{Interval: cfg.Link.ConfigSyncInterval, AllTopics: cfg.Link.ConfigSync.AllTopics, Topics: []TopicConfigStatus{}}
 	}
-	if l.cfg.Link.ACLSync.Enabled {
+	if l.cfg.Link.ACLSync.Enabled && l.linkWide() {
 		l.status.ACLSync = &ACLSyncStatus{Interval: cfg.Link.ACLSyncInterval, Write: cfg.Link.ACLSync.Write}
 	}
 	return l, nil
@@ -390,6 +435,25 @@ func (l *Link) newMover(view failover.Link) *failover.Mover {
 
 // Name is the link's name.
 func (l *Link) Name() string { return l.cfg.Link.Name }
+
+// Session is the name of the link's sessions: the link's name, or for a
+// slot of a link with slots, SlotSession's.
+func (l *Link) Session() string { return l.sess }
+
+// slotted reports whether the link runs one slot of several.
+func (l *Link) slotted() bool { return l.cfg.Link.Slots > 1 }
+
+// linkWide reports whether this Link does the link's link-wide work:
+// creating and growing destination topics, the config and ACL syncs, group
+// offset sync and failover. Without slots the one session does; with
+// slots, slot 0's.
+func (l *Link) linkWide() bool { return !l.slotted() || l.cfg.Slot == 0 }
+
+// owns reports whether the link's sessions mirror partition partition of
+// source topic topic: every one without slots, else those of its slot.
+func (l *Link) owns(topic string, partition int32) bool {
+	return !l.slotted() || slots.Of(topic, partition, l.cfg.Link.Slots) == l.cfg.Slot
+}
 
 // Pause asks the link to stop mirroring after a final checkpoint; it keeps
 // its place until Resume. Pausing a paused link does nothing. It does not
@@ -421,7 +485,7 @@ type handover struct {
 // internal invariant. Beside the lifecycle it runs, and waits for, the
 // link's Mover (group offset sync with a groups block, and failovers) and
 // its topic config sync (unless config_sync is off) and its ACL sync (with
-// acl_sync on).
+// acl_sync on): with slots, slot 0's Link only (linkWide).
 func (l *Link) Run(ctx context.Context) error {
 	aux, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -429,6 +493,9 @@ func (l *Link) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
+	if !l.linkWide() {
+		return l.lifecycle(ctx) // slot 0's Link does the link-wide work
+	}
 	wg.Go(func() {
 		if err := l.mover.Run(aux); err != nil {
 			l.log.Error("group offset sync and failover cannot run", "error", err)
@@ -497,7 +564,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 			)
 			if l.cfg.Link.Delivery == statestore.DeliveryTransactional {
 				var ts *txnSession
-				if ts, err = l.beginTxn(ctx, standbyAs(fenced)); err == nil {
+				if ts, err = l.beginTxn(ctx, l.standbyAs(fenced)); err == nil {
 					ev, err = ts.run(ctx, func() error {
 						l.prepared.Add(1)
 						return move(OnPrepared, nil)
@@ -506,7 +573,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 				}
 				last = nil
 			} else {
-				s, err = l.begin(ctx, standbyAs(fenced), last)
+				s, err = l.begin(ctx, l.standbyAs(fenced), last)
 			}
 			if err == nil && s != nil {
 				ev, end, err = s.run(ctx, func() error {
@@ -522,6 +589,7 @@ func (l *Link) lifecycle(ctx context.Context) error {
 					ev, err = OnPause, nil
 				}
 			}
+			l.wideTopics.Store(nil) // the session's list, gone with it
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -686,13 +754,23 @@ func (s Settings) Fingerprint(srcID, dstID string) string {
 		srcID, dstID, s.Include, s.Exclude, s.Rename, s.StartFrom, s.StateTopic, s.Delivery, s.OnOffsetOutOfRange,
 		s.SkipUnattributed, s.ReturnHome, s.SharedDestination, s.ProducerStateExpiry, s.Groups, s.ShareGroups,
 		s.ConfigSync, s.ACLSync, s.DestinationReplicationFactor)
+	if s.Slots > 1 {
+		// Only then, so that a link's fingerprint stays what agents of
+		// earlier versions computed.
+		fmt.Fprintf(h, " slots %d", s.Slots)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// standbyAs is how a session that begins stands by: for the session that
-// fenced this agent's last one, else for another agent's (standBy).
-func standbyAs(fenced bool) standbyMode {
-	if fenced {
+// standbyAs is how a session that begins stands by: a slot's session
+// takes its slot (the slots group gave it); otherwise it stands by for the
+// session that fenced this agent's last one, else for another agent's
+// (standBy).
+func (l *Link) standbyAs(fenced bool) standbyMode {
+	switch {
+	case l.slotted():
+		return standbySlot
+	case fenced:
 		return standbyFenced
 	}
 	return standbyOther

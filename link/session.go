@@ -112,7 +112,7 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 	if err := s.standBy(ctx, standby); err != nil {
 		return nil, err
 	}
-	s.state, err = s.store.Begin(ctx, l.cfg.Link.Name, l.cfg.Link.SessionTimeout,
+	s.state, err = s.store.Begin(ctx, l.sess, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
 		statestore.Agent(l.cfg.Agent, l.cfg.Link.Fingerprint(s.srcID, s.dstID)),
 		statestore.AppendTimeout(l.cfg.Link.ProduceTimeout),
@@ -159,7 +159,7 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		return nil, err
 	}
 	if s.app, err = appender.New(appender.Config{
-		Link:           l.cfg.Link.Name,
+		Link:           l.sess,
 		RequestTimeout: l.cfg.Link.ProduceTimeout,
 	}, appender.Deps{
 		Client: s.dst, Leaders: s.dstLeaders, Logger: l.deps.Logger, Metrics: l.deps.AppenderMetrics, Now: l.deps.Now,
@@ -169,7 +169,7 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 	}
 	s.pipe = NewPipeline(PipelineConfig{
 		OnOutOfRange:        l.cfg.Link.OnOffsetOutOfRange,
-		Link:                l.cfg.Link.Name,
+		Link:                l.sess,
 		SourceCluster:       s.srcID,
 		Region:              s.region,
 		Returns:             s.returns,
@@ -276,7 +276,7 @@ func (s *session) connect(ctx context.Context) (err error) {
 func (s *session) newFetcher() (*fetcher.Fetcher, error) {
 	l := s.l
 	return fetcher.New(fetcher.Config{
-		Link:             l.cfg.Link.Name,
+		Link:             l.sess,
 		MaxWait:          l.cfg.Tuning.FetchMaxWait,
 		MaxBufferedBytes: l.cfg.Link.MaxBufferedBytes,
 		OnOutOfRange:     l.cfg.Link.OnOffsetOutOfRange,
@@ -324,8 +324,8 @@ func (s *session) keepalive(ctx context.Context, recs ...statestore.Record) erro
 func (s *session) waitLease(ctx context.Context, view *statestore.View, last *handover) error {
 	cfg := s.l.cfg
 	now := s.l.deps.Now()
-	wait := view.LeaseWait(cfg.Link.Name, now, cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
-	if lv, ok := view.Links[cfg.Link.Name]; ok && last != nil && lv.SessionEpoch == last.epoch && wait > 0 {
+	wait := view.LeaseWait(s.l.sess, now, cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
+	if lv, ok := view.Links[s.l.sess]; ok && last != nil && lv.SessionEpoch == last.epoch && wait > 0 {
 		own := time.Duration(0)
 		if last.unresolved > 0 {
 			own = max(last.at.Add(cfg.Link.ProduceTimeout+cfg.Link.SettleDelay).Sub(now), 0)
@@ -394,7 +394,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	out := make([]Placement, 0, len(pairs))
 	for _, pr := range pairs {
 		pc := Placement{Pair: pr}
-		if ck, ok := view.Checkpoints[statestore.CheckpointKey{LinkName: s.l.cfg.Link.Name, TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]; ok {
+		if ck, ok := view.Checkpoints[statestore.CheckpointKey{LinkName: s.l.sess, TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]; ok {
 			pc.Checkpoint = &ck
 		}
 		if pc.StartOffset, err = offsetOf(srcOffs, pr.Src, "source start_from"); err != nil {
@@ -479,6 +479,13 @@ const (
 	// which is mirroring: wait while any other session holds a live
 	// lease; taking the link back at once would fence it in turn.
 	standbyFenced
+	// standbySlot: the session of one slot of a link with slots, which the
+	// slots group gave this agent: it takes the slot at once (its
+	// InitProducerId fences the slot's previous session; in preserve
+	// delivery waitLease still waits out a lease that did not end
+	// cleanly), after checking that the previous holder's settings are
+	// this agent's.
+	standbySlot
 )
 
 // errSettingsDiffer: another agent runs the link with other settings.
@@ -495,8 +502,11 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 	if mode == standbyOther && own == "" {
 		return nil // no name: nothing tells another agent's session from this one's
 	}
+	if mode == standbySlot {
+		return s.takeSlot(ctx)
+	}
 	defer s.l.setStatus(func(st *Status) { st.StandingBy = "" })
-	name := s.l.cfg.Link.Name
+	name := s.l.sess
 	var (
 		waited    string // the agent this one stood by for
 		staggered bool   // waited its stagger since the holder's last record
@@ -578,8 +588,7 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			return nil
 		}
 		if other && lv.Fingerprint != "" && lv.Fingerprint != fp {
-			return fmt.Errorf("%w: agent %q runs link %q with settings whose fingerprint is %s, this agent's are %s; make the link's block equal in both agents' configurations (topics, rename, start_from, state_topic, delivery, on_offset_out_of_range, unattributed, return_home, shared_destination, producer_state_expiry, groups, share_groups, config_sync, acl_sync, destination_replication_factor, and the clusters); until then this agent does not run the link",
-				errSettingsDiffer, lv.Agent, name, lv.Fingerprint, fp)
+			return settingsDiffer(lv, name, fp)
 		}
 		holder := lv.Agent
 		if holder == "" {
@@ -605,6 +614,44 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			fol = nil
 		}
 	}
+}
+
+// settingsDiffer is the error for another agent's session of the link
+// (named name) whose settings' fingerprint lv records is not fp.
+func settingsDiffer(lv statestore.LinkValue, name, fp string) error {
+	return fmt.Errorf("%w: agent %q runs link %q with settings whose fingerprint is %s, this agent's are %s; make the link's block equal in both agents' configurations (topics, rename, start_from, state_topic, delivery, on_offset_out_of_range, unattributed, return_home, shared_destination, producer_state_expiry, groups, share_groups, config_sync, acl_sync, destination_replication_factor, slots, and the clusters); until then this agent does not run the link",
+		errSettingsDiffer, lv.Agent, name, lv.Fingerprint, fp)
+}
+
+// takeSlot is standBy for a slot's session (standbySlot): the slots group
+// gave the slot to this agent, so it takes it at once, saying from whom and
+// why; it refuses one whose last holder ran the link with other settings.
+func (s *session) takeSlot(ctx context.Context) error {
+	own, fp := s.l.cfg.Agent, s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
+	view, err := s.store.ReplayCommitted(ctx, s.l.sess)
+	if err != nil {
+		return err
+	}
+	s.l.tookOver = true // fenced before its first commit: the group moved the slot on meanwhile
+	lv, ok := view.Links[s.l.sess]
+	if !ok {
+		return nil
+	}
+	other := own != "" && lv.Agent != "" && lv.Agent != own
+	if other && lv.Fingerprint != "" && lv.Fingerprint != fp {
+		return settingsDiffer(lv, s.l.sess, fp)
+	}
+	left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
+	cause := "its session stopped cleanly (" + lv.State.String() + ")"
+	switch {
+	case lv.Clean():
+	case left <= 0:
+		cause = fmt.Sprintf("its lease lapsed %s ago without a clean stop (a crash, or it lost the destination)", (-left).Round(time.Millisecond))
+	default:
+		cause = fmt.Sprintf("the slots group moved the slot while its lease has %s left (its agent left the group or lost it)", left.Round(time.Millisecond))
+	}
+	s.log.Info("taking over the slot", "from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause)
+	return nil
 }
 
 // standbyStagger is how long a standby waits, once the holder stopped or
@@ -643,7 +690,7 @@ func (s *session) followLink(ctx context.Context, fol *statestore.Follower, wait
 			if err != nil {
 				continue // another link's or a newer agent's record; the replay logs those
 			}
-			if k, isLink := rec.Key.(statestore.LinkKey); isLink && k.LinkName == s.l.cfg.Link.Name {
+			if k, isLink := rec.Key.(statestore.LinkKey); isLink && k.LinkName == s.l.sess {
 				v, isValue := rec.Value.(statestore.LinkValue)
 				*lv, *ok, changed = v, isValue, true
 			}

@@ -16,6 +16,9 @@ type Status struct {
 	Destination string    `json:"destination"`
 	State       State     `json:"state"`
 	Since       time.Time `json:"since"`
+	// Slot is the slot this status is of, for a link with slots (the
+	// agent runs one Link per slot it owns); nil without slots.
+	Slot *int `json:"slot,omitempty"`
 
 	SourceClusterID      string `json:"source_cluster_id,omitempty"`
 	DestinationClusterID string `json:"destination_cluster_id,omitempty"`

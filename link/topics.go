@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -116,6 +117,24 @@ func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) (
 	if err != nil {
 		return nil, err
 	}
+	// absent: the destination partition count of a topic whose growth or
+	// creation is slot 0's to do (linkWide) when this is another slot's
+	// session: its partitions beyond that count wait for the next
+	// discovery.
+	var absent map[string]int
+	if !s.l.linkWide() {
+		absent = map[string]int{}
+		for _, td := range plan.create {
+			absent[td.Topic] = 0
+		}
+		for i, td := range plan.grow {
+			absent[td.Topic] = len(td.Partitions) - plan.growBy[i]
+		}
+		if len(absent) > 0 {
+			s.log.Debug("topic discovery: destination topics not yet created or grown by the link's slot 0; their new partitions wait for the next discovery", "topics", len(absent))
+		}
+		plan.create, plan.grow, plan.growBy = nil, nil, nil
+	}
 	for i, td := range plan.grow {
 		name, add := s.destName(td.Topic), plan.growBy[i]
 		resp, err := s.dstAdm.CreatePartitions(ctx, add, name)
@@ -159,9 +178,12 @@ func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) (
 
 	// Fresh metadata for IDs and partition counts: what was just created
 	// may not be in any cache yet.
-	var pairs []Pair
+	var (
+		pairs []Pair
+		wide  []mirrored // every topic of the link, for slot 0 (wideTopics)
+	)
 	err = metadataRetry.Retry(ctx, 20, func() error {
-		pairs = pairs[:0]
+		pairs, wide = pairs[:0], wide[:0]
 		if err := s.srcLeaders.Refresh(ctx, topicsOf(selected)...); err != nil {
 			return err
 		}
@@ -175,6 +197,19 @@ func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) (
 				ps = append(ps, p)
 			}
 			slices.Sort(ps)
+			if n, ok := absent[td.Topic]; ok {
+				ps = slices.DeleteFunc(ps, func(p int32) bool { return int(p) >= n })
+			}
+			if s.l.slotted() {
+				ps = slices.DeleteFunc(ps, func(p int32) bool { return !s.l.owns(td.Topic, p) })
+				if s.l.linkWide() {
+					id, err := s.dstTopicID(ctx, name)
+					if err != nil {
+						return err
+					}
+					wide = append(wide, mirrored{src: td.Topic, dst: name, dstID: id})
+				}
+			}
 			for _, p := range ps {
 				sl, err := s.srcLeaders.Lookup(ctx, tp.Key{Topic: td.Topic, Partition: p})
 				if errors.Is(err, leaders.ErrUnknownPartition) {
@@ -204,7 +239,21 @@ func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) (
 		}
 		return nil
 	}, access.IsRefusal)
+	if err == nil && s.l.slotted() && s.l.linkWide() {
+		slices.SortFunc(wide, func(a, b mirrored) int { return strings.Compare(a.dst, b.dst) })
+		s.l.wideTopics.Store(&wide)
+	}
 	return pairs, err
+}
+
+// dstTopicID is the topic ID of destination topic name, from the
+// destination's leader cache (its partition 0).
+func (s *session) dstTopicID(ctx context.Context, name string) ([16]byte, error) {
+	dl, err := s.dstLeaders.Lookup(ctx, tp.Key{Topic: name, Partition: 0})
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("destination topic %s: %w", name, err)
+	}
+	return dl.ID, nil
 }
 
 func topicsOf(tds []kadm.TopicDetail) []string {

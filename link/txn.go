@@ -88,11 +88,11 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	s.txnLs = leaders.New(s.txnCl, 0)
 	s.appendTo = appender.TxnAppendConfig{RequestTimeout: l.cfg.Link.ProduceTimeout}
 	if s.txn, err = appender.OpenTxn(ctx, s.txnCl, appender.TxnConfig{
-		TransactionalID: statestore.TransactionalID(l.cfg.Link.Name),
+		TransactionalID: statestore.TransactionalID(l.sess),
 		Timeout:         l.cfg.Link.TransactionTimeout,
 		Version:         s.version,
 		Metrics:         l.deps.AppenderMetrics,
-		Link:            l.cfg.Link.Name,
+		Link:            l.sess,
 	}, l.log); err != nil {
 		return nil, s.explain(err)
 	}
@@ -103,7 +103,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err := s.stateTopicInfo(ctx); err != nil {
 		return nil, err
 	}
-	s.plan = newTxnPlan(l.cfg.Link.Name, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
+	s.plan = newTxnPlan(l.sess, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
 	s.plan.returns = s.returns
 	s.plan.agent, s.plan.fingerprint = l.cfg.Agent, l.cfg.Link.Fingerprint(s.srcID, s.dstID)
 	// The previous session's link record, read before this session's
@@ -143,7 +143,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err != nil {
 		return nil, err
 	}
-	if err := preserveTail(prior, l.cfg.Link.Name, parts); err != nil {
+	if err := preserveTail(prior, l.sess, parts); err != nil {
 		return nil, err
 	}
 	if s.fetch, err = s.newFetcher(); err != nil {
@@ -190,11 +190,11 @@ func (s *txnSession) keepaliveTxn(ctx context.Context, extra ...statestore.Recor
 // record: read after it, the wait was never taken).
 func (s *txnSession) waitPreserve(ctx context.Context, view *statestore.View) error {
 	cfg := s.l.cfg
-	lv, ok := view.Links[cfg.Link.Name]
+	lv, ok := view.Links[s.l.sess]
 	if !ok || lv.Delivery == statestore.DeliveryTransactional {
 		return nil
 	}
-	wait := view.LeaseWait(cfg.Link.Name, s.l.deps.Now(), cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
+	wait := view.LeaseWait(s.l.sess, s.l.deps.Now(), cfg.Tuning.LeaseSkew, cfg.Link.ProduceTimeout)
 	if wait <= 0 {
 		return nil
 	}
@@ -253,7 +253,7 @@ func (s *txnSession) commitRecords(ctx context.Context, recs []statestore.Record
 	id, _ := s.txn.Producer()
 	if id != s.recordedPID {
 		recs = append(slices.Clip(recs), statestore.Record{
-			Key:   statestore.TxnProducerKey{LinkName: s.l.cfg.Link.Name, ProducerID: id},
+			Key:   statestore.TxnProducerKey{LinkName: s.l.sess, ProducerID: id},
 			Value: statestore.TxnProducerValue{SourceClusterID: s.srcID, DestinationClusterID: s.dstID, TimestampMs: s.l.deps.Now().UnixMilli()},
 		})
 	}
@@ -309,8 +309,8 @@ func (s *txnSession) explain(err error) error {
 	case errors.Is(err, appender.ErrTxnFenced) && !errors.Is(err, statestore.ErrFenced):
 		return fmt.Errorf("%w: %w", statestore.ErrFenced, err)
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		return explained{s.l.acl.dst.Refused(kmsg.ACLOperationWrite, "TransactionalId:"+statestore.TransactionalID(s.l.cfg.Link.Name),
-			fmt.Sprintf("transactional delivery: each session of link %q takes it with InitProducerId, which fences the previous session, and appends and commits every transaction under it; Write implies the Describe that finding its coordinator needs", s.l.cfg.Link.Name), err)}
+		return explained{s.l.acl.dst.Refused(kmsg.ACLOperationWrite, "TransactionalId:"+statestore.TransactionalID(s.l.sess),
+			fmt.Sprintf("transactional delivery: each session of link %q takes it with InitProducerId, which fences the previous session, and appends and commits every transaction under it; Write implies the Describe that finding its coordinator needs", s.l.sess), err)}
 	}
 	return err
 }

@@ -1,0 +1,230 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/slots"
+	"github.com/seed83556561/mirrord/statestore"
+)
+
+// A link with slots (issue 24): one Link per slot, each a session of its
+// own (mirrord.<link>.<slot>) over the partitions slots.Of gives it, as the
+// agents sharing the link run them. Slots 1 and 2 start first and wait:
+// creating the destination topics is slot 0's work. Then every partition
+// is mirrored by its slot's session only; a slot's session crashes and a
+// new one takes the slot over at once, and another stops cleanly and
+// starts again; the mirror is the source, record by record, in both
+// delivery modes, and the state topic holds one link record per slot and
+// none under the link's own name.
+func TestSlotSessions(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+			t.Run(delivery.String(), func(t *testing.T) {
+				const n = 3
+				d := delivery.String()[:3] // on Kafka the scenario's subtests share the clusters
+				tb, ub, wb := "t"+d, "u"+d, "w"+d
+				f := e.mirrored(t, "slots"+d, srcTopic(tb, 6), srcTopic(ub, 1), srcTopic(wb, 2))
+				f.cfg.Link.Delivery = delivery
+				f.cfg.Link.Slots = n
+				f.cfg.Agent = "pod-0"
+				f.load(idempotent, 1, "a"+d, 60)
+				f.load(transactional, 3, "b"+d, 42)
+				f.load(plain, 0, "c"+d, 30)
+
+				cfgOf := func(slot int) Config { c := f.cfg; c.Slot = slot; return c }
+				start := func(slot int, log string) *testLink {
+					return startLink(t, cfgOf(slot), f.src, f.dst, log)
+				}
+				ls := make([]*testLink, n)
+				ls[1], ls[2] = start(1, "slot-1"), start(2, "slot-2")
+				ls[1].waitState(t, Mirroring, 60*time.Second)
+				ls[2].waitState(t, Mirroring, 60*time.Second)
+				time.Sleep(3 * f.cfg.Link.DiscoveryInterval)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if got, err := describeTopics(ctx, f.dst.NewClient(t), f.topics(tb, ub, wb)...); err != nil {
+					t.Fatal(err)
+				} else {
+					for name, td := range got {
+						if td.Err == nil {
+							t.Errorf("destination topic %s exists before slot 0 ran: slot 0 alone creates topics", name)
+						}
+					}
+				}
+				for _, i := range []int{1, 2} {
+					if ps := ls[i].Status().Partitions; len(ps) != 0 {
+						t.Errorf("slot %d mirrors %d partitions before their destination exists", i, len(ps))
+					}
+				}
+				ls[0] = start(0, "slot-0")
+				f.waitSameCommitted(90 * time.Second)
+
+				// Each slot mirrors its partitions, and no other.
+				want := map[int][]string{}
+				for _, b := range []struct {
+					base  string
+					parts int32
+				}{{tb, 6}, {ub, 1}, {wb, 2}} {
+					for p := range b.parts {
+						s := slots.Of(f.topic(b.base), p, n)
+						want[s] = append(want[s], fmt.Sprintf("%s[%d]", f.topic(b.base), p))
+					}
+				}
+				for i, l := range ls {
+					var got []string
+					deadline := time.Now().Add(30 * time.Second)
+					for {
+						got = got[:0]
+						for _, ps := range l.Status().Partitions {
+							got = append(got, fmt.Sprintf("%s[%d]", ps.SourceTopic, ps.Partition))
+						}
+						slices.Sort(got)
+						slices.Sort(want[i])
+						if slices.Equal(got, want[i]) || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					if !slices.Equal(got, want[i]) {
+						t.Errorf("slot %d mirrors %v, want %v", i, got, want[i])
+					}
+					if st := l.Status(); st.Slot == nil || *st.Slot != i {
+						t.Errorf("slot %d's status says slot %v", i, st.Slot)
+					}
+				}
+
+				// Slot 0's config sync covers every slot's topics; the
+				// other slots run none.
+				var synced []string
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					synced = synced[:0]
+					if cs := ls[0].Status().ConfigSync; cs != nil {
+						for _, ts := range cs.Topics {
+							synced = append(synced, ts.DestinationTopic)
+						}
+					}
+					slices.Sort(synced)
+					if len(synced) == 3 || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if want := f.topics(tb, ub, wb); !slices.Equal(synced, want) {
+					t.Errorf("slot 0's config sync covers %v, want every slot's topics %v", synced, want)
+				}
+				for _, i := range []int{1, 2} {
+					if st := ls[i].Status(); st.ConfigSync != nil || st.ACLSync != nil {
+						t.Errorf("slot %d reports a config or ACL sync: only slot 0 runs them", i)
+					}
+				}
+
+				// A slot's session crashes; a new one (another agent's)
+				// takes the slot at once and resumes it.
+				ls[1].stop(t, true)
+				f.load(idempotent, 2, "d"+d, 40)
+				c := cfgOf(1)
+				c.Agent = "pod-1"
+				ls[1] = startLink(t, c, f.src, f.dst, "slot-1 pod-1")
+				ls[1].waitState(t, Mirroring, 60*time.Second)
+				f.waitSameCommitted(90 * time.Second)
+
+				// Another stops cleanly and starts again.
+				ls[2].stop(t, false)
+				f.load(transactional, 4, "e"+d, 35)
+				ls[2] = start(2, "slot-2 again")
+				f.waitSameCommitted(90 * time.Second)
+				f.exactlyOnceCommitted()
+
+				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer rcancel()
+				view, err := replayState(rctx, f.dst, f.stateTopic())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := view.Links[f.cfg.Link.Name]; ok {
+					t.Errorf("a link record under the link's own name %s: slots' sessions must use theirs", f.cfg.Link.Name)
+				}
+				for i := range n {
+					name := SlotSession(f.cfg.Link.Name, i)
+					lv, ok := view.Links[name]
+					if !ok {
+						t.Errorf("no link record of slot session %s", name)
+						continue
+					}
+					if lv.Delivery != delivery {
+						t.Errorf("slot session %s records delivery %s", name, lv.Delivery)
+					}
+				}
+				if lv := view.Links[SlotSession(f.cfg.Link.Name, 1)]; lv.Agent != "pod-1" {
+					t.Errorf("slot 1's record names agent %q, want pod-1 (which took it over)", lv.Agent)
+				}
+			})
+		}
+	})
+}
+
+// The slot a Link runs must be one of the link's, and group offset sync,
+// which needs every slot's checkpoints, is refused on a link with slots.
+func TestSlotConfig(t *testing.T) {
+	e := onKfake(t)
+	src := e.cluster(t, "src", "src-id")
+	dst := e.cluster(t, "dst", "dst-id")
+	base := e.linkConfig("slotcfg", src, dst, "t")
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"slot out of range", func(c *Config) { c.Link.Slots, c.Slot = 3, 3 }, "slot 3 is not one of its 3 slots (0 to 2)"},
+		{"negative slot", func(c *Config) { c.Link.Slots, c.Slot = 3, -1 }, "slot -1 is not one of its 3 slots"},
+		{"groups", func(c *Config) { c.Link.Slots, c.Link.Groups = 4, &config.Groups{} }, "group offset sync (groups, share_groups) does not run with slots = 4 yet"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			c.edit(&cfg)
+			_, err := New(cfg, Deps{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New: %v, want an error saying %q", err, c.want)
+			}
+		})
+	}
+	for _, slots := range []int{0, 1} {
+		cfg := base
+		cfg.Link.Slots, cfg.Slot = slots, 5 // ignored without slots
+		l, err := New(cfg, Deps{})
+		if err != nil {
+			t.Fatalf("slots = %d: %v", slots, err)
+		}
+		if l.Session() != cfg.Link.Name || l.Status().Slot != nil {
+			t.Errorf("slots = %d: session %q, status slot %v; want the link's name and none", slots, l.Session(), l.Status().Slot)
+		}
+	}
+	cfg := base
+	cfg.Link.Slots, cfg.Slot = 8, 7
+	l, err := New(cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cfg.Link.Name + ".7"; l.Session() != want {
+		t.Errorf("session %q, want %q", l.Session(), want)
+	}
+	if got := statestore.TransactionalID(l.Session()); got != "mirrord."+cfg.Link.Name+".7" {
+		t.Errorf("transactional.id %q", got)
+	}
+	a, b := base.Link, base.Link
+	b.Slots = 8
+	if a.Fingerprint("s", "d") == b.Fingerprint("s", "d") {
+		t.Error("the fingerprint does not tell slots = 8 from one session")
+	}
+	a.Slots = 1
+	if a.Fingerprint("s", "d") != base.Link.Fingerprint("s", "d") {
+		t.Error("slots = 1 changed the fingerprint of a link without slots")
+	}
+}
