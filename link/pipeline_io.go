@@ -32,8 +32,11 @@ type Pair = tp.Pair
 type Placement struct {
 	Pair
 	// Checkpoint is the partition's latest checkpoint in the state topic,
-	// or nil.
-	Checkpoint *statestore.CheckpointValue
+	// or nil; CheckpointOf names the session of the link that wrote it
+	// (this session's, or, when the partition moved between the link's
+	// sessions, the one that mirrored it last: Link.checkpoint).
+	Checkpoint   *statestore.CheckpointValue
+	CheckpointOf string
 	// StartOffset is the source offset start_from gives (the log start
 	// for earliest, the last stable offset for latest).
 	StartOffset int64

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -110,6 +112,9 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		return nil, err
 	}
 	if err := s.standBy(ctx, standby); err != nil {
+		return nil, err
+	}
+	if err := s.checkOthers(ctx); err != nil {
 		return nil, err
 	}
 	s.state, err = s.store.Begin(ctx, l.sess, l.cfg.Link.SessionTimeout,
@@ -394,8 +399,8 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	out := make([]Placement, 0, len(pairs))
 	for _, pr := range pairs {
 		pc := Placement{Pair: pr}
-		if ck, ok := view.Checkpoints[statestore.CheckpointKey{LinkName: s.l.sess, TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]; ok {
-			pc.Checkpoint = &ck
+		if ck, of, ok := s.l.checkpoint(view, pr.Dst); ok {
+			pc.Checkpoint, pc.CheckpointOf = &ck, of
 		}
 		if pc.StartOffset, err = offsetOf(srcOffs, pr.Src, "source start_from"); err != nil {
 			return nil, err
@@ -462,6 +467,63 @@ func offsetOf(offs kadm.ListedOffsets, p tp.Partition, what string) (int64, erro
 func uniq(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// checkpoint is the checkpoint of destination partition dst to resume
+// from, and the session of the link that wrote it: this session's own, or,
+// when the partition moved between the link's sessions (slots turned on,
+// off or changed), the latest (statestore.View.LatestCheckpoint;
+// checkOthers makes the sessions of a partition take turns).
+func (l *Link) checkpoint(view *statestore.View, dst tp.Partition) (statestore.CheckpointValue, string, bool) {
+	return view.LatestCheckpoint(l.cfg.Link.Name, l.sess, statestore.UUID(dst.ID), dst.Partition)
+}
+
+// errOtherSessions: a session of the link with other settings may still
+// append.
+var errOtherSessions = errors.New("another session of the link with other settings may still append")
+
+// checkOthers refuses to begin while a session of the link other than
+// this one (the link without slots, or another slot), run with other
+// settings (Settings.Fingerprint, which holds the number of slots), holds
+// a lease or may still have appends in a broker: its partitions may be
+// this session's, and two sessions of a partition would both append to
+// it. Sessions of the same settings own disjoint partitions. The session
+// retries with the link's backoff, so it starts once the other stopped
+// cleanly or its lease and produce timeout passed.
+func (s *session) checkOthers(ctx context.Context) error {
+	view, err := s.store.ReplayCommitted(ctx, s.l.sess)
+	if err != nil {
+		return err
+	}
+	fp := s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
+	now := s.l.deps.Now()
+	for _, name := range slices.Sorted(maps.Keys(view.Links)) {
+		lv := view.Links[name]
+		if name == s.l.sess || !statestore.SessionOf(s.l.cfg.Link.Name, name) || lv.Fingerprint == fp {
+			continue
+		}
+		wait := view.LeaseWait(name, now, s.l.cfg.Tuning.LeaseSkew, s.l.cfg.Link.ProduceTimeout)
+		if wait <= 0 {
+			continue
+		}
+		agent := lv.Agent
+		if agent == "" {
+			agent = "an agent without a name"
+		}
+		return fmt.Errorf("%w: session %s of link %q (%s, agent %s, settings fingerprint %s; this session's %s, %s) holds the link's lease or may have appends in a broker for %s more; "+
+			"stop the agents that run the link with the other settings (a changed slots value needs every agent stopped, then started with the new value); this session starts once that session stopped cleanly or its lease lapsed",
+			errOtherSessions, name, s.l.cfg.Link.Name, slotsOf(name, s.l.cfg.Link.Name), agent, lv.Fingerprint, s.l.sess, fp, wait.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// slotsOf describes session name of link: the link without slots, or a
+// slot.
+func slotsOf(name, link string) string {
+	if name == link {
+		return "the link without slots"
+	}
+	return "slot " + strings.TrimPrefix(name, link+".")
 }
 
 // standbyMode says when a session that begins waits for another one.

@@ -228,3 +228,75 @@ func TestSlotConfig(t *testing.T) {
 		t.Error("slots = 1 changed the fingerprint of a link without slots")
 	}
 }
+
+// Turning slots on, changing their number and turning them off again moves
+// partitions between sessions (each slot is a session of its own, with its
+// own checkpoints): a partition resumes from the checkpoint of whichever
+// session of the link mirrored it last, so nothing is mirrored twice or
+// skipped, in both delivery modes. A session whose settings differ (here:
+// the link without slots) refuses to start while sessions of the link with
+// other settings hold a lease, naming them.
+func TestSlotsChange(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+			t.Run(delivery.String(), func(t *testing.T) {
+				d := delivery.String()[:3]
+				tb, ub := "t"+d, "u"+d
+				f := e.mirrored(t, "slotchg"+d, srcTopic(tb, 5), srcTopic(ub, 3))
+				f.cfg.Link.Delivery = delivery
+				f.cfg.Agent = "pod-0"
+				rounds := 0
+				load := func() {
+					rounds++
+					f.load(idempotent, 1, fmt.Sprintf("i%s%d", d, rounds), 40)
+					f.load(transactional, 2, fmt.Sprintf("x%s%d", d, rounds), 28)
+				}
+				run := func(slotsN int) []*testLink {
+					c := f.cfg
+					c.Link.Slots = slotsN
+					var ls []*testLink
+					for i := range max(slotsN, 1) {
+						c.Slot = i
+						ls = append(ls, startLink(t, c, f.src, f.dst, fmt.Sprintf("slots=%d/%d", slotsN, i)))
+					}
+					f.waitSameCommitted(90 * time.Second)
+					return ls
+				}
+				stop := func(ls []*testLink) {
+					for _, l := range ls {
+						l.stop(t, false)
+					}
+				}
+
+				load()
+				ls := run(0)
+				stop(ls)
+				load()
+				ls = run(3)
+				// The link without slots may not start beside its slots'
+				// sessions.
+				c := f.cfg
+				c.Agent = "pod-9"
+				lone := startLink(t, c, f.src, f.dst, "no slots")
+				deadline := time.Now().Add(30 * time.Second)
+				for !strings.Contains(lone.Status().LastError, "other settings") && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if st := lone.Status(); !strings.Contains(st.LastError, "other settings") || st.State == Mirroring {
+					t.Fatalf("the link without slots beside its slots' sessions: %s, last error %q", st.State, st.LastError)
+				}
+				lone.stop(t, false)
+				load()
+				f.waitSameCommitted(90 * time.Second)
+				stop(ls)
+				load()
+				ls = run(2)
+				stop(ls)
+				load()
+				ls = run(1)
+				stop(ls)
+				f.exactlyOnceCommitted()
+			})
+		}
+	})
+}

@@ -78,6 +78,9 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err := s.standBy(ctx, standby); err != nil {
 		return nil, err
 	}
+	if err := s.checkOthers(ctx); err != nil {
+		return nil, err
+	}
 	if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
 		return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
 	}
@@ -143,7 +146,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err != nil {
 		return nil, err
 	}
-	if err := preserveTail(prior, l.sess, parts); err != nil {
+	if err := preserveTail(prior, l.sess, l.cfg.Link.Name, parts); err != nil {
 		return nil, err
 	}
 	if s.fetch, err = s.newFetcher(); err != nil {
@@ -221,21 +224,27 @@ func (s *txnSession) waitPreserve(ctx context.Context, view *statestore.View) er
 // which a transactional session replaces) can tell which; resuming at the
 // checkpoint would append them again. After a clean preserve stop the final
 // checkpoint covers every append (a tail past it is not the link's, and
-// preserve delivery would resume past it too), and nothing is refused.
-func preserveTail(prior *statestore.View, link string, parts []Placement) error {
-	lv, ok := prior.Links[link]
-	if !ok || lv.Delivery != statestore.DeliveryPreserve || lv.Clean() {
-		return nil
-	}
+// preserve delivery would resume past it too), and nothing is refused. The
+// previous session of a partition is the one whose checkpoint it resumes
+// from (Placement.CheckpointOf; sess, this session's name, without one);
+// link is the link's name, for the error.
+func preserveTail(prior *statestore.View, sess, link string, parts []Placement) error {
 	for _, pc := range parts {
-		ck := pc.Checkpoint
+		ck, of := pc.Checkpoint, sess
+		if pc.CheckpointOf != "" {
+			of = pc.CheckpointOf // a partition that moved between the link's sessions
+		}
+		lv, ok := prior.Links[of]
+		if !ok || lv.Delivery != statestore.DeliveryPreserve || lv.Clean() {
+			continue
+		}
 		if ck == nil || pc.DstEnd <= ck.DestNextOffset {
 			continue
 		}
-		return fmt.Errorf("destination %s holds offsets %d to %d past the checkpoint of the previous session, which ran in preserve delivery and did not stop cleanly: "+
+		return fmt.Errorf("destination %s holds offsets %d to %d past the checkpoint of the previous session (%s), which ran in preserve delivery and did not stop cleanly: "+
 			"only preserve delivery can reconcile those appends, and resuming at the checkpoint in transactional delivery would append them again. "+
 			"Run link %q once more with delivery = \"preserve\" until it is MIRRORING, stop it cleanly (SIGTERM or mirrord pause), then switch it to transactional delivery",
-			pc.Dst, ck.DestNextOffset, pc.DstEnd-1, link)
+			pc.Dst, ck.DestNextOffset, pc.DstEnd-1, of, link)
 	}
 	return nil
 }

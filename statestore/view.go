@@ -1,7 +1,9 @@
 package statestore
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -154,4 +156,49 @@ func (v *View) LinkRecordAt(link string) (p int32, next int64, found bool) {
 		}
 	}
 	return p, next, true
+}
+
+// SessionOf reports whether name is a session of link: the link's own name
+// (a link without slots) or one of its slots' (<link>.<slot>). A link's
+// name has no '.' (config's label rule), so no other link's session looks
+// like one.
+func SessionOf(link, name string) bool {
+	if name == link {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, link+".")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// LatestCheckpoint is the checkpoint of destination partition (topicID,
+// partition) among those of link's sessions, and the session that wrote
+// it. Each slot of a link is a session with checkpoints of its own, so
+// turning slots on or off or changing their number moves partitions
+// between sessions: the checkpoint to resume or translate from is the one
+// of whichever session mirrored the partition last, the one furthest at
+// the destination (the sessions of a partition take turns, and each
+// appends after the last, so a later session's checkpoint is never behind
+// an earlier one's). On a tie, prefer's (a session's own) wins.
+func (v *View) LatestCheckpoint(link, prefer string, topicID UUID, partition int32) (CheckpointValue, string, bool) {
+	key := CheckpointKey{LinkName: prefer, TopicID: topicID, Partition: partition}
+	best, ok := v.Checkpoints[key]
+	of := prefer
+	for _, name := range slices.Sorted(maps.Keys(v.Links)) {
+		if name == prefer || !SessionOf(link, name) {
+			continue
+		}
+		key.LinkName = name
+		if ck, found := v.Checkpoints[key]; found && (!ok || ck.DestNextOffset > best.DestNextOffset) {
+			best, of, ok = ck, name, true
+		}
+	}
+	return best, of, ok
 }

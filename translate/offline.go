@@ -148,7 +148,9 @@ func (o *Offline) anchor(ctx context.Context, src tp.Key) (Anchor, error) {
 		return Anchor{}, err
 	}
 	a := Anchor{Pair: pr, SrcNext: -1, DstNext: -1, CkSrc: -1, CkDst: -1, Salts: map[transform.Origin]int64{}}
-	ck, ok := o.view.Checkpoints[statestore.CheckpointKey{LinkName: o.cfg.Link, TopicID: statestore.UUID(pr.Dst.ID), Partition: pr.Dst.Partition}]
+	// The link's own checkpoint, or with slots the latest of its slots'
+	// sessions.
+	ck, _, ok := o.view.LatestCheckpoint(o.cfg.Link, o.cfg.Link, statestore.UUID(pr.Dst.ID), pr.Dst.Partition)
 	if ok && ck.IsOf(pr.Src) {
 		a.SrcNext, a.DstNext = ck.SourceNextOffset, ck.DestNextOffset
 		a.CkSrc, a.CkDst = ck.SourceNextOffset, ck.DestNextOffset
