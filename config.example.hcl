@@ -484,4 +484,25 @@ link "dc1_to_cloud" {
   # How often ACLs are synced; a sync also runs right after the link
   # starts mirroring or adds topics. Default: "1m".
   acl_sync_interval = "1m"
+
+  # Slots (README "Several agents"): how many parts the link's source
+  # partitions are spread over, so that the agents running this
+  # configuration share the work. Each slot is a session of its own
+  # (transactional.id mirrord.<link>.<slot>, its own lease and
+  # checkpoints), owned by one agent at a time: the agents form the
+  # Kafka consumer group mirrord-slots-<link> on the destination cluster
+  # over the topic __mirror_slots_<link> (one partition per slot, created
+  # at the first start, never written), and the group's assignment says
+  # who owns which slot. A partition's slot depends on its topic's name,
+  # its number and slots only, so it stays put as topics grow; changing
+  # slots moves partitions: stop every agent first. Slot 0's owner
+  # creates and grows the destination topics and runs the config and ACL
+  # syncs. An agent that crashed loses its slots after session_timeout
+  # (the group's session timeout: at least the brokers'
+  # group.min.session.timeout.ms, 6 s by default); a clean stop hands them
+  # on at once. Choose a few slots per agent that may ever run the link
+  # (6 for 3 agents); more slots than partitions leaves slots idle.
+  # Not yet with a groups or share_groups block. Default: 1 (one session
+  # for the whole link; the agents stand by for each other).
+  slots = 1
 }

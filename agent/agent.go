@@ -70,7 +70,10 @@ type Agent struct {
 	log   hclog.Logger
 	reg   *prometheus.Registry
 	links []*link.Link
-	mux   *http.ServeMux
+	// slotted are the links with slots (slots above 1), whose slots the
+	// agents running them share through a consumer group (slots.go).
+	slotted []*slotRunner
+	mux     *http.ServeMux
 	// handler is mux behind the guard: what the listener serves.
 	handler http.Handler
 	guard   *guard
@@ -164,21 +167,30 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 		return append(slices.Clip(base[cluster]), kgo.WithHooks(k), kgo.WithLogger(newKgoLogger(log)))
 	}
 
+	var slotMet *slotMetrics
 	for _, l := range cfg.Links {
 		lc := LinkConfig(cfg, l)
 		if deps.Tune != nil {
 			deps.Tune(&lc)
 		}
-		ln, err := link.New(lc, link.Deps{
+		ld := link.Deps{
 			Logger:          deps.Logger,
 			Metrics:         linkMetrics,
 			FetcherMetrics:  fetcherMetrics,
 			AppenderMetrics: appenderMetrics,
 			SourceOpts:      clientOpts(l.Source, roleSource),
 			DestinationOpts: clientOpts(l.Destination, roleDestination),
-		})
+		}
+		ln, err := link.New(lc, ld) // with slots: slot 0's, to validate what each slot's is
 		if err != nil {
 			errs = append(errs, fmt.Errorf("link %s: %w", l.Name, err))
+			continue
+		}
+		if lc.Link.Slots > 1 {
+			if slotMet == nil {
+				slotMet = newSlotMetrics(a.reg)
+			}
+			a.slotted = append(a.slotted, newSlotRunner(lc, ld, ld.DestinationOpts, slotMet))
 			continue
 		}
 		a.links = append(a.links, ln)
@@ -205,7 +217,8 @@ func New(cfg *config.Config, deps Deps) (*Agent, error) {
 	return a, nil
 }
 
-// Links returns the agent's links in configuration order.
+// Links returns the agent's links without slots in configuration order
+// (a link with slots runs a Link per slot it owns: SlotStatuses).
 func (a *Agent) Links() []*link.Link { return slices.Clone(a.links) }
 
 // Handler is the HTTP API: the status page at /, /metrics, /healthz,
@@ -346,7 +359,19 @@ func (a *Agent) warnExposure() {
 	}
 }
 
-// statuses reads every link's status, in configuration order.
+// SlotStatuses are the statuses of the slots this agent runs, of every
+// link with slots, in configuration and slot order.
+func (a *Agent) SlotStatuses() []link.Status {
+	var out []link.Status
+	for _, r := range a.slotted {
+		sts, _ := r.statuses()
+		out = append(out, sts...)
+	}
+	return out
+}
+
+// statuses reads every link's status, in configuration order (links with
+// slots are not among them: SlotStatuses).
 func (a *Agent) statuses() []link.Status {
 	out := make([]link.Status, len(a.links))
 	for i, l := range a.links {
@@ -371,6 +396,9 @@ func (a *Agent) runLinks(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	for _, r := range a.slotted {
+		g.Go(func() error { return r.run(gctx) })
 	}
 	return g.Wait()
 }

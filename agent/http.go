@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,6 +97,22 @@ func (a *Agent) readyz(w http.ResponseWriter, _ *http.Request) {
 			Name: s.Name, State: s.State.String(), Since: s.Since, LastError: s.LastError, LastErrorAt: s.LastErrorAt,
 		})
 	}
+	for _, sr := range a.slotted {
+		sts, joined := sr.statuses()
+		if !joined {
+			r.NotReady = append(r.NotReady, LinkReadiness{Name: sr.name, State: "JOINING",
+				LastError: "not yet a member of the link's slots group " + SlotsGroup(sr.name) + " (see the log)"})
+			continue
+		}
+		for _, s := range sts { // owning no slot: a ready standby
+			if s.State == link.Mirroring || s.State == link.Paused {
+				continue
+			}
+			r.NotReady = append(r.NotReady, LinkReadiness{
+				Name: slotName(s), State: s.State.String(), Since: s.Since, LastError: s.LastError, LastErrorAt: s.LastErrorAt,
+			})
+		}
+	}
 	r.Ready = len(r.NotReady) == 0 && !r.Stopping
 	code := http.StatusOK
 	if !r.Ready {
@@ -109,6 +126,7 @@ func (a *Agent) listLinks(w http.ResponseWriter, _ *http.Request) {
 	for _, l := range a.links {
 		out = append(out, status(l))
 	}
+	out = append(out, a.SlotStatuses()...)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -136,6 +154,18 @@ func (a *Agent) control(cmd func(*link.Link)) http.HandlerFunc {
 // link finds the link the path names, or answers 404 and returns nil.
 func (a *Agent) link(w http.ResponseWriter, r *http.Request) *link.Link {
 	name := r.PathValue("name")
+	for _, sr := range a.slotted {
+		if sr.name == name {
+			sts, _ := sr.statuses()
+			owned := make([]string, 0, len(sts))
+			for _, st := range sts {
+				owned = append(owned, strconv.Itoa(*st.Slot))
+			}
+			writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("%v: link %q runs as %d slots that the agents running it share (this agent owns slots [%s]); commands for one link (status, pause, resume, failover, translation) do not work on a link with slots yet: GET /v1/links lists the slots this agent runs",
+				errSlotted, name, sr.cfg.Link.Slots, strings.Join(owned, " "))})
+			return nil
+		}
+	}
 	names := make([]string, 0, len(a.links))
 	for _, l := range a.links {
 		if l.Name() == name {

@@ -56,6 +56,7 @@ func linkSettings(l *config.Link) link.Settings {
 		ConfigSyncInterval:           l.ConfigSyncInterval,
 		ACLSync:                      link.ACLSync(l.ACLSync),
 		ACLSyncInterval:              l.ACLSyncInterval,
+		Slots:                        l.Slots,
 	}
 	if l.Groups != nil { // a nil *config.Groups would make a non-nil selector
 		s.Groups = l.Groups

@@ -30,7 +30,7 @@ func TestLinkSettingsCopiesEveryKey(t *testing.T) {
 		switch f.Kind() {
 		case reflect.String:
 			f.SetString("v" + v.Type().Field(i).Name)
-		case reflect.Int16, reflect.Int32, reflect.Int64:
+		case reflect.Int, reflect.Int16, reflect.Int32, reflect.Int64:
 			f.SetInt(int64(i + 1))
 		case reflect.Bool:
 			f.SetBool(true)

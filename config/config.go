@@ -13,30 +13,36 @@ import (
 // Defaults, applied by Parse to every key the file and the environment leave
 // unset. Default() uses them too.
 const (
-	DefaultAgentName                    = "mirrord"
-	DefaultListen                       = "127.0.0.1:9644"
-	DefaultLogLevel                     = "info"
-	DefaultLogFormat                    = "text"
-	DefaultClientID                     = "mirrord"
-	DefaultRename                       = "{topic}"
-	DefaultStartFrom                    = StartEarliest
-	DefaultStateTopic                   = "__mirror_state"
-	DefaultStateTopicPartitions         = int32(1)
-	DefaultStateTopicReplicationFactor  = int16(-1) // the broker's default.replication.factor
-	DefaultCheckpointInterval           = 5 * time.Second
-	DefaultSessionTimeout               = 30 * time.Second
-	DefaultMaxBufferedBytes             = int64(64 << 20)
-	DefaultOnOffsetOutOfRange           = OutOfRangeFail
-	DefaultProducerStateExpiry          = 24 * time.Hour
-	DefaultSettleDelay                  = 5 * time.Second
-	DefaultProduceTimeout               = 30 * time.Second
-	DefaultDelivery                     = DeliveryPreserve
-	DefaultUnattributed                 = UnattributedForward
-	DefaultTransactionTimeout           = 60 * time.Second
-	DefaultDiscoveryInterval            = 30 * time.Second
-	DefaultGroupSyncInterval            = 10 * time.Second
-	DefaultConfigSyncInterval           = time.Minute
-	DefaultACLSyncInterval              = time.Minute
+	DefaultAgentName                   = "mirrord"
+	DefaultListen                      = "127.0.0.1:9644"
+	DefaultLogLevel                    = "info"
+	DefaultLogFormat                   = "text"
+	DefaultClientID                    = "mirrord"
+	DefaultRename                      = "{topic}"
+	DefaultStartFrom                   = StartEarliest
+	DefaultStateTopic                  = "__mirror_state"
+	DefaultStateTopicPartitions        = int32(1)
+	DefaultStateTopicReplicationFactor = int16(-1) // the broker's default.replication.factor
+	DefaultCheckpointInterval          = 5 * time.Second
+	DefaultSessionTimeout              = 30 * time.Second
+	DefaultMaxBufferedBytes            = int64(64 << 20)
+	DefaultOnOffsetOutOfRange          = OutOfRangeFail
+	DefaultProducerStateExpiry         = 24 * time.Hour
+	DefaultSettleDelay                 = 5 * time.Second
+	DefaultProduceTimeout              = 30 * time.Second
+	DefaultDelivery                    = DeliveryPreserve
+	DefaultUnattributed                = UnattributedForward
+	DefaultTransactionTimeout          = 60 * time.Second
+	DefaultDiscoveryInterval           = 30 * time.Second
+	DefaultGroupSyncInterval           = 10 * time.Second
+	DefaultConfigSyncInterval          = time.Minute
+	DefaultACLSyncInterval             = time.Minute
+	// DefaultSlots: one session per link.
+	DefaultSlots = 1
+	// MaxSlots bounds the slots key: each slot is a session with its
+	// own transactional.id and lease, and a partition of the link's
+	// slots topic.
+	MaxSlots                            = 1024
 	DefaultDestinationReplicationFactor = int16(-1) // the broker's default.replication.factor
 	DefaultCheckCRCs                    = false
 	DefaultShutdownTimeout              = 15 * time.Second
@@ -373,6 +379,13 @@ type Link struct {
 	// off by default); ACLSyncInterval is how often they are synced.
 	ACLSync         ACLSync
 	ACLSyncInterval time.Duration
+	// Slots is how many slots the link's source partitions are spread
+	// over (the slots key): each slot is a session of its own that one
+	// of the agents running the link owns at a time, as a Kafka consumer
+	// group on the destination cluster hands them out; 1 (the default):
+	// one session mirrors the whole link, and the agents that run it
+	// stand by for each other.
+	Slots int
 }
 
 // ACLSync is an acl_sync block. Its fields are those of link.ACLSync, in
@@ -487,6 +500,7 @@ func Default() *Config {
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
 			ACLSyncInterval:              DefaultACLSyncInterval,
+			Slots:                        DefaultSlots,
 			DestinationReplicationFactor: DefaultDestinationReplicationFactor,
 			CheckCRCs:                    DefaultCheckCRCs,
 		}},

@@ -239,6 +239,7 @@ link "back" {
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
 			ACLSyncInterval:              DefaultACLSyncInterval,
+			Slots:                        DefaultSlots,
 		}, {
 			Name: "back", Source: "dst", Destination: "src",
 			Include:                      patterns(t, ".*"),
@@ -263,6 +264,7 @@ link "back" {
 			ConfigSync:                   ConfigSync{Enabled: true},
 			ConfigSyncInterval:           DefaultConfigSyncInterval,
 			ACLSyncInterval:              DefaultACLSyncInterval,
+			Slots:                        DefaultSlots,
 		}},
 		File: "t.hcl",
 	}

@@ -103,3 +103,33 @@ func TestParseACLSync(t *testing.T) {
 		})
 	}
 }
+
+// Guards the slots key: one session by default, the number given, and the
+// problems of a value out of range and of slots beside a groups block,
+// with file:line.
+func TestParseSlots(t *testing.T) {
+	if l := mustParse(t, withLink()).Links[0]; l.Slots != 1 {
+		t.Errorf("without slots: %d, want 1", l.Slots)
+	}
+	if l := mustParse(t, withLink(`slots = 6`)).Links[0]; l.Slots != 6 {
+		t.Errorf("slots = 6: %d", l.Slots)
+	}
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string
+	}{
+		{"zero", []string{`slots = 0`},
+			[]string{`t.hcl:11:11: link.l.slots: 0 is out of range (use 1 (one session for the whole link) to 1024; a few slots per agent that may ever run the link, e.g. 6 for 3 agents)`}},
+		{"too many", []string{`slots = 5000`},
+			[]string{`t.hcl:11:11: link.l.slots: 5000 is out of range (use 1 (one session for the whole link) to 1024; a few slots per agent that may ever run the link, e.g. 6 for 3 agents)`}},
+		{"with groups", []string{`slots = 4`, `groups { include = [".*"] }`},
+			[]string{`t.hcl:11:11: link.l.slots: 4 slots with a groups or share_groups block: group offset sync does not run on a link with slots yet (translating a group's offsets needs the checkpoints of every slot; use slots = 1 on a link that syncs groups)`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := problemLines(t, withLink(tc.lines...)); !slices.Equal(got, tc.want) {
+				t.Errorf("problems:\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+}

@@ -224,6 +224,7 @@ type fileLink struct {
 	ConfigSyncInterval           *time.Duration `koanf:"config_sync_interval"`
 	ACLSync                      fileACLSync    `koanf:"acl_sync"`
 	ACLSyncInterval              *time.Duration `koanf:"acl_sync_interval"`
+	Slots                        *int64         `koanf:"slots"`
 }
 
 type fileACLSync struct {
@@ -501,6 +502,16 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 			d.ps.fail(k)
 		} else {
 			l.StateTopicPartitions = int32(*p)
+		}
+	}
+	l.Slots = DefaultSlots
+	if p := fl.Slots; p != nil {
+		if *p < 1 || *p > MaxSlots {
+			k := key + ".slots"
+			d.ps.add(d.whereAny(k), k, fmt.Sprintf("%d is out of range", *p), fmt.Sprintf("use 1 (one session for the whole link) to %d; a few slots per agent that may ever run the link, e.g. 6 for 3 agents", MaxSlots))
+			d.ps.fail(k)
+		} else {
+			l.Slots = int(*p)
 		}
 	}
 	l.StateTopicReplicationFactor = d.replicationFactor(key+".state_topic_replication_factor", fl.StateTopicReplicationFactor, l.StateTopicReplicationFactor)

@@ -137,6 +137,7 @@ var (
 		{name: "group_sync_interval", kind: kindDuration},
 		{name: "config_sync_interval", kind: kindDuration},
 		{name: "acl_sync_interval", kind: kindDuration},
+		{name: "slots", kind: kindInt},
 	}, blocks: []*blockSpec{topicsSpec, groupsSpec, shareGroupsSpec, configSyncSpec, aclSyncSpec}}
 	rootSpec = &blockSpec{blocks: []*blockSpec{agentSpec, clusterSpec, linkSpec}}
 )

@@ -87,9 +87,6 @@ func settingsOf(l *config.Link) Settings {
 			s.SkipUnattributed = l.Unattributed == config.UnattributedSkip
 			continue
 		}
-		if dst.Type().Field(i).Name == "Slots" {
-			continue // not a key of the file yet: the agent does not run slot sessions (issue 24)
-		}
 		f := src.FieldByName(dst.Type().Field(i).Name)
 		if !f.IsValid() {
 			panic("config.Link has no field " + dst.Type().Field(i).Name)

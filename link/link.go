@@ -56,7 +56,8 @@ type Config struct {
 
 // SlotSession is the session name of slot slot of link link: the name its
 // state records carry and its transactional.id's suffix
-// (statestore.TransactionalID), mirrord.<link>.<slot>.
+// (statestore.TransactionalID), mirrord.<link>.<slot>. A link's name has no
+// '.' (config's label rule), so no link is named like another's slot.
 func SlotSession(link string, slot int) string { return fmt.Sprintf("%s.%d", link, slot) }
 
 // Settings are the keys of a link block, as package config validated them

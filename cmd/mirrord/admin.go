@@ -110,7 +110,11 @@ func runLinks(args []string, stdout, stderr io.Writer) int {
 		if l.StandingBy != "" {
 			state += " (standby for " + l.StandingBy + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, state, l.Source, l.Destination, l.Delivery, l.Lag, since(l.Since), l.LastError)
+		name := l.Name
+		if l.Slot != nil { // a link with slots: one row per slot the agent runs
+			name = fmt.Sprintf("%s (slot %d)", l.Name, *l.Slot)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, state, l.Source, l.Destination, l.Delivery, l.Lag, since(l.Since), l.LastError)
 	}
 	_ = tw.Flush()
 	return exitOK
