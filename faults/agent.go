@@ -226,6 +226,32 @@ func (a *Agent) Status(ctx context.Context) (link.Status, error) {
 	return st, nil
 }
 
+// Statuses are GET /v1/links from the running agent: with slots, one
+// status per slot it runs.
+func (a *Agent) Statuses(ctx context.Context) ([]link.Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.listen+"/v1/links", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/links: %s: %s", resp.Status, body)
+	}
+	var sts []link.Status
+	if err := json.Unmarshal(body, &sts); err != nil {
+		return nil, fmt.Errorf("GET /v1/links: %w", err)
+	}
+	return sts, nil
+}
+
 // WaitMirroring waits until the link is MIRRORING.
 func (a *Agent) WaitMirroring(ctx context.Context, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
