@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/slots"
 )
@@ -159,9 +160,10 @@ func TestSlottedAgents(t *testing.T) {
 	}
 }
 
-// readOrders reads n records of orders with a read_committed consumer and
-// returns them as "partition/offset-free key=value" lines in partition
-// and offset order (a mirror's offsets may differ from the source's).
+// readOrders reads the n records of orders with a read_committed consumer
+// (one more is an error) and returns them as "partition/key=value headers"
+// lines in partition and offset order (a mirror's offsets may differ from
+// the source's).
 func readOrders(t *testing.T, c *kfake.Cluster, n int64) []string {
 	t.Helper()
 	cl := kafkatest.Client(t, c, kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -181,9 +183,100 @@ func readOrders(t *testing.T, c *kfake.Cluster, n int64) []string {
 			byPart[r.Partition] = append(byPart[r.Partition], fmt.Sprintf("%d/%s=%s %v", r.Partition, r.Key, r.Value, r.Headers))
 		})
 	}
+	// Nothing more: a record twice would be one too many.
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer pcancel()
+	cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+		t.Errorf("record %d past the %d expected: orders[%d] %s", got, n, r.Partition, r.Key)
+		got++
+	})
 	var out []string
 	for p := range int32(len(byPart)) {
 		out = append(out, byPart[p]...)
 	}
 	return out
+}
+
+// A network partition between one agent and the destination, where the
+// link's slots group is (issue 24), in transactional delivery: the agent
+// cut off gives its slots up (Lost) before the group's session times out,
+// the other agent takes them and mirrors on, and when the partition heals
+// the requests the proxy held reach the destination late: the group
+// shares the slots again, and the mirror holds every record once (the cut
+// off agent's late appends were fenced by the slots' new sessions).
+func TestSlottedAgentPartitioned(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	srcCl := producer(t, srcC)
+	const partitions, n = 6, 4
+	createOrders(t, srcCl, partitions)
+	var total int64
+	round := func(name string) map[int32]int64 {
+		ends := produce(t, srcCl, partitions, name, 25)
+		total += partitions * 25
+		return ends
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	brokers, err := faultproxy.Brokers(ctx, kafkatest.Client(t, dstC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := faultproxy.Start(t, brokers)
+	hcl := func(agent string, dst []string) string {
+		s := agentHCL(srcC, dstC, "")
+		s = strings.Replace(s, "agent {", "agent {\n  name = \""+agent+"\"", 1)
+		s = strings.Replace(s, "cluster \"dst\" {\n  bootstrap_servers = "+hclList(dstC.ListenAddrs()),
+			"cluster \"dst\" {\n  bootstrap_servers = "+hclList(dst), 1)
+		return strings.Replace(s, `session_timeout                = "3s"`,
+			fmt.Sprintf("session_timeout = \"6s\"\n  slots = %d\n  delivery = \"transactional\"\n  transaction_timeout = \"10s\"", n), 1)
+	}
+	ends := round("before")
+	cut := start(t, newAgent(t, hcl("pod-0", px.Addrs()), nil, newLogBuffer(t), prometheus.NewRegistry()))
+	other := start(t, newAgent(t, hcl("pod-1", dstC.ListenAddrs()), nil, newLogBuffer(t), prometheus.NewRegistry()))
+	// slotsOf waits until r runs exactly want slots (-1: at least one),
+	// each MIRRORING and caught up with ends.
+	slotsOf := func(r *running, want int, ends map[int32]int64) {
+		t.Helper()
+		waitFor(t, func() (bool, string) {
+			var all []apiStatus
+			callJSON(t, http.MethodGet, r.base+"/v1/links", http.StatusOK, &all)
+			if want >= 0 && len(all) != want || want < 0 && len(all) == 0 {
+				return false, fmt.Sprintf("%s runs %d slots, want %d", r.Addr(), len(all), want)
+			}
+			for _, st := range all {
+				if st.State != "MIRRORING" {
+					return false, fmt.Sprintf("slot %d: %s (%s)", *st.Slot, st.State, st.LastError)
+				}
+				for _, p := range st.Partitions {
+					if p.SourceNextOffset < ends[p.Partition] {
+						return false, fmt.Sprintf("slot %d: orders[%d] at %d of %d", *st.Slot, p.Partition, p.SourceNextOffset, ends[p.Partition])
+					}
+				}
+			}
+			return true, ""
+		})
+	}
+	slotsOf(cut, -1, ends)
+	slotsOf(other, -1, ends)
+
+	for _, node := range px.Nodes() {
+		px.Stall(node)
+	}
+	ends = round("during")
+	slotsOf(other, n, ends) // every slot, caught up
+	slotsOf(cut, 0, nil)    // gave them up
+	v, _ := sample(scrape(t, cut.base), "mirrord_slot_rebalances_total", map[string]string{"link": "l", "event": "lost"})
+	if v < 1 {
+		t.Errorf("the agent cut off counted %v lost slots events", v)
+	}
+	for _, node := range px.Nodes() {
+		px.Resume(node)
+	}
+	ends = round("after")
+	slotsOf(cut, -1, ends)
+	slotsOf(other, -1, ends)
+	want := readOrders(t, srcC, total)
+	if got := readOrders(t, dstC, total); !slices.Equal(got, want) {
+		t.Errorf("the mirror read_committed differs from the source: %d records, want %d", len(got), len(want))
+	}
 }
