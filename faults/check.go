@@ -99,11 +99,20 @@ func Check(ctx context.Context, env *Env, stateTopic string, topics []string, le
 	if err != nil && rep.Records == 0 {
 		return res, err
 	}
-	src, err := readAll(ctx, env.Addrs(Source), topics)
+	// The source holds at least what its producers had acknowledged
+	// (committed), the destination what the source holds.
+	led.mu.Lock()
+	acked := len(led.acked)
+	led.mu.Unlock()
+	src, err := readAll(ctx, env.Addrs(Source), topics, acked)
 	if err != nil {
 		return res, fmt.Errorf("read the source: %w", err)
 	}
-	dst, err := readAll(ctx, env.Addrs(Destination), topics)
+	n := 0
+	for _, c := range src {
+		n += c
+	}
+	dst, err := readAll(ctx, env.Addrs(Destination), topics, n)
 	if err != nil {
 		return res, fmt.Errorf("read the destination: %w", err)
 	}
@@ -137,12 +146,17 @@ func Check(ctx context.Context, env *Env, stateTopic string, topics []string, le
 	return res, nil
 }
 
-// readAll counts every committed record of the topics by "topic/key",
-// reading until the end offsets the topics had when it started; a
+// readAll counts every committed record of the topics by "topic/key". A
 // read_committed consumer never returns the transaction markers that may
-// end a partition, so a read also ends after polls find nothing for five
-// seconds once every record below the last stable offsets was seen.
-func readAll(ctx context.Context, addrs, topics []string) (map[string]int, error) {
+// end a partition, so the read ends when polls found nothing new for five
+// seconds once it counted at least want records, or for a minute before
+// that (a side that holds fewer records than want: the caller reports
+// them missing). The first polls of a loaded machine (the kfake tier runs
+// under the race detector beside other packages) can find nothing for
+// seconds while the client looks up metadata and offsets: a read that
+// ended after five idle seconds there counted 0 records of a complete
+// mirror.
+func readAll(ctx context.Context, addrs, topics []string, want int) (map[string]int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond),
@@ -155,8 +169,12 @@ func readAll(ctx context.Context, addrs, topics []string) (map[string]int, error
 	}
 	defer cl.Close()
 	out := map[string]int{}
-	idle := 0
-	for idle < 25 {
+	total, last := 0, time.Now()
+	for {
+		idle := time.Since(last)
+		if total >= want && idle >= 5*time.Second || idle >= time.Minute {
+			return out, nil
+		}
 		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		fs := cl.PollFetches(pctx)
 		cancel()
@@ -172,16 +190,10 @@ func readAll(ctx context.Context, addrs, topics []string) (map[string]int, error
 		if len(errs) > 0 {
 			return nil, errors.Join(errs...)
 		}
-		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
 			out[r.Topic+"/"+string(r.Key)]++
-			n++
+			total++
+			last = time.Now()
 		})
-		if n == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
 	}
-	return out, nil
 }
