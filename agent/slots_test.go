@@ -51,8 +51,8 @@ func TestSlottedAgents(t *testing.T) {
 				return start(t, newAgent(t, hcl(name), nil, newLogBuffer(t), prometheus.NewRegistry()))
 			}
 			// owners waits until the agents given own every slot once,
-			// each mirroring it with no lag up to ends, and returns who
-			// owns which.
+			// each its share, each mirroring it with no lag up to ends,
+			// and returns who owns which.
 			owners := func(agents []*running, ends map[int32]int64) map[int]int {
 				t.Helper()
 				var own map[int]int
@@ -84,6 +84,20 @@ func TestSlottedAgents(t *testing.T) {
 								}
 								parts[p.Partition] = true
 							}
+						}
+					}
+					// Settled: the group spread the slots (cooperative-sticky
+					// hands some on in a later rebalance when an agent
+					// joins), each agent owning its share.
+					for i := range agents {
+						mine := 0
+						for _, j := range own {
+							if j == i {
+								mine++
+							}
+						}
+						if mine < n/len(agents) {
+							problems = append(problems, fmt.Sprintf("agent %d owns %d slots", i, mine))
 						}
 					}
 					if len(own) != n || len(parts) != partitions || len(problems) > 0 {
