@@ -497,12 +497,15 @@ link "dc1_to_cloud" {
   # its number and slots only, so it stays put as topics grow; changing
   # slots moves partitions: stop every agent first. Slot 0's owner
   # creates and grows the destination topics and runs the config and ACL
-  # syncs. An agent that crashed loses its slots after session_timeout
+  # syncs and the group offset sync (groups, share_groups) over every
+  # slot's partitions, translating the other slots' from their
+  # checkpoints in the state topic. An agent that crashed loses its slots after session_timeout
   # (the group's session timeout: at least the brokers'
   # group.min.session.timeout.ms, 6 s by default); a clean stop hands them
   # on at once. Choose a few slots per agent that may ever run the link
   # (6 for 3 agents); more slots than partitions leaves slots idle.
-  # Not yet with a groups or share_groups block. Default: 1 (one session
-  # for the whole link; the agents stand by for each other).
+  # The per-link commands (pause, resume, failover, translation) are
+  # refused on a link with slots. Default: 1 (one session for the whole
+  # link; the agents stand by for each other).
   slots = 1
 }

@@ -104,15 +104,18 @@ func TestParseACLSync(t *testing.T) {
 	}
 }
 
-// Guards the slots key: one session by default, the number given, and the
-// problems of a value out of range and of slots beside a groups block,
-// with file:line.
+// Guards the slots key: one session by default, the number given, the
+// problems of a value out of range with file:line, and slots beside a
+// groups block (slot 0's owner syncs the groups).
 func TestParseSlots(t *testing.T) {
 	if l := mustParse(t, withLink()).Links[0]; l.Slots != 1 {
 		t.Errorf("without slots: %d, want 1", l.Slots)
 	}
 	if l := mustParse(t, withLink(`slots = 6`)).Links[0]; l.Slots != 6 {
 		t.Errorf("slots = 6: %d", l.Slots)
+	}
+	if l := mustParse(t, withLink(`slots = 4`, `groups { include = [".*"] }`)).Links[0]; l.Slots != 4 || l.Groups == nil {
+		t.Errorf("slots = 4 with a groups block: %d slots, groups %v", l.Slots, l.Groups)
 	}
 	for _, tc := range []struct {
 		name  string
@@ -123,8 +126,6 @@ func TestParseSlots(t *testing.T) {
 			[]string{`t.hcl:11:11: link.l.slots: 0 is out of range (use 1 (one session for the whole link) to 1024; a few slots per agent that may ever run the link, e.g. 6 for 3 agents)`}},
 		{"too many", []string{`slots = 5000`},
 			[]string{`t.hcl:11:11: link.l.slots: 5000 is out of range (use 1 (one session for the whole link) to 1024; a few slots per agent that may ever run the link, e.g. 6 for 3 agents)`}},
-		{"with groups", []string{`slots = 4`, `groups { include = [".*"] }`},
-			[]string{`t.hcl:11:11: link.l.slots: 4 slots with a groups or share_groups block: group offset sync does not run on a link with slots yet (translating a group's offsets needs the checkpoints of every slot; use slots = 1 on a link that syncs groups)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := problemLines(t, withLink(tc.lines...)); !slices.Equal(got, tc.want) {

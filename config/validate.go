@@ -416,10 +416,6 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 	if l.ShareGroups != nil && len(l.ShareGroups.Include) == 0 {
 		c.report(key+".share_groups.include", "at least one pattern is required", `to sync every share group write include = [".*"]; to sync none, leave the share_groups block out`)
 	}
-	if l.Slots > 1 && (l.Groups != nil || l.ShareGroups != nil) {
-		c.report(key+".slots", fmt.Sprintf("%d slots with a groups or share_groups block: group offset sync does not run on a link with slots yet", l.Slots),
-			"translating a group's offsets needs the checkpoints of every slot; use slots = 1 on a link that syncs groups")
-	}
 	c.positive(key+".config_sync_interval", l.ConfigSyncInterval)
 	c.positive(key+".acl_sync_interval", l.ACLSyncInterval)
 	validateConfigSync(c, key+".config_sync", l.ConfigSync)

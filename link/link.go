@@ -249,9 +249,6 @@ func (c *Config) validate() error {
 		if c.Slot < 0 || c.Slot >= l.Slots {
 			errs = append(errs, fmt.Errorf("link %s: slot %d is not one of its %d slots (0 to %d)", l.Name, c.Slot, l.Slots, l.Slots-1))
 		}
-		if l.Groups != nil || l.ShareGroups != nil {
-			errs = append(errs, fmt.Errorf("link %s: group offset sync (groups, share_groups) does not run with slots = %d yet: translating a group's offsets needs every slot's checkpoints; use slots = 1 for a link that syncs groups", l.Name, l.Slots))
-		}
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("link %s: shutdown timeout %s is not positive", l.Name, c.ShutdownTimeout))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/seed83556561/mirrord/failover"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/slots"
 	"github.com/seed83556561/mirrord/statestore"
 	"github.com/seed83556561/mirrord/translate"
 )
@@ -192,9 +194,53 @@ func (v moverView) Anchors(ctx context.Context) ([]translate.Anchor, error) {
 // Translator is how a round of translations translates: through the
 // running session's window and positions. With no session running there is
 // no round to translate for (group sync runs only in the live session).
+//
+// With slots (slot 0's Link runs the group sync), the partitions of the
+// other slots are translated as `mirrord offsets translate` does
+// (NewOffline): from the latest checkpoint of the link's sessions in the
+// state topic, read once per round when the round first needs it, and
+// forward over both clusters' logs from there. Their sessions run in other
+// agents, so only what they committed to the state topic and the
+// destination is known here; a translation is never past what the
+// destination holds (translate.Logs).
 func (v moverView) Translator(ctx context.Context) (translate.Func, func(), error) {
-	if v.l.online.Load() == nil {
+	l := v.l
+	if l.online.Load() == nil {
 		return nil, nil, errors.New("the link runs no session")
 	}
-	return v.l.Translate, func() {}, nil
+	if !l.slotted() {
+		return l.Translate, func() {}, nil
+	}
+	var (
+		mu     sync.Mutex
+		off    *translate.Offline
+		offErr error
+	)
+	offline := func(ctx context.Context) (*translate.Offline, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if off == nil && offErr == nil {
+			off, offErr = NewOffline(ctx, l.cfg, l.deps)
+		}
+		return off, offErr
+	}
+	tr := func(ctx context.Context, topic string, partition int32, offset int64) (translate.Result, error) {
+		if l.owns(topic, partition) {
+			return l.Translate(ctx, topic, partition, offset)
+		}
+		o, err := offline(ctx)
+		if err != nil {
+			return translate.Result{}, fmt.Errorf("translate %s[%d] offset %d (slot %d's): %w", topic, partition, offset, slots.Of(topic, partition, l.cfg.Link.Slots), err)
+		}
+		return o.Translate(ctx, topic, partition, offset)
+	}
+	done := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if off != nil {
+			off.Close()
+		}
+		off, offErr = nil, errors.New("the round is over")
+	}
+	return tr, done, nil
 }

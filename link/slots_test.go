@@ -3,12 +3,15 @@ package link
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/failover"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/slots"
 	"github.com/seed83556561/mirrord/statestore"
 )
@@ -170,8 +173,107 @@ func TestSlotSessions(t *testing.T) {
 	})
 }
 
-// The slot a Link runs must be one of the link's, and group offset sync,
-// which needs every slot's checkpoints, is refused on a link with slots.
+// Group offset sync on a link with slots: slot 0's session syncs the groups
+// over every slot's partitions, translating those the other slots mirror
+// through their sessions' checkpoints in the state topic; the other slots
+// run no group sync. A consumer group that read part of every partition at
+// the source reads the rest at the destination from what the sync
+// committed: each committed source record once, in order, in both
+// delivery modes.
+func TestSlotGroupSync(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+			t.Run(delivery.String(), func(t *testing.T) {
+				const n = 3
+				d := delivery.String()[:3] // on Kafka the scenario's subtests share the clusters
+				tb, ub := "g"+d, "h"+d
+				f := e.mirrored(t, "slotgrp"+d, srcTopic(tb, 4), srcTopic(ub, 2))
+				f.cfg.Link.Delivery = delivery
+				f.cfg.Link.Slots = n
+				group := f.topic("app" + d)
+				f.cfg.Link.Groups = &config.Groups{Include: []*regexp.Regexp{regexp.MustCompile(`^` + regexp.QuoteMeta(group) + `$`)}}
+				f.cfg.Link.GroupSyncInterval = 300 * time.Millisecond
+				f.load(idempotent, 1, "a"+d, 70)
+				f.load(transactional, 3, "b"+d, 50)
+				f.load(plain, 0, "c"+d, 30)
+
+				topics := f.topics(tb, ub)
+				var parts []tp.Key
+				bySlot := map[int]int{}
+				for _, b := range []struct {
+					base  string
+					parts int32
+				}{{tb, 4}, {ub, 2}} {
+					for p := range b.parts {
+						parts = append(parts, tp.Key{Topic: f.topic(b.base), Partition: p})
+						bySlot[slots.Of(f.topic(b.base), p, n)]++
+					}
+				}
+				if len(bySlot) < 2 {
+					t.Fatalf("the partitions fall in slots %v: the test needs partitions of slot 0 and of others", bySlot)
+				}
+				ls := make([]*testLink, n)
+				began := time.Now()
+				for i := range n {
+					c := f.cfg
+					c.Slot = i
+					ls[i] = startLink(t, c, f.src, f.dst, fmt.Sprintf("slot-%d", i))
+				}
+				f.waitSameCommitted(90 * time.Second)
+				t.Logf("mirrored after %s", time.Since(began).Round(time.Millisecond))
+				truth := map[tp.Key]logTruth{}
+				total := 0
+				for _, k := range parts {
+					if delivery == statestore.DeliveryTransactional {
+						truth[k] = readTruthTxn(t, f.src, f.dst, k.Topic, k.Topic, k.Partition)
+					} else {
+						truth[k] = readTruth(t, f.src, f.dst, k.Topic, k.Topic, k.Partition)
+					}
+					total += len(truth[k].src)
+				}
+				t.Logf("read the truth after %s", time.Since(began).Round(time.Millisecond))
+				app := &groupMove{rd: kgoGroup{}, group: group, parts: parts, truth: truth, rename: func(s string) string { return s }}
+				app.atSrc = app.rd.readSome(t, f.src, group, topics, parts, total*2/5)
+				t.Logf("the group read %d of %d records at the source after %s", total*2/5, total, time.Since(began).Round(time.Millisecond))
+
+				var synced failover.GroupStatus
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					if gs := ls[0].Status().GroupSync; gs != nil {
+						for _, g := range gs.Groups {
+							if g.Group == group {
+								synced = g
+							}
+						}
+					}
+					if synced.State == failover.GroupUpToDate && committedAll(synced, app.atSrc) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("slot 0's group sync did not sync group %s over all %d partitions: %+v; status %+v", group, len(parts), synced, ls[0].Status().GroupSync)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				t.Logf("slot 0 synced the group after %s", time.Since(began).Round(time.Millisecond))
+				for _, p := range synced.Partitions {
+					k := tp.Key{Topic: p.SourceTopic, Partition: p.Partition}
+					if want := truth[k].want(p.SourceCommitted); truth[k].canon(p.DestinationCommitted) != want {
+						t.Errorf("%s[%d] (slot %d): source committed %d, destination committed %d, want %d",
+							k.Topic, k.Partition, slots.Of(k.Topic, k.Partition, n), p.SourceCommitted, p.DestinationCommitted, want)
+					}
+				}
+				for _, i := range []int{1, 2} {
+					if gs := ls[i].Status().GroupSync; gs != nil {
+						t.Errorf("slot %d reports a group sync (%+v): only slot 0 runs it", i, gs)
+					}
+				}
+				app.check(t, f.dst)
+			})
+		}
+	})
+}
+
+// The slot a Link runs must be one of the link's.
 func TestSlotConfig(t *testing.T) {
 	e := onKfake(t)
 	src := e.cluster(t, "src", "src-id")
@@ -184,7 +286,6 @@ func TestSlotConfig(t *testing.T) {
 	}{
 		{"slot out of range", func(c *Config) { c.Link.Slots, c.Slot = 3, 3 }, "slot 3 is not one of its 3 slots (0 to 2)"},
 		{"negative slot", func(c *Config) { c.Link.Slots, c.Slot = 3, -1 }, "slot -1 is not one of its 3 slots"},
-		{"groups", func(c *Config) { c.Link.Slots, c.Link.Groups = 4, &config.Groups{} }, "group offset sync (groups, share_groups) does not run with slots = 4 yet"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base

@@ -82,7 +82,9 @@ func (l *Link) Status() Status {
 	defer l.mu.Unlock()
 	s := l.status
 	s.Partitions = slices.Clone(s.Partitions)
-	s.GroupSync, s.Failover = l.mover.GroupSync(), l.mover.Failover()
+	if l.linkWide() { // with slots, slot 0's Link alone runs the Mover
+		s.GroupSync, s.Failover = l.mover.GroupSync(), l.mover.Failover()
+	}
 	s.Counters = l.met.counts()
 	return s
 }
