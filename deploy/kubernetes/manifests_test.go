@@ -145,11 +145,15 @@ func TestManifests(t *testing.T) {
 	if m.sts.Spec.Selector == nil || !matches(m.sts.Spec.Selector.MatchLabels, pod.Labels) {
 		t.Errorf("the StatefulSet's selector %v does not select its pods %v", m.sts.Spec.Selector, pod.Labels)
 	}
-	if r := m.sts.Spec.Replicas; r == nil || *r < 2 {
-		t.Errorf("StatefulSet replicas %v: want an active agent and a standby", r)
+	hcl := m.configMap.Data["config.hcl"]
+	if r := m.sts.Spec.Replicas; r == nil || *r != 3 {
+		t.Errorf("StatefulSet replicas %v: want three agents", r)
 	}
-	if mu := m.pdb.Spec.MinAvailable; mu == nil || mu.IntValue() != 1 {
-		t.Errorf("PodDisruptionBudget minAvailable %v: a drain stops one agent at a time", mu)
+	if s := regexp.MustCompile(`(?m)^\s*slots\s*=\s*(\d+)`).FindStringSubmatch(hcl); s == nil || s[1] != "6" {
+		t.Errorf("config.hcl's link: slots %v, want 6 (two slots per agent of three)", s)
+	}
+	if mu := m.pdb.Spec.MaxUnavailable; mu == nil || mu.IntValue() != 1 || m.pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget maxUnavailable %v, minAvailable %v: a drain stops one agent at a time", mu, m.pdb.Spec.MinAvailable)
 	}
 	if m.sts.Spec.ServiceName != m.svc.Name {
 		t.Errorf("StatefulSet serviceName %q, the Service is %q", m.sts.Spec.ServiceName, m.svc.Name)
@@ -168,7 +172,6 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("%d containers, want mirrord's", len(pod.Spec.Containers))
 	}
 	c := pod.Spec.Containers[0]
-	hcl := m.configMap.Data["config.hcl"]
 	listen := regexp.MustCompile(`(?m)^\s*listen\s*=\s*"([^"]*)"`).FindStringSubmatch(hcl)
 	if listen == nil {
 		t.Fatal("config.hcl sets no agent.listen: the default, 127.0.0.1:9644, is unreachable from the kubelet and Prometheus")
@@ -189,8 +192,9 @@ func TestManifests(t *testing.T) {
 	if len(m.sm.Spec.Endpoints) != 1 || m.sm.Spec.Endpoints[0].Port != "http" || m.sm.Spec.Endpoints[0].Path != "/metrics" {
 		t.Errorf("ServiceMonitor endpoints %+v, want /metrics on the Service's port http", m.sm.Spec.Endpoints)
 	}
-	// Every probe asks /healthz: /readyz fails on a standby, whose links
-	// wait in PREPARING, and a rolling update would wait for it.
+	// Every probe asks /healthz: /readyz fails while an agent has not
+	// joined the slots group or a slot it owns is not MIRRORING, and a
+	// rolling update would wait for it.
 	for name, probe := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" || probe.HTTPGet.Port.String() != "http" {
 			t.Errorf("%s probe %+v, want GET /healthz on port http", name, probe)
