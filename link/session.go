@@ -687,7 +687,13 @@ func settingsDiffer(lv statestore.LinkValue, name, fp string) error {
 
 // takeSlot is standBy for a slot's session (standbySlot): the slots group
 // gave the slot to this agent, so it takes it at once, saying from whom and
-// why; it refuses one whose last holder ran the link with other settings.
+// why. As standBy does, it refuses while the slot's holder ran the link with
+// other settings and may still run it (its lease runs, no clean stop): two
+// configurations of one link never run at once. A holder with other
+// settings that stopped cleanly or whose lease lapsed is taken over, the
+// change logged: a change of settings is every agent stopped and started
+// again, and the slots group need not give a slot back to the agent that
+// ran it.
 func (s *session) takeSlot(ctx context.Context) error {
 	own, fp := s.l.cfg.Agent, s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
 	view, err := s.store.ReplayCommitted(ctx, s.l.sess)
@@ -700,10 +706,11 @@ func (s *session) takeSlot(ctx context.Context) error {
 		return nil
 	}
 	other := own != "" && lv.Agent != "" && lv.Agent != own
-	if other && lv.Fingerprint != "" && lv.Fingerprint != fp {
+	left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
+	differ := lv.Fingerprint != "" && lv.Fingerprint != fp
+	if other && differ && !lv.Clean() && left > 0 {
 		return settingsDiffer(lv, s.l.sess, fp)
 	}
-	left := time.UnixMilli(lv.LeaseExpiresMs).Sub(s.l.deps.Now())
 	cause := "its session stopped cleanly (" + lv.State.String() + ")"
 	switch {
 	case lv.Clean():
@@ -712,7 +719,11 @@ func (s *session) takeSlot(ctx context.Context) error {
 	default:
 		cause = fmt.Sprintf("the slots group moved the slot while its lease has %s left (its agent left the group or lost it)", left.Round(time.Millisecond))
 	}
-	s.log.Info("taking over the slot", "from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause)
+	kv := []any{"from_agent", lv.Agent, "session_epoch", lv.SessionEpoch, "cause", cause}
+	if differ {
+		kv = append(kv, "settings_changed", fmt.Sprintf("the previous holder's fingerprint %s, this agent's %s", lv.Fingerprint, fp))
+	}
+	s.log.Info("taking over the slot", kv...)
 	return nil
 }
 

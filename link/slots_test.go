@@ -401,3 +401,77 @@ func TestSlotsChange(t *testing.T) {
 		}
 	})
 }
+
+// A link with slots whose settings change: every agent stops cleanly, and
+// all start again with the new settings (what the README asks for a
+// change of settings), the slots group giving each slot to another agent
+// than the one that ran it. Each slot's new owner takes the slot from its
+// cleanly stopped holder with the old settings, and the mirror goes on,
+// every record once. A slot whose holder with other settings is still
+// live (its lease runs) is refused, naming that agent.
+func TestSlotSettingsChange(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		const n = 3
+		tb, ub := "s", "r"
+		f := e.mirrored(t, "slotset", srcTopic(tb, 4), srcTopic(ub, 2))
+		f.cfg.Link.Delivery = statestore.DeliveryTransactional
+		f.cfg.Link.Slots = n
+		run := func(round int, cfg Config, agentOf func(slot int) string) []*testLink {
+			ls := make([]*testLink, n)
+			for i := range n {
+				c := cfg
+				c.Slot, c.Agent = i, agentOf(i)
+				ls[i] = startLink(t, c, f.src, f.dst, fmt.Sprintf("round %d slot %d at %s", round, i, c.Agent))
+			}
+			for i, l := range ls {
+				deadline := time.Now().Add(60 * time.Second)
+				for l.Status().State != Mirroring && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if st := l.Status(); st.State != Mirroring {
+					t.Fatalf("round %d: slot %d at %s is %s, last error %q", round, i, agentOf(i), st.State, st.LastError)
+				}
+			}
+			f.waitSameCommitted(90 * time.Second)
+			return ls
+		}
+		f.load(idempotent, 1, "i1", 40)
+		f.load(transactional, 2, "x1", 30)
+		old := f.cfg
+		ls := run(1, old, func(slot int) string { return fmt.Sprintf("pod-%d", slot) })
+		for _, l := range ls {
+			l.stop(t, false)
+		}
+
+		// The settings change; the agents start again, each slot at
+		// another agent.
+		changed := f.cfg
+		changed.Link.ConfigSync.Enabled = !changed.Link.ConfigSync.Enabled
+		if changed.Link.Fingerprint("a", "b") == old.Link.Fingerprint("a", "b") {
+			t.Fatal("the change does not change the link's fingerprint: the test tests nothing")
+		}
+		f.load(idempotent, 3, "i2", 40)
+		f.load(transactional, 0, "x2", 30)
+		ls = run(2, changed, func(slot int) string { return fmt.Sprintf("pod-%d", (slot+1)%n) })
+
+		// An agent with the old settings given slot 1 while its holder
+		// runs is refused, naming the holder.
+		c := old
+		c.Slot, c.Agent = 1, "pod-9"
+		stale := startLink(t, c, f.src, f.dst, "old settings")
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(stale.Status().LastError, "other settings") && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if st := stale.Status(); !strings.Contains(st.LastError, "other settings") || !strings.Contains(st.LastError, `"pod-2"`) || st.State == Mirroring {
+			t.Errorf("slot 1 with the old settings beside its live holder: %s, last error %q; want a refusal naming pod-2", st.State, st.LastError)
+		}
+		stale.stop(t, false)
+		f.load(plain, 0, "p3", 20)
+		f.waitSameCommitted(90 * time.Second)
+		for _, l := range ls {
+			l.stop(t, false)
+		}
+		f.exactlyOnceCommitted()
+	})
+}
