@@ -9,6 +9,7 @@
 //
 //	go run ./faults/cmd/soak                      # 30 minutes on Kafka 4.4.0
 //	go run ./faults/cmd/soak -duration 2h -pause 30s -report soak.txt
+//	go run ./faults/cmd/soak -agents 3 -slots 6   # three agents sharing the link
 //
 // It needs java (17 or later) and mvn, as the real-Kafka test tier does, and
 // exits 0 when the mirror is exact, 1 when it is not or a fault failed, 2 on
@@ -44,6 +45,8 @@ func soak(args []string) int {
 	keep := fs.Bool("keep", false, "keep the clusters' directories and the agent's log")
 	delivery := fs.String("delivery", "preserve", "the link's delivery mode: preserve or transactional")
 	agents := fs.Int("agents", 1, "how many agents run the link; with more than one they are named and stand by for each other, and an agent fault kills the one that holds the link, which starts again once another took it over")
+	slots := fs.Int("slots", 1, "the link's slots; above 1 (with -agents above 1) the agents share the link, and an agent fault kills the owner of slot 0, which starts again once the others own every slot")
+	sessionTimeout := fs.Duration("session-timeout", 0, "the link's session_timeout (with slots also the slots group's); 0: the default")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,6 +58,14 @@ func soak(args []string) int {
 		fmt.Fprintln(os.Stderr, "soak: -agents must be at least 1")
 		return 2
 	}
+	if *slots < 1 || *slots > 1 && *agents < 2 {
+		fmt.Fprintln(os.Stderr, "soak: -slots must be at least 1, and above 1 only with -agents above 1")
+		return 2
+	}
+	if *sessionTimeout < 0 {
+		fmt.Fprintln(os.Stderr, "soak: -session-timeout must not be negative")
+		return 2
+	}
 	if *duration <= 0 || *pause <= 0 {
 		fmt.Fprintln(os.Stderr, "soak: -duration and -pause must be positive")
 		return 2
@@ -64,14 +75,29 @@ func soak(args []string) int {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	if err := run(ctx, *duration, *pause, *version, *seed, *reportPath, *keep, *delivery, *agents, logf); err != nil {
+	o := options{duration: *duration, pause: *pause, version: *version, seed: *seed, reportPath: *reportPath, keep: *keep,
+		delivery: *delivery, agents: *agents, slots: *slots, sessionTimeout: *sessionTimeout}
+	if err := run(ctx, o, logf); err != nil {
 		logf("soak: %v", err)
 		return 1
 	}
 	return 0
 }
 
-func run(ctx context.Context, duration, pause time.Duration, version string, seed uint64, reportPath string, keep bool, delivery string, agents int, logf func(string, ...any)) error {
+// options are soak's flags.
+type options struct {
+	duration, pause time.Duration
+	version         string
+	seed            uint64
+	reportPath      string
+	keep            bool
+	delivery        string
+	agents, slots   int
+	sessionTimeout  time.Duration
+}
+
+func run(ctx context.Context, o options, logf func(string, ...any)) error {
+	duration, pause, version, seed, reportPath, keep, delivery, agents := o.duration, o.pause, o.version, o.seed, o.reportPath, o.keep, o.delivery, o.agents
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "mirrord-soak-")
 	if err != nil {
@@ -108,8 +134,15 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 		Bin: bin, Dir: dir, Source: env.Addrs(faults.Source), Dest: env.Addrs(faults.Destination),
 		Include: "orders|events", StateTopic: "__mirror_state", Delivery: delivery,
 	}
+	if o.slots > 1 {
+		cfg.LinkExtra += fmt.Sprintf("  slots = %d\n", o.slots)
+	}
+	if o.sessionTimeout > 0 {
+		cfg.LinkExtra += fmt.Sprintf("  session_timeout = %q\n", o.sessionTimeout.String())
+	}
 	var agent faults.Mirror
 	var group *faults.Group
+	var slotted *faults.Slotted
 	if agents == 1 {
 		a, err := faults.NewAgent(cfg)
 		if err != nil {
@@ -132,8 +165,13 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 			defer a.Kill()
 			as = append(as, a)
 		}
-		group = faults.NewGroup(as...)
-		agent = group
+		if o.slots > 1 {
+			slotted = faults.NewSlotted(o.slots, as...)
+			agent = slotted
+		} else {
+			group = faults.NewGroup(as...)
+			agent = group
+		}
 	}
 	if err := agent.Start(); err != nil {
 		return err
@@ -167,6 +205,11 @@ func run(ctx context.Context, duration, pause time.Duration, version string, see
 		took, by := group.Takeovers()
 		fmt.Fprintf(&report, "%d agents: %d takeovers of a killed holder's link by a standby, in turn by %v; kill to another agent MIRRORING: %s\n",
 			agents, len(took), by, faults.FiguresOf(took))
+	}
+	if slotted != nil {
+		moves, twice := slotted.Moves()
+		fmt.Fprintf(&report, "%d agents sharing %d slots: %d kills of slot 0's owner; kill to every slot MIRRORING at the other agents: %s; surveys that saw a slot run by two agents: %d\n",
+			agents, o.slots, len(moves), faults.FiguresOf(moves), twice)
 	}
 	_, _ = os.Stdout.Write(report.Bytes()) // like fmt.Print: nowhere else to report it
 	if reportPath != "" {

@@ -1,0 +1,196 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seed83556561/mirrord/internal/backoff"
+	"github.com/seed83556561/mirrord/link"
+)
+
+var _ Mirror = (*Slotted)(nil)
+
+// Slotted is several named agents (AgentConfig.Name) that share one link
+// with slots (AgentConfig.LinkExtra sets slots): the link's slots group
+// gives each running agent some of them. Its Status is the link's as a
+// whole: MIRRORING when every slot has exactly one MIRRORING owner. Kill
+// SIGKILLs the owner of slot 0 (the link-wide work), or the first running
+// agent when no agent owns it; Start starts it again only once the others
+// own every slot, MIRRORING (so that what a kill exercises is the move of
+// its slots, not the killed agent's own restart), and records how long
+// that took.
+type Slotted struct {
+	agents []*Agent
+	slots  int
+
+	mu       sync.Mutex
+	killed   []*Agent
+	killedAt time.Time
+	moves    []time.Duration // kill to every slot MIRRORING at the others
+	twice    int             // surveys that saw a slot run by two agents
+}
+
+// NewSlotted makes the agents of a link with slots slots; Start starts
+// them all the first time.
+func NewSlotted(slots int, agents ...*Agent) *Slotted {
+	return &Slotted{agents: agents, slots: slots, killed: slices.Clone(agents)}
+}
+
+// survey asks every running agent for its slots. owners maps each slot to
+// the agent running it (the last one asked when two do, which twice
+// counts); st is the link as a whole: the partitions of every slot, the
+// largest lag in time (nil while any slot's is unknown), and MIRRORING only
+// when every slot has one MIRRORING owner, else the state and last error
+// of the first slot that has not (PREPARING for a slot nobody runs).
+func (s *Slotted) survey(ctx context.Context) (owners map[int]*Agent, st link.Status, err error) {
+	owners = map[int]*Agent{}
+	bySlot := map[int]link.Status{}
+	var errs []error
+	answered := false
+	for _, a := range s.agents {
+		if slices.Contains(s.killed, a) {
+			continue
+		}
+		sts, err := a.Statuses(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("agent %s: %w", a.cfg.Name, err))
+			continue
+		}
+		answered = true
+		for _, ss := range sts {
+			if ss.Slot == nil {
+				return nil, link.Status{}, fmt.Errorf("agent %s: a status without a slot (is slots set?): %+v", a.cfg.Name, ss)
+			}
+			if _, dup := owners[*ss.Slot]; dup {
+				s.twice++
+			}
+			owners[*ss.Slot], bySlot[*ss.Slot] = a, ss
+		}
+	}
+	if !answered {
+		if len(errs) == 0 {
+			errs = append(errs, errors.New("no agent runs"))
+		}
+		return nil, link.Status{}, errors.Join(errs...)
+	}
+	st = link.Status{Name: LinkName, State: link.Mirroring}
+	var lag float64
+	lagKnown := true
+	for slot := range s.slots {
+		ss, ok := bySlot[slot]
+		switch {
+		case !ok && st.State == link.Mirroring:
+			st.State, st.LastError = link.Preparing, fmt.Sprintf("slot %d has no owner", slot)
+		case ok && ss.State != link.Mirroring && st.State == link.Mirroring:
+			st.State, st.LastError = ss.State, fmt.Sprintf("slot %d at agent %s: %s", slot, owners[slot].cfg.Name, ss.LastError)
+		}
+		if !ok {
+			continue
+		}
+		st.Partitions = append(st.Partitions, ss.Partitions...)
+		if ss.LagSeconds == nil {
+			lagKnown = false
+		} else {
+			lag = max(lag, *ss.LagSeconds)
+		}
+	}
+	if lagKnown && st.State == link.Mirroring {
+		st.LagSeconds = &lag
+	}
+	return owners, st, nil
+}
+
+// Status is the link's status as a whole (survey).
+func (s *Slotted) Status(ctx context.Context) (link.Status, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, st, err := s.survey(ctx)
+	return st, err
+}
+
+// Kill SIGKILLs the owner of slot 0, or the first running agent when none
+// owns it.
+func (s *Slotted) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	owners, _, _ := s.survey(ctx)
+	a := owners[0]
+	if a == nil {
+		for _, b := range s.agents {
+			if !slices.Contains(s.killed, b) {
+				a = b
+				break
+			}
+		}
+	}
+	if a == nil {
+		return
+	}
+	a.Kill()
+	s.killed = append(s.killed, a)
+	s.killedAt = time.Now()
+}
+
+// Start starts the agents Kill killed once the others own every slot,
+// MIRRORING (within 3 minutes; then anyway), or all of them the first time.
+func (s *Slotted) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.killed) < len(s.agents) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for {
+			if _, st, err := s.survey(ctx); err == nil && st.State == link.Mirroring {
+				s.moves = append(s.moves, time.Since(s.killedAt))
+				break
+			}
+			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
+				break
+			}
+		}
+	}
+	var errs []error
+	for _, a := range s.killed {
+		if err := a.Start(); err != nil {
+			errs = append(errs, fmt.Errorf("agent %s: %w", a.cfg.Name, err))
+		}
+	}
+	s.killed = nil
+	return errors.Join(errs...)
+}
+
+// WaitMirroring waits until every slot has one MIRRORING owner.
+func (s *Slotted) WaitMirroring(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		_, st, err := s.survey(ctx)
+		s.mu.Unlock()
+		if err == nil && st.State == link.Mirroring {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("the slots have no MIRRORING owner each within %s: %w", within, err)
+			}
+			return fmt.Errorf("the slots have no MIRRORING owner each within %s: %s: %s", within, st.State, st.LastError)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Moves are the times from each kill until the other agents owned every
+// slot, MIRRORING, and how many surveys saw a slot run by two agents.
+func (s *Slotted) Moves() ([]time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.moves), s.twice
+}
