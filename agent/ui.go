@@ -20,7 +20,8 @@ import (
 // GET /ui/{file}. Plain ES modules and CSS, no build step, nothing loaded
 // from another host (the Content-Security-Policy forbids it, and a test
 // checks every file). The page reads GET /v1/status every second and GET
-// /v1/links/{name}/history at the history's interval, and sends the
+// /v1/links/{name}/history at the history's interval (not for the slots of
+// a link with slots, which /v1/status lists one by one), and sends the
 // operator's token, if the API asks for one, as an Authorization header.
 //
 //go:embed ui
@@ -198,6 +199,14 @@ func (a *Agent) overview(w http.ResponseWriter, _ *http.Request) {
 	}
 	for _, st := range a.statuses() {
 		out.Links = append(out.Links, newLinkView(st))
+	}
+	// The slots this agent runs of its links with slots: each a card of
+	// its own, with no commands (they answer 409 on such a link) and no
+	// history (the agent keeps none for a slot, which may move).
+	for _, st := range a.SlotStatuses() {
+		v := newLinkView(st)
+		v.Commands = []string{}
+		out.Links = append(out.Links, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed83556561/mirrord/config"
 	"github.com/seed83556561/mirrord/failover"
@@ -606,5 +607,73 @@ func TestStatusPageThousandPartitions(t *testing.T) {
 		t.Errorf("the records chart starts at %q, want −60 min", got)
 	}
 	b.screenshot("statuspage-1000-partitions.png")
+	b.checkClean(srv.URL)
+}
+
+// TestStatusPageSlots drives the status page of an agent that runs a link
+// with slots (issue 24): one card per slot it owns, named "l (slot N)",
+// MIRRORING, with the slot's partitions and records, no command buttons
+// (the per-link commands answer 409 on a link with slots) and no charts
+// (the agent keeps no history of a slot); the page asks for no slot's
+// history and logs no error.
+func TestStatusPageSlots(t *testing.T) {
+	b := newBrowser(t, 1280, 900)
+	srcC, dstC := kafkatest.Pair(t)
+	srcCl := producer(t, srcC)
+	const partitions, slots = 6, 2
+	createOrders(t, srcCl, partitions)
+	ends := produce(t, srcCl, partitions, "first", 20)
+	total := int64(partitions * 20)
+	var wantNext []string
+	for p := range int32(partitions) {
+		wantNext = append(wantNext, commas(ends[p]))
+	}
+	slices.Sort(wantNext)
+	hcl := strings.Replace(agentHCL(srcC, dstC, ""), `session_timeout                = "3s"`,
+		fmt.Sprintf("session_timeout = \"6s\"\n  slots = %d", slots), 1)
+	a := newAgent(t, hcl, nil, newLogBuffer(t), prometheus.NewRegistry())
+	start(t, a)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+
+	b.do(chromedp.Navigate(srv.URL + "/"))
+	var parts, records []string
+	for s := range slots {
+		key := fmt.Sprintf("l.%d", s)
+		b.waitFor("slot "+key+" MIRRORING", fmt.Sprintf(`%s?.textContent === 'MIRRORING'`, field(key, "state")))
+		if got, want := eval[string](b, field(key, "name")+".textContent"), fmt.Sprintf("l (slot %d)", s); got != want {
+			t.Errorf("slot %d's card is named %q, want %q", s, got, want)
+		}
+		if !eval[bool](b, fmt.Sprintf(`[...document.querySelectorAll('.link[data-link="%s"] button[data-command]')].every(b => b.hidden)`, key)) {
+			t.Errorf("slot %d's card shows command buttons; the commands answer 409 on a link with slots", s)
+		}
+		if !eval[bool](b, card(key, ".charts")+".hidden") || !eval[bool](b, card(key, ".charts-legend")+".hidden") {
+			t.Errorf("slot %d's card shows charts, and no history is kept of a slot", s)
+		}
+		parts = append(parts, field(key, "partitions")+".textContent")
+		records = append(records, field(key, "records")+".textContent.replaceAll(',', '')")
+	}
+	sum := func(exprs []string) string {
+		var terms []string
+		for _, e := range exprs {
+			terms = append(terms, "Number("+e+")")
+		}
+		return "(" + strings.Join(terms, " + ") + ")"
+	}
+	b.waitFor("the slots' partitions and records adding up to the link's", fmt.Sprintf(`%s === %d && %s === %d`, sum(parts), partitions, sum(records), total))
+	b.waitFor("the slots' partition tables at the source's end offsets", fmt.Sprintf(
+		`JSON.stringify([...document.querySelectorAll('.link .parts tbody tr:not([hidden])')].map(tr => tr.cells[3].textContent).sort()) === %q`,
+		mustJSON(t, wantNext)))
+	if got := eval[int](b, `document.querySelectorAll('.link').length`); got != slots {
+		t.Errorf("%d cards, want one per slot (%d)", got, slots)
+	}
+	b.screenshot("statuspage-slots.png")
+	b.mu.Lock()
+	for _, u := range b.requests {
+		if strings.Contains(u, "/history") {
+			t.Errorf("the page asked for %s: no history is kept of a slot", u)
+		}
+	}
+	b.mu.Unlock()
 	b.checkClean(srv.URL)
 }

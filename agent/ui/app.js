@@ -133,15 +133,20 @@ class LinkCard {
   // alarm, headline, help}, in order); the card lists every counter that is
   // not a headline figure, and marks a non-zero alarm counter (the
   // README's Operations section alerts on these).
-  constructor(name, counters) {
+  // name: the link's; slot: the slot of a link with slots this card shows
+  // (null without slots).
+  constructor(name, slot, counters) {
     const frag = $('link-template').content.cloneNode(true);
     this.el = frag.querySelector('.link');
-    this.el.dataset.link = name;
+    this.el.dataset.link = cardKey(name, slot);
     this.name = name;
+    this.slot = slot;
     this.f = {};
     for (const el of this.el.querySelectorAll('[data-f]')) this.f[el.dataset.f] = el;
     this.table = new PartitionTable(this.el.querySelector('.partitions'));
     this.charts = [...this.el.querySelectorAll('figure.chart')].map((fig) => new Chart(fig, SERIES[fig.dataset.series]));
+    // A slot has no history to chart (history).
+    for (const el of this.el.querySelectorAll('.charts, .charts-legend')) el.hidden = slot !== null;
     this.marks = []; // {at, records, bytes} of the last polls, for the rates
     this.historyDue = 0;
     this.historyBusy = false;
@@ -168,7 +173,7 @@ class LinkCard {
 
   update(st, atMs) {
     const f = this.f;
-    set(f.name, st.name);
+    set(f.name, this.slot === null ? st.name : `${st.name} (slot ${this.slot})`);
     // A hot standby says for whom it stands by (standing_by).
     set(f.state, st.standing_by ? `${st.state} · standby for ${st.standing_by}` : st.state);
     if (f.state.dataset.state !== st.state) f.state.dataset.state = st.state;
@@ -269,8 +274,10 @@ class LinkCard {
   }
 
   // history fetches the link's samples and redraws the charts.
+  // A slot has none: the agent keeps no history of a slot, which may move
+  // to another agent.
   async history(ov, atMs) {
-    if (this.historyBusy || atMs < this.historyDue) return;
+    if (this.slot !== null || this.historyBusy || atMs < this.historyDue) return;
     this.historyBusy = true;
     const intervalMs = Math.max(1000, ov.history.interval_seconds * 1000);
     this.historyDue = atMs + Math.min(30000, intervalMs);
@@ -313,6 +320,12 @@ class LinkCard {
   }
 }
 
+// cardKey names a card: the link's name, or for a slot of a link with slots
+// the slot's session (`<link>.<slot>`).
+function cardKey(name, slot) {
+  return slot === null ? name : `${name}.${slot}`;
+}
+
 function region(r, hashed) {
   if (!r) return '—';
   return hashed ? `${r} (hashed: the cluster ID is not a UUID)` : r;
@@ -331,20 +344,22 @@ function render(ov) {
   const atMs = Date.parse(ov.at);
   const seen = new Set();
   for (const st of ov.links) {
-    seen.add(st.name);
-    let card = cards.get(st.name);
+    const slot = st.slot ?? null;
+    const key = cardKey(st.name, slot);
+    seen.add(key);
+    let card = cards.get(key);
     if (!card) {
-      card = new LinkCard(st.name, ov.counters || []);
-      cards.set(st.name, card);
+      card = new LinkCard(st.name, slot, ov.counters || []);
+      cards.set(key, card);
       main.append(card.el);
     }
     card.update(st, atMs);
     card.history(ov, atMs);
   }
-  for (const [name, card] of cards) {
-    if (!seen.has(name)) {
+  for (const [key, card] of cards) {
+    if (!seen.has(key)) {
       card.el.remove();
-      cards.delete(name);
+      cards.delete(key);
     }
   }
   $('no-links').hidden = ov.links.length > 0;
