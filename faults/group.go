@@ -30,24 +30,107 @@ var (
 	_ Mirror = (*Group)(nil)
 )
 
+// turns is what Group and Slotted share: their agents, the ones Kill
+// killed, and when. Its methods are called with the owner's lock held
+// (waitUntil takes it itself).
+type turns struct {
+	agents []*Agent
+
+	mu       sync.Mutex
+	killed   []*Agent
+	killedAt time.Time
+	waits    []time.Duration // kill to the condition restart waited for
+}
+
+func newTurns(agents []*Agent) turns {
+	return turns{agents: agents, killed: slices.Clone(agents)}
+}
+
+// running reports whether a is running (not killed, or not started yet).
+func (t *turns) running(a *Agent) bool { return !slices.Contains(t.killed, a) }
+
+// kill SIGKILLs victim, or the first running agent when victim is nil.
+func (t *turns) kill(victim *Agent) {
+	if victim == nil {
+		for _, b := range t.agents {
+			if t.running(b) {
+				victim = b
+				break
+			}
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.Kill()
+	t.killed = append(t.killed, victim)
+	t.killedAt = time.Now()
+}
+
+// restart starts the killed agents again: the first time all of them at
+// once; after a kill, once taken reports the kill's work taken over by the
+// other agents (within 3 minutes; then anyway), recording the time since
+// the kill.
+func (t *turns) restart(taken func(ctx context.Context) bool) error {
+	if len(t.killed) < len(t.agents) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for {
+			if taken(ctx) {
+				t.waits = append(t.waits, time.Since(t.killedAt))
+				break
+			}
+			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
+				break
+			}
+		}
+	}
+	var errs []error
+	for _, a := range t.killed {
+		if err := a.Start(); err != nil {
+			errs = append(errs, fmt.Errorf("agent %s: %w", a.cfg.Name, err))
+		}
+	}
+	t.killed = nil
+	return errors.Join(errs...)
+}
+
+// waitUntil polls done (under the lock) every 100 ms until it holds, or
+// fails after within with what, its last answer's problem and error.
+func (t *turns) waitUntil(ctx context.Context, within time.Duration, what string, done func(ctx context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		t.mu.Lock()
+		ok, problem, err := done(ctx)
+		t.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%s within %s: %w", what, within, err)
+			}
+			return fmt.Errorf("%s within %s: %s", what, within, problem)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Group is several named agents (AgentConfig.Name) of one link: one holds
 // it, the others stand by. Kill kills the holder; Start starts it again
 // only once another agent took the link over (so that the standbys'
 // takeover is what a kill exercises, not the killed agent's own restart),
 // and records how long that took.
 type Group struct {
-	agents []*Agent
-
-	mu        sync.Mutex
-	killed    []*Agent
-	killedAt  time.Time
-	takeovers []time.Duration // kill to another agent MIRRORING
-	holders   []string        // the agent names that held the link, in turn
+	turns
+	holders []string // the agent names that held the link, in turn
 }
 
 // NewGroup makes a group of agents; Start starts them all the first time.
 func NewGroup(agents ...*Agent) *Group {
-	return &Group{agents: agents, killed: slices.Clone(agents)}
+	return &Group{turns: newTurns(agents)}
 }
 
 // holder returns the running agent whose link is MIRRORING, if any, and
@@ -57,7 +140,7 @@ func (g *Group) holder(ctx context.Context) (*Agent, link.Status, error) {
 	var firstErr error
 	answered := false
 	for _, a := range g.agents {
-		if slices.Contains(g.killed, a) {
+		if !g.running(a) {
 			continue
 		}
 		st, err := a.Status(ctx)
@@ -89,20 +172,7 @@ func (g *Group) Kill() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, _, _ := g.holder(ctx)
-	if a == nil {
-		for _, b := range g.agents {
-			if !slices.Contains(g.killed, b) {
-				a = b
-				break
-			}
-		}
-	}
-	if a == nil {
-		return
-	}
-	a.Kill()
-	g.killed = append(g.killed, a)
-	g.killedAt = time.Now()
+	g.kill(a)
 }
 
 // Start starts the agents Kill killed, once another agent holds the link
@@ -110,50 +180,21 @@ func (g *Group) Kill() {
 func (g *Group) Start() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.killed) < len(g.agents) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		for {
-			if a, _, _ := g.holder(ctx); a != nil {
-				g.takeovers = append(g.takeovers, time.Since(g.killedAt))
-				g.holders = append(g.holders, a.cfg.Name)
-				break
-			}
-			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
-				break
-			}
+	return g.restart(func(ctx context.Context) bool {
+		a, _, _ := g.holder(ctx)
+		if a != nil {
+			g.holders = append(g.holders, a.cfg.Name)
 		}
-	}
-	var errs []error
-	for _, a := range g.killed {
-		if err := a.Start(); err != nil {
-			errs = append(errs, fmt.Errorf("agent %s: %w", a.cfg.Name, err))
-		}
-	}
-	g.killed = nil
-	return errors.Join(errs...)
+		return a != nil
+	})
 }
 
 // WaitMirroring waits until an agent of the group mirrors.
 func (g *Group) WaitMirroring(ctx context.Context, within time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for {
-		g.mu.Lock()
+	return g.waitUntil(ctx, within, "no agent of the group mirrors", func(ctx context.Context) (bool, string, error) {
 		a, st, err := g.holder(ctx)
-		g.mu.Unlock()
-		if a != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if err != nil {
-				return fmt.Errorf("no agent of the group mirrors within %s: %w", within, err)
-			}
-			return fmt.Errorf("no agent of the group mirrors within %s: state %s, last error %q", within, st.State, st.LastError)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return a != nil, fmt.Sprintf("state %s, last error %q", st.State, st.LastError), err
+	})
 }
 
 // Takeovers are the times from each kill until another agent held the
@@ -161,7 +202,7 @@ func (g *Group) WaitMirroring(ctx context.Context, within time.Duration) error {
 func (g *Group) Takeovers() ([]time.Duration, []string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.takeovers), slices.Clone(g.holders)
+	return slices.Clone(g.waits), slices.Clone(g.holders)
 }
 
 // Stop stops every agent of the group (SIGTERM).

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/link"
 )
 
@@ -24,20 +22,15 @@ var _ Mirror = (*Slotted)(nil)
 // its slots, not the killed agent's own restart), and records how long
 // that took.
 type Slotted struct {
-	agents []*Agent
-	slots  int
-
-	mu       sync.Mutex
-	killed   []*Agent
-	killedAt time.Time
-	moves    []time.Duration // kill to every slot MIRRORING at the others
-	twice    int             // surveys that saw a slot run by two agents
+	turns
+	slots int
+	twice int // surveys that saw a slot run by two agents
 }
 
 // NewSlotted makes the agents of a link with slots slots; Start starts
 // them all the first time.
 func NewSlotted(slots int, agents ...*Agent) *Slotted {
-	return &Slotted{agents: agents, slots: slots, killed: slices.Clone(agents)}
+	return &Slotted{turns: newTurns(agents), slots: slots}
 }
 
 // survey asks every running agent for its slots. owners maps each slot to
@@ -52,7 +45,7 @@ func (s *Slotted) survey(ctx context.Context) (owners map[int]*Agent, st link.St
 	var errs []error
 	answered := false
 	for _, a := range s.agents {
-		if slices.Contains(s.killed, a) {
+		if !s.running(a) {
 			continue
 		}
 		sts, err := a.Statuses(ctx)
@@ -120,21 +113,7 @@ func (s *Slotted) Kill() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	owners, _, _ := s.survey(ctx)
-	a := owners[0]
-	if a == nil {
-		for _, b := range s.agents {
-			if !slices.Contains(s.killed, b) {
-				a = b
-				break
-			}
-		}
-	}
-	if a == nil {
-		return
-	}
-	a.Kill()
-	s.killed = append(s.killed, a)
-	s.killedAt = time.Now()
+	s.kill(owners[0])
 }
 
 // Start starts the agents Kill killed once the others own every slot,
@@ -142,49 +121,18 @@ func (s *Slotted) Kill() {
 func (s *Slotted) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.killed) < len(s.agents) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		for {
-			if _, st, err := s.survey(ctx); err == nil && st.State == link.Mirroring {
-				s.moves = append(s.moves, time.Since(s.killedAt))
-				break
-			}
-			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
-				break
-			}
-		}
-	}
-	var errs []error
-	for _, a := range s.killed {
-		if err := a.Start(); err != nil {
-			errs = append(errs, fmt.Errorf("agent %s: %w", a.cfg.Name, err))
-		}
-	}
-	s.killed = nil
-	return errors.Join(errs...)
+	return s.restart(func(ctx context.Context) bool {
+		_, st, err := s.survey(ctx)
+		return err == nil && st.State == link.Mirroring
+	})
 }
 
 // WaitMirroring waits until every slot has one MIRRORING owner.
 func (s *Slotted) WaitMirroring(ctx context.Context, within time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for {
-		s.mu.Lock()
+	return s.waitUntil(ctx, within, "the slots have no MIRRORING owner each", func(ctx context.Context) (bool, string, error) {
 		_, st, err := s.survey(ctx)
-		s.mu.Unlock()
-		if err == nil && st.State == link.Mirroring {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if err != nil {
-				return fmt.Errorf("the slots have no MIRRORING owner each within %s: %w", within, err)
-			}
-			return fmt.Errorf("the slots have no MIRRORING owner each within %s: %s: %s", within, st.State, st.LastError)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return err == nil && st.State == link.Mirroring, fmt.Sprintf("%s: %s", st.State, st.LastError), err
+	})
 }
 
 // Moves are the times from each kill until the other agents owned every
@@ -192,5 +140,5 @@ func (s *Slotted) WaitMirroring(ctx context.Context, within time.Duration) error
 func (s *Slotted) Moves() ([]time.Duration, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.moves), s.twice
+	return slices.Clone(s.waits), s.twice
 }
