@@ -302,6 +302,9 @@ type Link struct {
 	// crash, set by tests, makes the next stop abrupt: no drain, no
 	// final checkpoint, as if the process died.
 	crash func() bool
+	// beforeClaimCheck, set by tests, runs when a standby that takes the
+	// link over is about to check its claim a last time (claimedMeanwhile).
+	beforeClaimCheck func()
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64

@@ -47,8 +47,13 @@ type session struct {
 	srcLeaders, dstLeaders *leaders.Cache
 	srcID, dstID           string
 	region                 transform.Region
-	returns                transform.Returns // what is not sent back (DESIGN §16)
-	sameCluster            bool
+	// claimBase is the link's producer (LinkProducer) when this session's
+	// standby began its stagger before it took the link over, nil when it
+	// took the link without one: claimedMeanwhile compares it with the
+	// producer right before the session's InitProducerId.
+	claimBase   *statestore.TxnProducer
+	returns     transform.Returns // what is not sent back (DESIGN §16)
+	sameCluster bool
 
 	store *statestore.Store
 	state *statestore.Session
@@ -111,11 +116,16 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.standBy(ctx, standby); err != nil {
-		return nil, err
-	}
-	if err := s.checkOthers(ctx); err != nil {
-		return nil, err
+	for {
+		if err := s.standBy(ctx, standby); err != nil {
+			return nil, err
+		}
+		if err := s.checkOthers(ctx); err != nil {
+			return nil, err
+		}
+		if !s.claimedMeanwhile(ctx) {
+			break
+		}
 	}
 	s.state, err = s.store.Begin(ctx, l.sess, l.cfg.Link.SessionTimeout,
 		statestore.SourceCluster(s.srcID), statestore.DestinationCluster(s.dstID),
@@ -603,15 +613,22 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 		case !ok:
 			return nil
 		case lv.Clean() || left <= 0:
-			if (other || waited != "") && fol != nil && !staggered {
+			if (own != "" || waited != "") && fol != nil && !staggered {
 				// Other standbys saw the same record at the same moment;
 				// each waits a stagger of its own first, and stands by for
 				// whichever claimed the link meanwhile instead of fencing
 				// it (a spurious sessions_fenced for a normal takeover): a
 				// claim shows as its commit, or, before that, as its
-				// InitProducerId moving the link's producer.
+				// InitProducerId moving the link's producer. An agent that
+				// restarted and finds its own session's record staggers
+				// too: the standbys saw that record first and may be
+				// taking the link (TestThreeAgents, all agents restarted).
 				staggered = true
 				before, berr := s.store.LinkProducer(ctx, name)
+				s.claimBase = nil
+				if berr == nil {
+					s.claimBase = &before
+				}
 				changed, err := s.followLink(ctx, fol, standbyStagger(s.l.cfg.Link.SessionTimeout), &lv, &ok)
 				if err != nil && (ctx.Err() != nil || errors.Is(err, errPaused)) {
 					return err
@@ -725,6 +742,39 @@ func (s *session) takeSlot(ctx context.Context) error {
 	}
 	s.log.Info("taking over the slot", kv...)
 	return nil
+}
+
+// claimedMeanwhile says whether another session of the link began since
+// this session's standby last checked for a claim (claimBase): its
+// InitProducerId moved the link's producer. The session asks right before
+// its own InitProducerId, which would fence that session: between the
+// check at the end of the stagger and the InitProducerId lie a replay of
+// the state topic (checkOthers), a version lookup and a new client, long
+// enough for another standby that passed its check meanwhile to begin and
+// reach MIRRORING. A session that took the link without a stagger has no
+// base, and nothing to compare.
+func (s *session) claimedMeanwhile(ctx context.Context) bool {
+	if f := s.l.beforeClaimCheck; f != nil {
+		f()
+	}
+	base := s.claimBase
+	s.claimBase = nil
+	if base == nil {
+		return false
+	}
+	now, err := s.store.LinkProducer(ctx, s.l.sess)
+	if err != nil {
+		// The check is an optimisation over fencing (a takeover lost at
+		// worst), not a condition of it.
+		s.log.Debug("standby: cannot check the link's producer again before taking the link; taking it", "error", err)
+		return false
+	}
+	if now.ID == base.ID && now.Epoch == base.Epoch {
+		return false
+	}
+	s.log.Info("another agent began a session of the link after this standby's claim check; standing by for its claim",
+		"producer_id", now.ID, "epoch", now.Epoch)
+	return true
 }
 
 // standbyStagger is how long a standby waits, once the holder stopped or

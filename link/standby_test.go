@@ -445,3 +445,79 @@ func TestRestartedHolderLosesTakeover(t *testing.T) {
 		})
 	}
 }
+
+// Two standbys take the link over from a holder that stopped cleanly, one
+// after the other: the first passes its claim check (no other session
+// began) and is held before it fences anything, as when its replay of the
+// state topic, its version lookup or its client take long; the second
+// then sees the same free link, passes its own check and mirrors. When
+// the first goes on, it must see that another session began since its
+// check and stand by for it, not fence a session that mirrors: that is
+// two agents fighting, counted in sessions_fenced (TestThreeAgents saw it
+// on kfake under -race and on Kafka 4.4.0, transactional delivery). The
+// claim is checked again right before the session's InitProducerId.
+func TestStandbyClaimCheckedBeforeFencing(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+			t.Run(delivery.String(), func(t *testing.T) {
+				f := e.mirrored(t, "claim"+delivery.String()[:3], srcTopic("t"+delivery.String()[:3], 2))
+				f.cfg.Link.Delivery = delivery
+				f.cfg.Link.SessionTimeout = 30 * time.Second
+				named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
+				mirrored := func() {
+					if delivery == statestore.DeliveryTransactional {
+						f.waitSameCommitted(60 * time.Second)
+					} else {
+						f.waitMirrored(60 * time.Second)
+					}
+				}
+				f.load(idempotent, 1, "before", 40)
+				a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
+				a.waitState(t, Mirroring, 60*time.Second)
+				mirrored()
+
+				held, release := make(chan struct{}), make(chan struct{})
+				var once, released sync.Once
+				t.Cleanup(func() { released.Do(func() { close(release) }) })
+				first := startLinkSetup(t, named("pod-1"), Deps{
+					Logger: testLogger(t, "pod-1"), SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts(),
+				}, func(l *Link) {
+					l.beforeClaimCheck = func() {
+						once.Do(func() { close(held); <-release })
+					}
+				})
+				for end := time.Now().Add(30 * time.Second); first.Status().StandingBy != "pod-0"; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(end) {
+						t.Fatalf("pod-1 does not stand by for pod-0: %+v", first.Status())
+					}
+				}
+				a.stop(t, false)
+				waitClosed(t, held, "pod-1's takeover, past its claim check")
+				second := startLink(t, named("pod-2"), f.src, f.dst, "pod-2")
+				second.waitState(t, Mirroring, 60*time.Second)
+				released.Do(func() { close(release) })
+
+				for end := time.Now().Add(30 * time.Second); first.Status().StandingBy != "pod-2"; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(end) {
+						t.Fatalf("pod-1 does not stand by for pod-2, which mirrors: %+v; pod-2 %+v", first.Status(), second.Status())
+					}
+				}
+				if st := second.Status(); st.State != Mirroring {
+					t.Errorf("pod-2 no longer mirrors: %+v", st)
+				}
+				for name, l := range map[string]*testLink{"pod-1": first, "pod-2": second} {
+					if lost, fenced := testutil.ToFloat64(l.met.counters[TakeoversLost]), testutil.ToFloat64(l.met.counters[SessionsFenced]); lost != 0 || fenced != 0 {
+						t.Errorf("%s counted %v takeovers lost and %v fenced sessions; want 0 and 0", name, lost, fenced)
+					}
+				}
+				f.load(transactional, 2, "after", 40)
+				mirrored()
+				if delivery == statestore.DeliveryTransactional {
+					f.exactlyOnceCommitted()
+				} else {
+					f.exactlyOnce()
+				}
+			})
+		}
+	})
+}

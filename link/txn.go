@@ -75,14 +75,21 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.standBy(ctx, standby); err != nil {
-		return nil, err
-	}
-	if err := s.checkOthers(ctx); err != nil {
-		return nil, err
-	}
-	if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
-		return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
+	for {
+		if err := s.standBy(ctx, standby); err != nil {
+			return nil, err
+		}
+		if err := s.checkOthers(ctx); err != nil {
+			return nil, err
+		}
+		if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
+			return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
+		}
+		// The claim is checked last, right before OpenTxn's
+		// InitProducerId: the client need not connect for it.
+		if !s.claimedMeanwhile(ctx) {
+			break
+		}
 	}
 	opts := append(append([]kgo.Opt(nil), l.deps.DestinationOpts...), appender.TxnClientOpts(s.version)...)
 	if s.txnCl, err = kgo.NewClient(opts...); err != nil {
