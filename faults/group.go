@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -25,9 +26,24 @@ type Mirror interface {
 	WaitMirroring(ctx context.Context, within time.Duration) error
 }
 
+// Leaver is a Mirror of several agents whose agent can also leave
+// cleanly: Leave stops (SIGTERM, drain, final checkpoint) the agent Kill
+// would kill, and Start starts it again as after a kill.
+type Leaver interface {
+	Mirror
+	Leave()
+}
+
 var (
 	_ Mirror = (*Agent)(nil)
-	_ Mirror = (*Group)(nil)
+	_ Leaver = (*Group)(nil)
+)
+
+// The causes of an agent's end, as Group.Takeovers and Slotted.Moves
+// report them.
+const (
+	CauseCrash = "crash"       // Kill: SIGKILL
+	CauseLeave = "clean leave" // Leave: SIGTERM
 )
 
 // turns is what Group and Slotted share: their agents, the ones Kill
@@ -37,20 +53,22 @@ type turns struct {
 	agents []*Agent
 
 	mu       sync.Mutex
-	killed   []*Agent
+	killed   []*Agent // killed or stopped, to start again
 	killedAt time.Time
-	waits    []time.Duration // kill to the condition restart waited for
+	cause    string                     // of the last end: CauseCrash or CauseLeave
+	waits    map[string][]time.Duration // by cause: the end to the condition restart waited for
 }
 
 func newTurns(agents []*Agent) turns {
-	return turns{agents: agents, killed: slices.Clone(agents)}
+	return turns{agents: agents, killed: slices.Clone(agents), waits: map[string][]time.Duration{}}
 }
 
 // running reports whether a is running (not killed, or not started yet).
 func (t *turns) running(a *Agent) bool { return !slices.Contains(t.killed, a) }
 
-// kill SIGKILLs victim, or the first running agent when victim is nil.
-func (t *turns) kill(victim *Agent) {
+// kill SIGKILLs victim (clean: stops it with SIGTERM and waits until it
+// exited), or the first running agent when victim is nil.
+func (t *turns) kill(victim *Agent, clean bool) {
 	if victim == nil {
 		for _, b := range t.agents {
 			if t.running(b) {
@@ -62,9 +80,14 @@ func (t *turns) kill(victim *Agent) {
 	if victim == nil {
 		return
 	}
-	victim.Kill()
+	t.killedAt, t.cause = time.Now(), CauseCrash
+	if clean {
+		t.cause = CauseLeave
+		victim.Stop()
+	} else {
+		victim.Kill()
+	}
 	t.killed = append(t.killed, victim)
-	t.killedAt = time.Now()
 }
 
 // restart starts the killed agents again: the first time all of them at
@@ -77,7 +100,7 @@ func (t *turns) restart(taken func(ctx context.Context) bool) error {
 		defer cancel()
 		for {
 			if taken(ctx) {
-				t.waits = append(t.waits, time.Since(t.killedAt))
+				t.waits[t.cause] = append(t.waits[t.cause], time.Since(t.killedAt))
 				break
 			}
 			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
@@ -166,16 +189,22 @@ func (g *Group) Status(ctx context.Context) (link.Status, error) {
 }
 
 // Kill SIGKILLs the holder (the first running agent when none mirrors).
-func (g *Group) Kill() {
+func (g *Group) Kill() { g.end(false) }
+
+// Leave stops the holder cleanly (the first running agent when none
+// mirrors).
+func (g *Group) Leave() { g.end(true) }
+
+func (g *Group) end(clean bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, _, _ := g.holder(ctx)
-	g.kill(a)
+	g.kill(a, clean)
 }
 
-// Start starts the agents Kill killed, once another agent holds the link
+// Start starts the agents Kill or Leave ended, once another agent holds the link
 // (within 3 minutes; then anyway), or all of them the first time.
 func (g *Group) Start() error {
 	g.mu.Lock()
@@ -197,12 +226,13 @@ func (g *Group) WaitMirroring(ctx context.Context, within time.Duration) error {
 	})
 }
 
-// Takeovers are the times from each kill until another agent held the
-// link, and the agents that took it, in turn.
-func (g *Group) Takeovers() ([]time.Duration, []string) {
+// Takeovers are the times from each kill (CauseCrash) or clean stop
+// (CauseLeave) until another agent held the link, and the agents that
+// took it, in turn.
+func (g *Group) Takeovers() (map[string][]time.Duration, []string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.waits), slices.Clone(g.holders)
+	return maps.Clone(g.waits), slices.Clone(g.holders)
 }
 
 // Stop stops every agent of the group (SIGTERM).

@@ -11,8 +11,8 @@ import (
 // WriteReport writes a run's summary: the faults with their stalls, the
 // stall figures, and the check.
 func (r *Run) WriteReport(w io.Writer, res CheckResult, elapsed time.Duration) {
-	fmt.Fprintf(w, "fault run: %s, %d faults, %d agent kills, %d destination and %d source broker kills\n",
-		elapsed.Round(time.Second), len(r.Faults), r.AgentKills, r.BrokerKills[Destination], r.BrokerKills[Source])
+	fmt.Fprintf(w, "fault run: %s, %d faults, %d agent kills, %d clean agent stops, %d destination and %d source broker kills\n",
+		elapsed.Round(time.Second), len(r.Faults), r.AgentKills, r.AgentLeaves, r.BrokerKills[Destination], r.BrokerKills[Source])
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tside\ttook\tleaders moved\tstall p50\tstall max\tlongest sampling gap")
 	for _, f := range r.Faults {

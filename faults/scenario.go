@@ -55,6 +55,7 @@ type Run struct {
 
 	Faults      []Fault
 	AgentKills  int
+	AgentLeaves int // clean stops (Leaver)
 	BrokerKills [2]int
 }
 
@@ -352,6 +353,23 @@ func (r *Run) KillAgent(ctx context.Context, down time.Duration) error {
 	})
 }
 
+// LeaveAgent stops the agent that runs the link (slot 0's owner) cleanly,
+// starts it again after down, and waits until the link mirrors: with
+// several agents, a clean leave of one (a rolling update, a scale-down).
+func (r *Run) LeaveAgent(ctx context.Context, l Leaver, down time.Duration) error {
+	return r.record(ctx, fmt.Sprintf("stop an agent cleanly for %s", down), Destination, false, func(ctx context.Context) error {
+		l.Leave()
+		r.AgentLeaves++
+		if err := backoff.Sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := l.Start(); err != nil {
+			return err
+		}
+		return l.WaitMirroring(ctx, 3*time.Minute)
+	})
+}
+
 // KillAgentAndBroker SIGKILLs the agent and the destination broker that
 // leads most mirrored partitions together, starts the agent while the
 // broker is down, and the broker down seconds later.
@@ -539,7 +557,13 @@ func (r *Run) Random(ctx context.Context, until time.Time, pause time.Duration) 
 		case 5:
 			err = r.KillBroker(ctx, Destination, time.Duration(2+r.Rand.IntN(8))*time.Second, true)
 		case 6:
-			err = r.KillAgent(ctx, time.Duration(r.Rand.IntN(5))*time.Second)
+			// Agents that share the link also leave cleanly, half the
+			// time: a rolling update or a scale-down.
+			if l, ok := r.Agent.(Leaver); ok && r.Rand.IntN(2) == 0 {
+				err = r.LeaveAgent(ctx, l, time.Duration(r.Rand.IntN(5))*time.Second)
+			} else {
+				err = r.KillAgent(ctx, time.Duration(r.Rand.IntN(5))*time.Second)
+			}
 		case 7:
 			err = r.KillAgentAndBroker(ctx, time.Duration(5+r.Rand.IntN(10))*time.Second)
 		}

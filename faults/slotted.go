@@ -4,23 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"time"
 
 	"github.com/seed83556561/mirrord/link"
 )
 
-var _ Mirror = (*Slotted)(nil)
+var _ Leaver = (*Slotted)(nil)
 
 // Slotted is several named agents (AgentConfig.Name) that share one link
 // with slots (AgentConfig.LinkExtra sets slots): the link's slots group
 // gives each running agent some of them. Its Status is the link's as a
 // whole: MIRRORING when every slot has exactly one MIRRORING owner. Kill
 // SIGKILLs the owner of slot 0 (the link-wide work), or the first running
-// agent when no agent owns it; Start starts it again only once the others
-// own every slot, MIRRORING (so that what a kill exercises is the move of
-// its slots, not the killed agent's own restart), and records how long
-// that took.
+// agent when no agent owns it, and Leave stops it cleanly; Start starts it
+// again only once the others own every slot, MIRRORING (so that what a
+// kill or a leave exercises is the move of its slots, not the agent's own
+// restart), and records how long that took, by cause.
 type Slotted struct {
 	turns
 	slots int
@@ -107,16 +107,23 @@ func (s *Slotted) Status(ctx context.Context) (link.Status, error) {
 
 // Kill SIGKILLs the owner of slot 0, or the first running agent when none
 // owns it.
-func (s *Slotted) Kill() {
+func (s *Slotted) Kill() { s.end(false) }
+
+// Leave stops the owner of slot 0 cleanly (SIGTERM: its slots stop with a
+// final checkpoint and it leaves the slots group), or the first running
+// agent when none owns it.
+func (s *Slotted) Leave() { s.end(true) }
+
+func (s *Slotted) end(clean bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	owners, _, _ := s.survey(ctx)
-	s.kill(owners[0])
+	s.kill(owners[0], clean)
 }
 
-// Start starts the agents Kill killed once the others own every slot,
+// Start starts the agents Kill or Leave ended once the others own every slot,
 // MIRRORING (within 3 minutes; then anyway), or all of them the first time.
 func (s *Slotted) Start() error {
 	s.mu.Lock()
@@ -135,10 +142,11 @@ func (s *Slotted) WaitMirroring(ctx context.Context, within time.Duration) error
 	})
 }
 
-// Moves are the times from each kill until the other agents owned every
-// slot, MIRRORING, and how many surveys saw a slot run by two agents.
-func (s *Slotted) Moves() ([]time.Duration, int) {
+// Moves are the times from each kill (CauseCrash) or clean stop
+// (CauseLeave) until the other agents owned every slot, MIRRORING, and how
+// many surveys saw a slot run by two agents.
+func (s *Slotted) Moves() (map[string][]time.Duration, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.waits), s.twice
+	return maps.Clone(s.waits), s.twice
 }

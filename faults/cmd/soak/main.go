@@ -203,13 +203,17 @@ func run(ctx context.Context, o options, logf func(string, ...any)) error {
 	r.WriteReport(&report, res, time.Since(start))
 	if group != nil {
 		took, by := group.Takeovers()
-		fmt.Fprintf(&report, "%d agents: %d takeovers of a killed holder's link by a standby, in turn by %v; kill to another agent MIRRORING: %s\n",
-			agents, len(took), by, faults.FiguresOf(took))
+		fmt.Fprintf(&report, "%d agents: takeovers of the holder's link by a standby, in turn by %v:\n", agents, by)
+		for _, cause := range []string{faults.CauseCrash, faults.CauseLeave} {
+			fmt.Fprintf(&report, "  after a %s: %d, to another agent MIRRORING: %s\n", cause, len(took[cause]), faults.FiguresOf(took[cause]))
+		}
 	}
 	if slotted != nil {
 		moves, twice := slotted.Moves()
-		fmt.Fprintf(&report, "%d agents sharing %d slots: %d kills of slot 0's owner; kill to every slot MIRRORING at the other agents: %s; surveys that saw a slot run by two agents: %d\n",
-			agents, o.slots, len(moves), faults.FiguresOf(moves), twice)
+		fmt.Fprintf(&report, "%d agents sharing %d slots: moves of slot 0's owner's slots; surveys that saw a slot run by two agents: %d\n", agents, o.slots, twice)
+		for _, cause := range []string{faults.CauseCrash, faults.CauseLeave} {
+			fmt.Fprintf(&report, "  after a %s: %d, to every slot MIRRORING at the other agents: %s\n", cause, len(moves[cause]), faults.FiguresOf(moves[cause]))
+		}
 	}
 	_, _ = os.Stdout.Write(report.Bytes()) // like fmt.Print: nowhere else to report it
 	if reportPath != "" {
