@@ -358,8 +358,10 @@ func (s *txnSession) txnCommitter() error {
 			if c.final {
 				ctx, cancel = context.WithTimeout(s.ctx, s.l.cfg.ShutdownTimeout)
 			}
+			began := time.Now()
 			err := s.commitRecords(ctx, c.records)
 			cancel()
+			s.log.Debug("committed the session's transaction", "records", len(c.records), "final", c.final, "took", time.Since(began), "error", err)
 			s.inputs.Put(txnInCommitted{err: err})
 		}
 	}
