@@ -53,6 +53,10 @@ type Run struct {
 	// nil: no connection faults.
 	Conn [2]ConnFaults
 
+	// AgentFaultsOnly makes Random's every fault an agent's: a SIGKILL,
+	// or with a Leaver half the time a clean stop.
+	AgentFaultsOnly bool
+
 	Faults      []Fault
 	AgentKills  int
 	AgentLeaves int // clean stops (Leaver)
@@ -543,7 +547,11 @@ func (r *Run) Random(ctx context.Context, until time.Time, pause time.Duration) 
 	side := func() Side { return Side(r.Rand.IntN(2)) }
 	for time.Now().Before(until) {
 		var err error
-		switch r.Rand.IntN(8) {
+		fault := r.Rand.IntN(8)
+		if r.AgentFaultsOnly {
+			fault = 6
+		}
+		switch fault {
 		case 0:
 			err = r.KillBroker(ctx, side(), time.Duration(2+r.Rand.IntN(10))*time.Second, false)
 		case 1:

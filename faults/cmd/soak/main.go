@@ -10,6 +10,7 @@
 //	go run ./faults/cmd/soak                      # 30 minutes on Kafka 4.4.0
 //	go run ./faults/cmd/soak -duration 2h -pause 30s -report soak.txt
 //	go run ./faults/cmd/soak -agents 3 -slots 6   # three agents sharing the link
+//	go run ./faults/cmd/soak -agents 3 -slots 6 -agent-faults-only -duration 15m
 //
 // It needs java (17 or later) and mvn, as the real-Kafka test tier does, and
 // exits 0 when the mirror is exact, 1 when it is not or a fault failed, 2 on
@@ -47,6 +48,7 @@ func soak(args []string) int {
 	agents := fs.Int("agents", 1, "how many agents run the link; with more than one they are named and stand by for each other, and an agent fault kills the one that holds the link, which starts again once another took it over")
 	slots := fs.Int("slots", 1, "the link's slots; above 1 (with -agents above 1) the agents share the link, and an agent fault kills the owner of slot 0, which starts again once the others own every slot")
 	sessionTimeout := fs.Duration("session-timeout", 0, "the link's session_timeout (with slots also the slots group's); 0: the default")
+	agentFaults := fs.Bool("agent-faults-only", false, "with -agents above 1: every fault is an agent's SIGKILL or clean stop (half each), for the stall of each move by cause")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -60,6 +62,10 @@ func soak(args []string) int {
 	}
 	if *slots < 1 || *slots > 1 && *agents < 2 {
 		fmt.Fprintln(os.Stderr, "soak: -slots must be at least 1, and above 1 only with -agents above 1")
+		return 2
+	}
+	if *agentFaults && *agents < 2 {
+		fmt.Fprintln(os.Stderr, "soak: -agent-faults-only needs -agents above 1")
 		return 2
 	}
 	if *sessionTimeout < 0 {
@@ -76,7 +82,7 @@ func soak(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
 	o := options{duration: *duration, pause: *pause, version: *version, seed: *seed, reportPath: *reportPath, keep: *keep,
-		delivery: *delivery, agents: *agents, slots: *slots, sessionTimeout: *sessionTimeout}
+		delivery: *delivery, agents: *agents, slots: *slots, sessionTimeout: *sessionTimeout, agentFaults: *agentFaults}
 	if err := run(ctx, o, logf); err != nil {
 		logf("soak: %v", err)
 		return 1
@@ -94,6 +100,7 @@ type options struct {
 	delivery        string
 	agents, slots   int
 	sessionTimeout  time.Duration
+	agentFaults     bool
 }
 
 func run(ctx context.Context, o options, logf func(string, ...any)) error {
@@ -187,7 +194,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) error {
 	watcher := faults.StartWatcher(env, agent, topics, 100*time.Millisecond)
 	r := &faults.Run{
 		Env: env, Agent: agent, Watcher: watcher, Topics: topics, StateTopic: "__mirror_state",
-		Log: logf, Rand: rand.New(rand.NewPCG(seed, seed)),
+		Log: logf, Rand: rand.New(rand.NewPCG(seed, seed)), AgentFaultsOnly: o.agentFaults,
 	}
 	faultErr := r.Random(ctx, time.Now().Add(duration), pause)
 	load.Stop()
