@@ -83,6 +83,11 @@ func (r *slotRunner) run(ctx context.Context) error {
 			ReplicationFactor: r.cfg.Link.StateTopicReplicationFactor,
 			SessionTimeout:    r.cfg.Link.SessionTimeout,
 			Logger:            r.log,
+			// The settings without the clusters' IDs, which the slot
+			// sessions resolve and check (takeSlot, checkOthers): the
+			// agent joins before it reached the source.
+			Fingerprint: r.cfg.Link.Fingerprint("", ""),
+			Agent:       r.cfg.Agent,
 		}, r.opts, r)
 		if err == nil {
 			break

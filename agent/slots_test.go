@@ -170,6 +170,24 @@ func TestSlottedAgents(t *testing.T) {
 			if v < 1 {
 				t.Errorf("mirrord_slot_rebalances_total{event=assigned} of the agent that joined: %v", v)
 			}
+
+			// An agent with other settings joins: the group gives it no
+			// slot (before, it took its share, and each of those slots
+			// stayed FAILED, refused for its settings), and the others
+			// keep mirroring every slot.
+			odd := start(t, newAgent(t, strings.Replace(hcl("pod-3"), "slots = ", "on_offset_out_of_range = \"earliest\"\n  slots = ", 1), nil, newLogBuffer(t), prometheus.NewRegistry()))
+			deadline := time.Now().Add(8 * time.Second)
+			for time.Now().Before(deadline) {
+				var all []apiStatus
+				callJSON(t, http.MethodGet, odd.base+"/v1/links", http.StatusOK, &all)
+				if len(all) != 0 {
+					t.Fatalf("the agent with other settings runs slots: %+v", all)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			ends = round("with-odd")
+			owners([]*running{a, c}, ends)
+			check([]*running{a, c})
 		})
 	}
 }

@@ -40,6 +40,11 @@ type Config struct {
 	SessionTimeout time.Duration
 	// Logger gets the member's INFO lines (joins, moves, losses).
 	Logger hclog.Logger
+	// Fingerprint is the digest of the link's settings and Agent the
+	// agent's name, both in the member's metadata: the group gives slots
+	// only to the members whose settings are the group's (balancer). An
+	// empty Fingerprint says nothing, and the member is given slots.
+	Fingerprint, Agent string
 }
 
 // Handler hears what a Member owns. Its methods run on the kgo client's
@@ -132,7 +137,7 @@ func (m *Member) newClient() (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append(slices.Clone(m.opts),
 		kgo.ConsumerGroup(m.cfg.Group),
 		kgo.ConsumeTopics(m.cfg.Topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(newBalancer(m.cfg)),
 		kgo.SessionTimeout(st),
 		kgo.HeartbeatInterval(st/5),
 		kgo.RebalanceTimeout(max(st, time.Minute)),

@@ -242,3 +242,97 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// A member whose settings differ from those of the members that own the
+// slots joins the group but gets no slot, and the leader logs it with its
+// agent's name: an agent started with another configuration stands idle
+// instead of taking slots it would refuse to run (before, it was given
+// its share and each of those slots stayed FAILED). Once every member
+// with the old settings left, it takes every slot (a change of settings,
+// rolled). A member without settings in its metadata (an agent of an
+// earlier version) is given slots as before.
+func TestMembersWithOtherSettings(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		const n = 4
+		names := mirrortest.NamesFor(t, b)
+		c := mirrortest.NewCluster(t, b, "state", kafkatest.DestClusterID)
+		cfg := Config{Group: names.Of("mirrord.s.slots"), Topic: names.Of("__mirror_slots.s"), Slots: n, SessionTimeout: 6 * time.Second}
+		tl := &timeline{}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var logs strings.Builder
+		var logMu sync.Mutex
+		members := map[string]*Member{}
+		join := func(name, fp string) *Member {
+			t.Helper()
+			mc := cfg
+			mc.Fingerprint, mc.Agent = fp, name
+			mc.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Output: lockedWriter{&logMu, &logs, testWriter{t}}, DisableTime: true})
+			m, err := Join(ctx, mc, c.Opts(), &handler{name: name, tl: tl, revokeTime: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Leave(context.Background()) })
+			members[name] = m
+			return m
+		}
+		join("a", "old")
+		join("b", "old")
+		spread(t, n, time.Minute, members)
+		odd := join("c", "new")
+		// c joined: the group rebalanced; a and b keep every slot.
+		delete(members, "c")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			logMu.Lock()
+			logged := strings.Contains(logs.String(), "runs the link with other settings and gets no slot") && strings.Contains(logs.String(), "agent=c")
+			logMu.Unlock()
+			if logged {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no member logged that c runs other settings within a minute; c owns %v", odd.Owned())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		spread(t, n, time.Minute, members)
+		time.Sleep(2 * time.Second) // a rebalance that would give c slots has had time
+		if o := odd.Owned(); len(o) != 0 {
+			t.Errorf("c, with other settings, owns slots %v", o)
+		}
+		spread(t, n, time.Minute, members)
+		// An agent of an earlier version (no settings) shares them.
+		join("d", "")
+		spread(t, n, time.Minute, members)
+		// The members with the old settings leave: c takes the slots, d
+		// keeps its share.
+		for _, name := range []string{"a", "b"} {
+			if err := members[name].Leave(ctx); err != nil {
+				t.Fatal(err)
+			}
+			delete(members, name)
+		}
+		members["c"] = odd
+		spread(t, n, time.Minute, members)
+		for _, name := range []string{"c", "d"} {
+			if err := members[name].Leave(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		exclusive(t, tl.events())
+	})
+}
+
+// lockedWriter writes to both under mu.
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf *strings.Builder
+	w   testWriter
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.buf.Write(p)
+	l.mu.Unlock()
+	return l.w.Write(p)
+}
