@@ -28,10 +28,15 @@ type Mirror interface {
 
 // Leaver is a Mirror of several agents whose agent can also leave
 // cleanly: Leave stops (SIGTERM, drain, final checkpoint) the agent Kill
-// would kill, and Start starts it again as after a kill.
+// would kill, and Start starts it again as after a kill. AwaitMove waits
+// until the other agents took over the work of the agent the last Kill or
+// Leave ended, and records how long that took (Start does, if not yet):
+// a fault that brings the agent back after a pause calls it first, so
+// that the pause is not counted.
 type Leaver interface {
 	Mirror
 	Leave()
+	AwaitMove()
 }
 
 var (
@@ -56,7 +61,8 @@ type turns struct {
 	killed   []*Agent // killed or stopped, to start again
 	killedAt time.Time
 	cause    string                     // of the last end: CauseCrash or CauseLeave
-	waits    map[string][]time.Duration // by cause: the end to the condition restart waited for
+	waits    map[string][]time.Duration // by cause: the end to the condition await waited for
+	awaited  bool                       // the last end's wait is recorded
 }
 
 func newTurns(agents []*Agent) turns {
@@ -80,7 +86,7 @@ func (t *turns) kill(victim *Agent, clean bool) {
 	if victim == nil {
 		return
 	}
-	t.killedAt, t.cause = time.Now(), CauseCrash
+	t.killedAt, t.cause, t.awaited = time.Now(), CauseCrash, false
 	if clean {
 		t.cause = CauseLeave
 		victim.Stop()
@@ -90,24 +96,32 @@ func (t *turns) kill(victim *Agent, clean bool) {
 	t.killed = append(t.killed, victim)
 }
 
-// restart starts the killed agents again: the first time all of them at
-// once; after a kill, once taken reports the kill's work taken over by the
-// other agents (within 3 minutes; then anyway), recording the time since
-// the kill.
-func (t *turns) restart(taken func(ctx context.Context) bool) error {
-	if len(t.killed) < len(t.agents) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		for {
-			if taken(ctx) {
-				t.waits[t.cause] = append(t.waits[t.cause], time.Since(t.killedAt))
-				break
-			}
-			if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
-				break
-			}
+// await waits until taken reports the last end's work taken over by the
+// other agents (within 3 minutes; then it gives up), and records the time
+// since the end, once per end.
+func (t *turns) await(taken func(ctx context.Context) bool) {
+	if t.awaited || len(t.killed) == 0 || len(t.killed) == len(t.agents) {
+		return
+	}
+	t.awaited = true
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for {
+		if taken(ctx) {
+			t.waits[t.cause] = append(t.waits[t.cause], time.Since(t.killedAt))
+			return
+		}
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
+			return
 		}
 	}
+}
+
+// restart starts the killed agents again: the first time all of them at
+// once; after a kill, once taken reports the kill's work taken over
+// (await, unless AwaitMove did).
+func (t *turns) restart(taken func(ctx context.Context) bool) error {
+	t.await(taken)
 	var errs []error
 	for _, a := range t.killed {
 		if err := a.Start(); err != nil {
@@ -209,13 +223,23 @@ func (g *Group) end(clean bool) {
 func (g *Group) Start() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.restart(func(ctx context.Context) bool {
-		a, _, _ := g.holder(ctx)
-		if a != nil {
-			g.holders = append(g.holders, a.cfg.Name)
-		}
-		return a != nil
-	})
+	return g.restart(g.taken)
+}
+
+// AwaitMove waits until another agent holds the link (Leaver).
+func (g *Group) AwaitMove() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.await(g.taken)
+}
+
+// taken reports whether an agent holds the link, and records it.
+func (g *Group) taken(ctx context.Context) bool {
+	a, _, _ := g.holder(ctx)
+	if a != nil {
+		g.holders = append(g.holders, a.cfg.Name)
+	}
+	return a != nil
 }
 
 // WaitMirroring waits until an agent of the group mirrors.

@@ -347,6 +347,9 @@ func (r *Run) KillAgent(ctx context.Context, down time.Duration) error {
 	return r.record(ctx, fmt.Sprintf("SIGKILL the agent for %s", down), Destination, false, func(ctx context.Context) error {
 		r.Agent.Kill()
 		r.AgentKills++
+		if l, ok := r.Agent.(Leaver); ok {
+			l.AwaitMove() // the others take over while the agent is down
+		}
 		if err := backoff.Sleep(ctx, down); err != nil {
 			return err
 		}
@@ -364,6 +367,7 @@ func (r *Run) LeaveAgent(ctx context.Context, l Leaver, down time.Duration) erro
 	return r.record(ctx, fmt.Sprintf("stop an agent cleanly for %s", down), Destination, false, func(ctx context.Context) error {
 		l.Leave()
 		r.AgentLeaves++
+		l.AwaitMove()
 		if err := backoff.Sleep(ctx, down); err != nil {
 			return err
 		}

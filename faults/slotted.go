@@ -128,10 +128,20 @@ func (s *Slotted) end(clean bool) {
 func (s *Slotted) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.restart(func(ctx context.Context) bool {
-		_, st, err := s.survey(ctx)
-		return err == nil && st.State == link.Mirroring
-	})
+	return s.restart(s.taken)
+}
+
+// AwaitMove waits until the others own every slot, MIRRORING (Leaver).
+func (s *Slotted) AwaitMove() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.await(s.taken)
+}
+
+// taken reports whether every slot has one MIRRORING owner.
+func (s *Slotted) taken(ctx context.Context) bool {
+	_, st, err := s.survey(ctx)
+	return err == nil && st.State == link.Mirroring
 }
 
 // WaitMirroring waits until every slot has one MIRRORING owner.
