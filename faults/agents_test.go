@@ -206,13 +206,7 @@ func threeAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string, 
 	// that another agent took over with the cause logged.
 	move := func(cause string, end func(string)) {
 		t.Helper()
-		if err := backoff.Sleep(ctx, 3*time.Second); err != nil { // a few commits of steady state
-			t.Fatal(err)
-		}
-		before, err := stableOffsets(ctx, env.Admin(Destination), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		before := steadyOffsets(t, ctx, env, topic)
 		old := holder
 		began := time.Now()
 		end(old)

@@ -106,13 +106,7 @@ const partitioned = "pod-2"
 // partition shows a record produced after it.
 func partition(t *testing.T, ctx context.Context, env *Env, h *haAgents, px *faultproxy.Proxy, topic, mode string) time.Duration {
 	t.Helper()
-	if err := backoff.Sleep(ctx, 3*time.Second); err != nil { // a few commits of steady state
-		t.Fatal(err)
-	}
-	before, err := stableOffsets(ctx, env.Admin(Destination), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := steadyOffsets(t, ctx, env, topic)
 	cut := h.byName[partitioned]
 	sts, err := cut.Statuses(ctx)
 	if err != nil || len(sts) == 0 {
@@ -296,13 +290,7 @@ func slottedAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string
 	// that its slots moved to the others with the cause logged.
 	move := func(cause, victim string, end func(string)) {
 		t.Helper()
-		if err := backoff.Sleep(ctx, 3*time.Second); err != nil { // a few commits of steady state
-			t.Fatal(err)
-		}
-		before, err := stableOffsets(ctx, env.Admin(Destination), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		before := steadyOffsets(t, ctx, env, topic)
 		moved := own.of(victim)
 		began := time.Now()
 		end(victim)

@@ -171,6 +171,21 @@ func firstNewRecords(ctx context.Context, env *Env, topic string, from map[int32
 	return time.Since(start), nil
 }
 
+// steadyOffsets lets a few commits of steady state pass, then returns the
+// last stable offsets of topic's partitions at the destination: where a
+// move's stall is measured from.
+func steadyOffsets(t *testing.T, ctx context.Context, env *Env, topic string) map[int32]int64 {
+	t.Helper()
+	if err := backoff.Sleep(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := stableOffsets(ctx, env.Admin(Destination), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return before
+}
+
 // stableOffsets are the last stable offsets of topic's partitions.
 func stableOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
 	offs, err := adm.ListCommittedOffsets(ctx, topic)

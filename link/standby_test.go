@@ -388,17 +388,7 @@ func TestStandbyCleanStop(t *testing.T) {
 func TestRestartedHolderLosesTakeover(t *testing.T) {
 	for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
 		t.Run(delivery.String(), func(t *testing.T) {
-			f := onKfake(t).mirrored(t, "relost", srcTopic("t", 2))
-			f.cfg.Link.Delivery = delivery
-			f.cfg.Link.SessionTimeout = 30 * time.Second
-			named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
-			mirrored := func() {
-				if delivery == statestore.DeliveryTransactional {
-					f.waitSameCommitted(60 * time.Second)
-				} else {
-					f.waitMirrored(60 * time.Second)
-				}
-			}
+			f, named, mirrored := namedAgents(t, onKfake(t), "relost", "t", delivery)
 			f.load(idempotent, 1, "before", 40)
 			a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
 			a.waitState(t, Mirroring, 60*time.Second)
@@ -446,6 +436,26 @@ func TestRestartedHolderLosesTakeover(t *testing.T) {
 	}
 }
 
+// namedAgents is a link of 2 partitions of topic in delivery, with a 30 s
+// session timeout, for agents with names: named gives an agent's Config,
+// and mirrored waits until the destination has every record (in
+// transactional delivery, what read_committed consumers see).
+func namedAgents(t *testing.T, e *env, name, topic string, delivery statestore.Delivery) (f *fixture, named func(string) Config, mirrored func()) {
+	t.Helper()
+	f = e.mirrored(t, name, srcTopic(topic, 2))
+	f.cfg.Link.Delivery = delivery
+	f.cfg.Link.SessionTimeout = 30 * time.Second
+	named = func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
+	mirrored = func() {
+		if delivery == statestore.DeliveryTransactional {
+			f.waitSameCommitted(60 * time.Second)
+		} else {
+			f.waitMirrored(60 * time.Second)
+		}
+	}
+	return f, named, mirrored
+}
+
 // Two standbys take the link over from a holder that stopped cleanly, one
 // after the other: the first passes its claim check (no other session
 // began) and is held before it fences anything, as when its replay of the
@@ -460,17 +470,7 @@ func TestStandbyClaimCheckedBeforeFencing(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
 		for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
 			t.Run(delivery.String(), func(t *testing.T) {
-				f := e.mirrored(t, "claim"+delivery.String()[:3], srcTopic("t"+delivery.String()[:3], 2))
-				f.cfg.Link.Delivery = delivery
-				f.cfg.Link.SessionTimeout = 30 * time.Second
-				named := func(agent string) Config { c := f.cfg; c.Agent = agent; return c }
-				mirrored := func() {
-					if delivery == statestore.DeliveryTransactional {
-						f.waitSameCommitted(60 * time.Second)
-					} else {
-						f.waitMirrored(60 * time.Second)
-					}
-				}
+				f, named, mirrored := namedAgents(t, e, "claim"+delivery.String()[:3], "t"+delivery.String()[:3], delivery)
 				f.load(idempotent, 1, "before", 40)
 				a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
 				a.waitState(t, Mirroring, 60*time.Second)
