@@ -312,6 +312,51 @@ func (t *Txn) Reserve(p tp.Key, offsets int32) (*Reservation, error) {
 	return r, nil
 }
 
+// Split divides reservation r, whose batch was not sent, into reservations
+// of consecutive parts of its sequences, counts[i] offsets each (summing to
+// what r reserved), in r's place in the partition's order: a run of
+// batches reserved as one, to be joined into one batch, that is sent as
+// its batches one by one after all (the joined batch came out too large).
+// r itself is then no longer to be used.
+func (t *Txn) Split(r *Reservation, counts []int32) ([]*Reservation, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return nil, t.err
+	}
+	rs := t.inflight[r.p]
+	i := slices.Index(rs, r)
+	select {
+	case <-r.issued:
+		i = -1
+	default:
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("%s[%d]: %w: split a reservation that was sent or settled", r.p.Topic, r.p.Partition, ErrInvalidBatch)
+	}
+	parts := make([]*Reservation, len(counts))
+	seq := r.Sequence
+	for j, n := range counts {
+		parts[j] = &Reservation{Stamp: Stamp{ProducerID: r.ProducerID, Epoch: r.Epoch, Sequence: seq}, p: r.p, done: make(chan struct{}), issued: make(chan struct{})}
+		seq = nextSequence(seq, n)
+	}
+	end := t.seq[r.p] // where the reservation after r begins
+	if i+1 < len(rs) {
+		end = rs[i+1].Sequence
+	}
+	if seq != end {
+		return nil, fmt.Errorf("%s[%d]: %w: the parts' sequences end at %d, the reservation's at %d", r.p.Topic, r.p.Partition, ErrInvalidBatch, seq, end)
+	}
+	t.inflight[r.p] = slices.Insert(slices.Delete(rs, i, i+1), i, parts...)
+	// An append of a later reservation may already wait for r (issued,
+	// done): it wakes, finds r replaced by the parts, and waits for
+	// them instead (previous and before are read again). r counts as
+	// neither appended nor given up: the partition is not broken.
+	r.markIssued()
+	close(r.done)
+	return parts, nil
+}
+
 // Abandon settles a reservation whose batch was not sent (the
 // transaction must abort): the partition's later batches then fail
 // instead of waiting for it.

@@ -777,3 +777,72 @@ func TestTxnNewProducerSequence(t *testing.T) {
 		end(t, s, false)
 	})
 }
+
+// Guards Split (a run of batches reserved as one and sent one by one after
+// all, when their joined batch came out too large): the parts take the
+// reservation's sequences in order, in its place between the reservations
+// before and after it, and the broker accepts every batch in order; a
+// reservation already sent, or counts that do not add up to it, are
+// refused.
+func TestTxnSplitReservation(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		e := newTxnEnv(t, b, "txn-split", 1)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-split"))
+		p := e.parts[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.txn.Add(ctx, []tp.Key{p.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		bs := []srcBatch{sourceBatch("idempotent", 1, 2, 3), sourceBatch("plain", 2, 3, 0), sourceBatch("transactional", 3, 2, 4), sourceBatch("plain", 4, 1, 1)}
+		first, err := s.txn.Reserve(p.Key(), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := s.txn.Reserve(p.Key(), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := s.txn.Reserve(p.Key(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last batch is sent first, before the split: it waits for
+		// the run, then, once the run is split, for its parts (before,
+		// it waited for the replaced reservation until the context
+		// ended).
+		var wg sync.WaitGroup
+		var lastErr error
+		wg.Go(func() {
+			_, lastErr = s.txn.AppendReserved(ctx, appender.TxnAppendConfig{}, s.ls, p, clone(bs[3].raw), last)
+		})
+		time.Sleep(100 * time.Millisecond) // let it wait (the test holds either way)
+		if _, err := s.txn.Split(run, []int32{3, 1}); !errors.Is(err, appender.ErrInvalidBatch) {
+			t.Fatalf("a split into 4 of 5 offsets: %v, want ErrInvalidBatch", err)
+		}
+		parts, err := s.txn.Split(run, []int32{3, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if parts[0].Sequence != run.Sequence || parts[1].Sequence != run.Sequence+3 || last.Sequence != run.Sequence+5 {
+			t.Fatalf("parts at sequences %d and %d of a reservation at %d, the next at %d", parts[0].Sequence, parts[1].Sequence, run.Sequence, last.Sequence)
+		}
+		for i, r := range []*appender.Reservation{first, parts[0], parts[1]} {
+			if _, err := s.txn.AppendReserved(ctx, appender.TxnAppendConfig{}, s.ls, p, clone(bs[i].raw), r); err != nil {
+				t.Fatalf("append %d: %v", i, err)
+			}
+		}
+		wg.Wait()
+		if lastErr != nil {
+			t.Fatalf("the batch after the parts: %v", lastErr)
+		}
+		if n := s.txn.Overtaken(); n != 0 {
+			t.Errorf("%d batches overtook an earlier one: the batch after the run was sent before the parts", n)
+		}
+		if _, err := s.txn.Split(first, []int32{1, 1}); !errors.Is(err, appender.ErrInvalidBatch) {
+			t.Fatalf("a split of a reservation already appended: %v, want ErrInvalidBatch", err)
+		}
+		end(t, s, true)
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), wantOf(0, bs...))
+	})
+}

@@ -205,12 +205,19 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 		// The partition's batches go out in the order of their
 		// sequences: after the batch before this one, through the
 		// broker's gate (sendGate).
-		if prev := t.previous(r); prev != nil {
+		// The batch before may be replaced by its parts while this
+		// one waits (Split): then it waits for the last part.
+		for prev := t.previous(r); prev != nil; {
 			select {
 			case <-prev.issued:
 			case <-ctx.Done():
 				return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, ctx.Err())
 			}
+			next := t.previous(r)
+			if next == prev {
+				break
+			}
+			prev = next
 		}
 		release, err := t.gate.acquire(ctx, leader.Broker)
 		if err != nil {
