@@ -69,6 +69,22 @@
 // the search's alignment at the end disagree the answer is
 // ErrUntranslatable with ErrInexact.
 //
+// A session coalesces (issue 23): it may append a run of consecutive,
+// contiguous, dense source batches as one destination batch
+// (transform.Merge), whose records map to the run's source offsets one by
+// one. The window keeps a span per source batch, which may begin inside a
+// destination batch: its records there are checked against the source
+// batch's (twin.Run). The checkpoint walk keeps its place inside a
+// destination batch across the source batches it holds (twin.Walker.Runs).
+// The timestamp search takes a destination batch with more records than
+// a candidate for a run only when the source's committed batches from the
+// offset its records give hold, contiguous and dense, exactly its records
+// to its end (verifyRun), and counts copies of the candidate record by
+// record (sameOrdinal). A run whose batches the source's cleaner cut since
+// is not placed: positions in it are ErrUntranslatable. The session joins
+// no batches of a compacted topic (link/coalesce.go), so only a topic that
+// became compacted after the link mirrored it can hold such a run.
+//
 // A position below the source's log start translates as the log start (a
 // consumer there would be reset to it); one whose translation lies below
 // the destination's log start is ErrBelowDestinationStart.

@@ -246,6 +246,9 @@ type job struct {
 
 	last    *read // the last source read, at lastPos: reading the same position twice costs nothing
 	lastPos int64
+	// parts are the source batches decoded for looking for them in runs
+	// (Stamped), by base offset.
+	parts map[int64]*twin.Part
 }
 
 // cut is a pair of positions: every batch the link mirrored from below s is
@@ -416,11 +419,27 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 			if len(ds) == 0 {
 				return errWindowStale
 			}
+			dh, _ := transform.ParseHeader(ds[0])
+			if x.Stamped && dh.BaseOffset <= sp.DstBase && (dh.BaseOffset < sp.DstBase || dh.NextOffset() > sp.DstEnd) {
+				// A part of a run the link appended as one batch
+				// (coalescing): the span says where c's records
+				// begin inside it.
+				ok := sp.From == c.h.BaseOffset && c.h.Dense() && sp.DstEnd-sp.DstBase == int64(c.h.LastOffsetDelta)+1 && sp.DstEnd <= dh.NextOffset()
+				if ok {
+					if ok, err = twin.Within(x.reenc, c.raw, c.h, sp.From, ds[0], int(sp.DstBase-dh.BaseOffset)); err != nil {
+						return err
+					}
+				}
+				if !ok {
+					return errWindowStale
+				}
+				return x.found(c, sp.From, ds[0], sp.DstBase, p)
+			}
 			ok, err := x.mirror(c, sp.From, ds[0])
 			if err != nil {
 				return err
 			}
-			if dh, _ := transform.ParseHeader(ds[0]); dh.BaseOffset != sp.DstBase || !ok {
+			if dh.BaseOffset != sp.DstBase || !ok {
 				return errWindowStale
 			}
 			return x.found(c, sp.From, ds[0], sp.DstBase, p)
@@ -442,7 +461,20 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 // link had already re-encoded: then ErrUntranslatable.
 func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 	var t int64
-	if dh, err := transform.ParseHeader(d); err == nil && !x.Stamped && from == c.h.BaseOffset && dh.NumRecords < c.h.NumRecords {
+	dh, err := transform.ParseHeader(d)
+	if err == nil && x.partOf(c, from, dh, base) {
+		// A part of a run the link appended as one batch (coalescing):
+		// the records of c, dense and whole, from base on, one per
+		// source offset.
+		t = base + max(p-c.h.BaseOffset, 0)
+		x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, dh.BaseOffset, t
+		if x.dstStart >= 0 && t < x.dstStart {
+			return fmt.Errorf("%w: the mirror of source offset %d is destination offset %d, and the destination's log starts at %d",
+				ErrBelowDestinationStart, max(p, from), t, x.dstStart)
+		}
+		return nil
+	}
+	if err == nil && !x.Stamped && from == c.h.BaseOffset && dh.NumRecords < c.h.NumRecords {
 		// A mirror the destination's cleaner cut (twin.CutAtDestination):
 		// it keeps the offsets the link appended the batch's records at,
 		// the source batch's i-th record at base+i (its offset delta; its
@@ -476,12 +508,36 @@ func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 	return nil
 }
 
+// partOf reports whether the destination batch dh holds source batch c
+// (mirrored from from) as a part of a run, from destination offset base
+// on, as a Stamped link coalesces (twin.Run): base inside the batch, or the
+// batch holding more records than c has offsets. The caller checked the
+// records.
+func (x *job) partOf(c srcBatch, from int64, dh transform.Header, base int64) bool {
+	return x.Stamped && c.h.Dense() && from <= c.h.BaseOffset &&
+		(base != dh.BaseOffset || int64(dh.NumRecords) > int64(c.h.LastOffsetDelta)+1)
+}
+
 // mirror reports whether destination batch d is the batch the link
 // appended for source batch c, fetched from position from (twin.Same: also
 // after the source log changed), deciding c as the pipeline does, with the
-// partition's salts.
+// partition's salts. Stamped, a batch of c's codec with more records
+// than dense c has offsets is c's only where c's records are its first
+// ones, each at its offset delta (the first part of a run): Same's cut,
+// which finds c's records anywhere in it in order, would otherwise take a
+// run's later part for c's mirror. A c with gaps, or of another codec
+// (the source's cleaner cut it since, and kfake's cleaner also shrinks a
+// cut batch's offset range and writes it uncompressed, so that its mirror
+// may hold more records than it has offsets), is left to Same's cut as
+// before: a session joins no batch of a compacted topic
+// (link/coalesce.go), so such a c is a batch the link appended alone.
 func (x *job) mirror(c srcBatch, from int64, d []byte) (bool, error) {
 	same, _, err := twin.Same(x.psm, x.src, x.reenc, c.raw, c.h, from, d)
+	if err == nil && same != twin.NotSame && same != twin.Twin && same != twin.Whole && x.Stamped {
+		if dh, _ := transform.ParseHeader(d); int64(dh.NumRecords) > int64(c.h.LastOffsetDelta)+1 && c.h.Dense() && dh.Compression() == c.h.Compression() {
+			return twin.Within(x.reenc, c.raw, c.h, c.h.BaseOffset, d, 0)
+		}
+	}
 	if err != nil || same != twin.NotSame {
 		return same != twin.NotSame, err
 	}
@@ -546,6 +602,9 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 	psm := saltedPSM(x.a.Salts)
 	psm.Restore(lo.producers)
 	w := twin.NewWalker(psm, x.src, x.reenc, lo.s, lo.d)
+	if x.Stamped {
+		w.Runs() // a session coalesces runs of source batches (issue 23)
+	}
 	var (
 		srcQ             []srcBatch
 		dstQ             [][]byte
@@ -610,17 +669,21 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		}
 		c := srcQ[0]
 		from := max(c.from, lo.s)
+		at := w.RunAt() // where c's records begin in dstQ[0]
 		st, err := w.Compare(c.raw, c.h, from, dstQ[0], x.now())
 		if err != nil {
 			return err
 		}
 		switch st {
-		case twin.StepMatch:
+		case twin.StepMatch, twin.StepPart:
 			if c.h.NextOffset() > p {
 				dh, _ := transform.ParseHeader(dstQ[0])
-				return x.found(c, from, dstQ[0], dh.BaseOffset, p)
+				return x.found(c, from, dstQ[0], dh.BaseOffset+int64(at), p)
 			}
-			srcQ, dstQ, matched = srcQ[1:], dstQ[1:], true
+			srcQ, matched = srcQ[1:], true
+			if st == twin.StepMatch {
+				dstQ = dstQ[1:]
+			}
 		case twin.StepSkip:
 			srcQ = srcQ[1:]
 		case twin.StepEmptied:
@@ -633,6 +696,11 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 		default:
 			return errWalkLost
 		}
+	}
+	if w.RunAt() > 0 {
+		// The source ends inside a destination batch the walk took
+		// for a run: the rest of it is not placed.
+		return errWalkLost
 	}
 	// The destination holds nothing more of the link's below the upper
 	// pair (or its high watermark): p lies where nothing was mirrored.
@@ -785,7 +853,11 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 			if removed {
 				continue // appended, and removed since by the destination's cleaner
 			}
-			if r <= x.dstStart {
+			held, err := x.heldBefore(ctx, cands[i], r, base)
+			if err != nil {
+				return err
+			}
+			if r <= x.dstStart && !held {
 				return fmt.Errorf("%w: the source's committed records from offset %d on are not at the destination, whose log starts at %d with the mirror of source offset %d (destination retention deleted them, or the link began mirroring after them)",
 					ErrBelowDestinationStart, cands[i].firstFrom(p), x.dstStart, cands[j].h.BaseOffset)
 			}
@@ -799,6 +871,49 @@ func (x *job) viaTimestamp(ctx context.Context, p int64, hi cut) error {
 		}
 		return x.found(cands[j], from, d, base, p)
 	}
+}
+
+// heldBefore reports, for a Stamped link, whether a destination batch from
+// offset r up to offset end holds the records c still holds inside it, at
+// their offset deltas (twin.Run.Find), after its first record: a run the
+// link coalesced c into, which the search could not place (the source's
+// cleaner cut c since). Its mirror is then not below the destination's log
+// start, only not placed.
+func (x *job) heldBefore(ctx context.Context, c srcBatch, r, end int64) (bool, error) {
+	if !x.Stamped {
+		return false, nil
+	}
+	part, err := x.part(c)
+	if err != nil {
+		return false, err
+	}
+	for pos := r; pos < end; {
+		ds, err := x.dstBatches(ctx, pos)
+		if errors.Is(err, errBudget) || err == nil && len(ds) == 0 {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, d := range ds {
+			dh, _ := transform.ParseHeader(d)
+			if dh.BaseOffset >= end {
+				return false, nil
+			}
+			pos = dh.NextOffset()
+			if dh.Control() || int64(dh.NumRecords) <= int64(c.h.LastOffsetDelta)+1 {
+				continue
+			}
+			run, err := twin.NewRun(x.reenc, d)
+			if err != nil {
+				return false, err
+			}
+			if run.Find(part, c.h.BaseOffset, 1) >= 0 {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // removedMirrors reports whether the mirrors of source batches cs, which
@@ -857,36 +972,50 @@ func (x *job) dstCompacted(ctx context.Context) bool {
 }
 
 // sameOrdinal checks, for a Stamped link, the mirror the timestamp search
-// found for source batch c, the destination batch at base, by counting
-// from the front: every batch with c's records and timestamps (a copy:
-// a replay, a retry, an upstream's second delivery) lies, at the source,
-// at or after the first source offset with a timestamp at or after c's
-// earliest, and its mirror, at the destination, at or after the first
+// found for source batch c, whose records begin at destination offset base
+// (a batch of its own, or a part of a run the link coalesced), by counting
+// from the front: every run of records with c's records and timestamps (a
+// copy: a replay, a retry, an upstream's second delivery) lies, at the
+// source, at or after the first source offset with a timestamp at or after
+// c's earliest, and its mirror, at the destination, at or after the first
 // destination offset with one; a transactional link mirrors every
-// committed batch once and in order, so c's mirror is the mirror after as
-// many copies as c has before it. The search aligns copies at their ends
-// instead (lastOfRun, which allows for copies either log lost from its
-// front, and looks runLookahead batches ahead): where the two disagree,
-// as in a range of batches the source holds twice, longer than the
-// lookahead, no answer is exact and the translation says so.
+// committed record once and in order, so c's mirror is the mirror after as
+// many copies as c has before it. Copies are counted record by record in
+// the committed records of both logs, wherever they begin (a copy's mirror
+// may be a part of a run, and the records of a copy may straddle batches
+// on either side), so that both counts are of the same thing. The search
+// aligns copies at their ends instead (lastOfRun, which allows for copies
+// either log lost from its front, and looks runLookahead batches ahead):
+// where the two disagree, as in a range of batches the source holds twice,
+// longer than the lookahead, no answer is exact and the translation says
+// so.
 func (x *job) sameOrdinal(ctx context.Context, c srcBatch, base int64) error {
 	least, err := x.earliest([]srcBatch{c})
 	if err != nil {
 		return err
 	}
+	pat, err := x.reenc.Records(c.raw)
+	if err != nil {
+		return fmt.Errorf("source batch at offset %d: %w", c.h.BaseOffset, err)
+	}
 	srcFrom, err := x.listOffset(ctx, true, least)
 	if err != nil {
 		return err
 	}
-	before := 0 // copies of c before it at the source
-	for pos := max(srcFrom, 0); pos < c.h.BaseOffset; {
+	// The source's committed records from srcFrom through c: copies of c
+	// before it begin before c's first record.
+	var srcRecs []transform.Record
+	for pos := max(srcFrom, 0); pos < c.h.NextOffset(); {
 		r, err := x.committed(ctx, pos)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrUntranslatable, err)
 		}
 		for _, b := range r.batches {
-			if b.h.BaseOffset < c.h.BaseOffset && twin.Match(b.raw, c.raw) {
-				before++
+			if b.h.BaseOffset > c.h.BaseOffset {
+				break
+			}
+			if srcRecs, err = x.appendRecords(srcRecs, b.raw, pos); err != nil {
+				return err
 			}
 		}
 		if r.next <= pos {
@@ -898,33 +1027,77 @@ func (x *job) sameOrdinal(ctx context.Context, c srcBatch, base int64) error {
 	if err != nil {
 		return err
 	}
-	mirrors := 0 // mirrors of c's records before base at the destination
-	for pos := dstFrom; pos < base; {
+	// The destination's committed records from dstFrom through the batch
+	// that holds base.
+	var dstRecs []transform.Record
+	for pos := dstFrom; pos <= base; {
 		ds, err := x.dstBatches(ctx, pos)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrUntranslatable, err)
 		}
-		if len(ds) == 0 {
-			break
-		}
+		was := pos
 		for _, e := range ds {
 			eh, _ := transform.ParseHeader(e)
-			pos = eh.NextOffset()
-			if eh.BaseOffset >= base {
+			if eh.BaseOffset > base {
 				break
 			}
-			if from, err := x.mirrorOf(c, nil, -1, e, eh); err != nil {
+			if dstRecs, err = x.appendRecords(dstRecs, e, was); err != nil {
 				return err
-			} else if from >= 0 {
-				mirrors++
 			}
+			pos = eh.NextOffset()
+		}
+		if pos == was {
+			break
 		}
 	}
+	before := occurrences(srcRecs, pat, c.h.BaseOffset) // copies of c before it at the source
+	mirrors := occurrences(dstRecs, pat, base)          // mirrors of c's records before base at the destination
 	if mirrors != before {
-		return fmt.Errorf("%w: %w: the source holds %d batches with the same records and timestamps as the batch at offset %d before it (from offset %d), and the destination %d before the mirror the search found at offset %d (from offset %d): which mirror is the batch's cannot be told",
+		return fmt.Errorf("%w: %w: the source holds %d copies of the records of the batch at offset %d before it (from offset %d), and the destination %d before the mirror the search found at offset %d (from offset %d): which mirror is the batch's cannot be told",
 			ErrUntranslatable, ErrInexact, before, c.h.BaseOffset, srcFrom, mirrors, base, dstFrom)
 	}
 	return nil
+}
+
+// appendRecords appends the records of batch b at or after offset pos to
+// recs.
+func (x *job) appendRecords(recs []transform.Record, b []byte, pos int64) ([]transform.Record, error) {
+	h, err := transform.ParseHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	if h.Control() || h.NumRecords == 0 {
+		return recs, nil
+	}
+	if err := transform.Validate(b); err != nil {
+		return nil, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
+	}
+	rs, err := x.reenc.Records(b)
+	if err != nil {
+		return nil, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
+	}
+	for _, r := range rs {
+		if r.Offset >= pos {
+			recs = append(recs, r)
+		}
+	}
+	return recs, nil
+}
+
+// occurrences counts the places in recs, beginning below offset before,
+// where the records of pat follow one another, the same in content.
+func occurrences(recs, pat []transform.Record, before int64) int {
+	n := 0
+	for i := 0; i+len(pat) <= len(recs) && recs[i].Offset < before; i++ {
+		j := 0
+		for j < len(pat) && recs[i+j].Same(pat[j]) {
+			j++
+		}
+		if j == len(pat) && len(pat) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // allDuplicates reports whether every one of cands is a duplicate of pred
@@ -1071,16 +1244,27 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 				break
 			}
 			pos = dh.NextOffset()
+			// A run the link appended as one batch (coalescing) holds
+			// the predecessor and candidates as parts: told by the
+			// source range it mirrors, not batch by batch.
+			run, err := x.runAround(ctx, pred, claimed, cands, d, dh)
+			if err != nil {
+				return -1, 0, nil, 0, claimed, err
+			}
 			if !claimed {
-				ok, err := x.mirrorOf(*pred, whole[:0], -1, d, dh)
-				if err != nil {
+				var ok int64
+				if run != nil {
+					ok = run.from(*pred)
+				} else if ok, err = x.mirrorOf(*pred, whole[:0], -1, d, dh); err != nil {
 					return -1, 0, nil, 0, claimed, err
 				}
 				if ok >= 0 {
 					claimed = true
-					continue
-				}
-				if after {
+					if run == nil {
+						continue
+					}
+					// The candidates may follow pred in the same run.
+				} else if after {
 					continue // not past pred's mirror yet
 				}
 			}
@@ -1093,8 +1277,11 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 			}
 			matched := false
 			for i, c := range cands[:limit] {
-				from, err := x.mirrorOf(c, whole, i, d, dh)
-				if err != nil {
+				var from int64
+				base := dh.BaseOffset
+				if run != nil {
+					from, base = run.from(c), run.baseOf(c)
+				} else if from, err = x.mirrorOf(c, whole, i, d, dh); err != nil {
 					return -1, 0, nil, 0, claimed, err
 				}
 				if from < 0 {
@@ -1102,13 +1289,13 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 				}
 				matched = true
 				if i == 0 || c.h.ProducerID != -1 {
-					return i, from, d, dh.BaseOffset, claimed, nil
+					return i, from, d, base, claimed, nil
 				}
 				// A plain candidate met before an earlier one: maybe the
 				// mirror of an earlier copy of it (a retry) whose source
 				// copy is gone; the earlier candidate's mirror, if it
 				// comes within runLookahead batches, wins.
-				pending = &found{j: i, from: from, d: d, base: dh.BaseOffset}
+				pending = &found{j: i, from: from, d: d, base: base}
 				break
 			}
 			if !matched && !dh.Control() && dh.NumRecords > 0 {
@@ -1123,6 +1310,123 @@ func (x *job) scanFor(ctx context.Context, pred *srcBatch, cands []srcBatch, r i
 		return pending.j, pending.from, pending.d, pending.base, claimed, nil
 	}
 	return -1, 0, nil, 0, claimed, nil
+}
+
+// runSpan is a destination batch, at dst, that holds the run of the
+// source's committed batches from offset s up to e, each a part of it at
+// its offset's place.
+type runSpan struct {
+	s, e, dst int64
+}
+
+// from is the position source batch c was mirrored from if the run holds
+// it, else -1.
+func (r *runSpan) from(c srcBatch) int64 {
+	if c.h.BaseOffset >= r.s && c.h.NextOffset() <= r.e {
+		return c.h.BaseOffset
+	}
+	return -1
+}
+
+// baseOf is where c's records begin in the run's batch.
+func (r *runSpan) baseOf(c srcBatch) int64 { return r.dst + c.h.BaseOffset - r.s }
+
+// runAround reports, for a Stamped link, whether destination batch d
+// (header dh) is a run the link appended as one batch (coalescing, issue
+// 23) that holds the predecessor (unless already claimed) or one of the
+// candidates as a part: nil when it is not. A part found by content
+// (twin.Run.Find) only proposes where the run begins at the source; the
+// run is then checked whole against the source from there (verifyRun):
+// every record of d is, in order, a record of the source's committed,
+// dense, contiguous batches from that offset on, which end where d ends.
+// Only a batch with more records than the part has offsets is looked into:
+// one of as many is a batch's mirror alone, which the other ways tell.
+func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands []srcBatch, d []byte, dh transform.Header) (*runSpan, error) {
+	if !x.Stamped || dh.Control() || dh.NumRecords < 2 {
+		return nil, nil
+	}
+	probes := cands
+	if !claimed {
+		probes = append([]srcBatch{*pred}, cands...)
+	}
+	var run *twin.Run
+	for _, b := range probes {
+		if !b.h.Dense() || int64(dh.NumRecords) <= int64(b.h.LastOffsetDelta)+1 {
+			continue
+		}
+		if run == nil {
+			var err error
+			if run, err = twin.NewRun(x.reenc, d); err != nil {
+				return nil, err
+			}
+		}
+		part, err := x.part(b)
+		if err != nil {
+			return nil, err
+		}
+		for at := run.Find(part, b.h.BaseOffset, 0); at >= 0; at = run.Find(part, b.h.BaseOffset, at+1) {
+			s := b.h.BaseOffset - int64(at)
+			if ok, err := x.verifyRun(ctx, run, s); err != nil {
+				return nil, err
+			} else if ok {
+				return &runSpan{s: s, e: s + int64(run.Len()), dst: dh.BaseOffset}, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// verifyRun reports whether run holds the source's committed batches from
+// offset s on as a Stamped link coalesces them: each dense, contiguous
+// with the one before (no aborted data, marker or gap between), a part of
+// run at its offset's place (twin.Run.Holds: the run's codec, no
+// LogAppendTime, the same records), the first one's first timestamp the
+// run's, and the last one ending where the run ends.
+func (x *job) verifyRun(ctx context.Context, run *twin.Run, s int64) (bool, error) {
+	at := 0
+	for pos := s; at < run.Len(); {
+		r, err := x.committed(ctx, pos)
+		if _, outside := errors.AsType[*rangeError](err); outside {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, b := range r.batches {
+			if b.h.BaseOffset != s+int64(at) || !b.h.Dense() || at == 0 && b.h.FirstTimestamp != run.Header().FirstTimestamp {
+				return false, nil
+			}
+			part, err := x.part(b)
+			if err != nil || !run.Holds(part, b.h.BaseOffset, at) {
+				return false, err
+			}
+			if at += int(b.h.LastOffsetDelta) + 1; at == run.Len() {
+				return true, nil
+			}
+		}
+		if r.next <= pos {
+			return false, nil
+		}
+		pos = r.next
+	}
+	return false, nil
+}
+
+// part is source batch c decoded for looking for it in runs, once per
+// translation (a scan looks for each candidate in every batch it reads).
+func (x *job) part(c srcBatch) (*twin.Part, error) {
+	if p, ok := x.parts[c.h.BaseOffset]; ok {
+		return p, nil
+	}
+	p, err := twin.NewPart(x.reenc, c.raw, c.h)
+	if err != nil {
+		return nil, err
+	}
+	if x.parts == nil {
+		x.parts = make(map[int64]*twin.Part)
+	}
+	x.parts[c.h.BaseOffset] = p
+	return p, nil
 }
 
 // found is a candidate's mirror a scan met.
@@ -1161,6 +1465,12 @@ const (
 func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, hi cut) ([]byte, int64, error) {
 	if c.h.ProducerID != -1 {
 		return d, base, nil // copies with a producer ID are skipped, not mirrored
+	}
+	if dh, _ := transform.ParseHeader(d); x.partOf(c, c.h.BaseOffset, dh, base) {
+		// A part of a run, placed by the source range the run mirrors:
+		// copies of c are not batches of their own at the destination,
+		// and sameOrdinal counts them by their records.
+		return d, base, nil
 	}
 	a, seen, bytes := 0, 0, 0
 	var last *srcBatch // L: the last batch looked at, after every copy of c; nil: the lookahead ended in copies (or at hi)
@@ -1231,6 +1541,24 @@ func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, h
 				} else if from >= 0 {
 					done = true
 					break
+				}
+				if x.Stamped && int64(eh.NumRecords) > int64(last.h.LastOffsetDelta)+1 {
+					// L may be a part of a run (coalescing). Taken by
+					// content alone: a run taken for L's too early
+					// shortens the copies counted, which refuses
+					// rather than misplaces (and sameOrdinal checks).
+					run, err := twin.NewRun(x.reenc, e)
+					if err != nil {
+						return nil, 0, err
+					}
+					part, err := x.part(*last)
+					if err != nil {
+						return nil, 0, err
+					}
+					if run.Find(part, last.h.BaseOffset, 0) >= 0 {
+						done = true
+						break
+					}
 				}
 			}
 		}
@@ -1315,6 +1643,7 @@ func (x *job) mirrorOf(c srcBatch, whole [][]byte, i int, d []byte, dh transform
 	if dh.ProducerEpoch == c.h.ProducerEpoch && dh.BaseSequence == c.h.BaseSequence && dh.NumRecords >= c.h.NumRecords {
 		// The same producer batch, maybe changed at the source since.
 		ok, err := x.mirror(c, c.h.BaseOffset, d)
+
 		if err != nil || ok {
 			return c.h.BaseOffset, err
 		}
@@ -1781,8 +2110,11 @@ func (x *job) plainOrigin(ctx context.Context, c srcBatch, p int64) (found bool,
 	if err != nil {
 		return false, err
 	}
-	found, err = x.search(ctx, c, r, p, func(d []byte, dh transform.Header) bool {
-		return dh.ProducerID == -1 && !dh.Control() && twin.Match(c.raw, d)
+	found, err = x.search(ctx, c, r, p, func(d []byte, dh transform.Header) (int, error) {
+		if dh.ProducerID == -1 && !dh.Control() && twin.Match(c.raw, d) {
+			return originWhole, nil
+		}
+		return originNone, nil
 	})
 	if found {
 		x.out.Via = "origin"
@@ -1802,9 +2134,10 @@ func (x *job) searchFrom(ctx context.Context, c srcBatch) (r, least int64, err e
 }
 
 // search reads the destination from r to its end and ends the translation
-// of p at the first batch d for which is(d) holds, as the original of
-// source batch c; found is false when none does.
-func (x *job) search(ctx context.Context, c srcBatch, r, p int64, is func(d []byte, dh transform.Header) bool) (found bool, err error) {
+// of p at the first batch d for which is(d) says it is the original of
+// source batch c (originWhole), or the first original of the run of them
+// c coalesces (originRun); found is false when none is.
+func (x *job) search(ctx context.Context, c srcBatch, r, p int64, is func(d []byte, dh transform.Header) (int, error)) (found bool, err error) {
 	for pos := r; ; {
 		ds, err := x.dstBatches(ctx, pos)
 		if err != nil {
@@ -1819,11 +2152,74 @@ func (x *job) search(ctx context.Context, c srcBatch, r, p int64, is func(d []by
 				return false, fmt.Errorf("destination %s at offset %d: %w", x.a.Dst, pos, err)
 			}
 			pos = dh.NextOffset()
-			if is(d, dh) {
+			switch kind, err := is(d, dh); {
+			case err != nil:
+				return false, err
+			case kind == originWhole:
 				return true, x.found(c, c.h.BaseOffset, d, dh.BaseOffset, p)
+			case kind == originRun:
+				// c holds the records of the destination's batches
+				// from dh's base offset on, one per offset.
+				t := dh.BaseOffset + max(p-c.h.BaseOffset, 0)
+				x.out.SourceBatch, x.out.DestinationBatch, x.out.DestinationOffset = c.h.BaseOffset, dh.BaseOffset, t
+				return true, nil
 			}
 		}
 	}
+}
+
+// What search's is says of a destination batch.
+const (
+	originNone  = iota
+	originWhole // the original of the source batch
+	originRun   // the first of the originals of a run the source batch coalesces
+)
+
+// originRun reports whether destination batch d (header dh) is the first
+// of the originals of source batch c, which a transactional link in the
+// other direction appended as one batch for a run of them (coalescing,
+// issue 23): the destination's committed batches from d on are, in
+// order, parts of c (twin.Run.Holds), each dense and contiguous with the
+// one before, ending where c ends; c is dense, as a run's batch is.
+func (x *job) originRun(ctx context.Context, c srcBatch, d []byte, dh transform.Header) (bool, error) {
+	if !c.h.Dense() || dh.Control() || dh.NumRecords <= 0 || int64(dh.LastOffsetDelta)+1 >= int64(c.h.NumRecords) {
+		return false, nil
+	}
+	run, err := twin.NewRun(x.reenc, c.raw)
+	if err != nil {
+		return false, err
+	}
+	at := 0
+	holds := func(e []byte, eh transform.Header) (bool, error) {
+		if eh.BaseOffset != dh.BaseOffset+int64(at) || !eh.Dense() || at == 0 && eh.FirstTimestamp != c.h.FirstTimestamp {
+			return false, nil
+		}
+		part, err := twin.NewPart(x.reenc, e, eh)
+		if err != nil || !run.Holds(part, eh.BaseOffset, at) {
+			return false, err
+		}
+		at += int(eh.LastOffsetDelta) + 1
+		return true, nil
+	}
+	if ok, err := holds(d, dh); !ok || err != nil {
+		return false, err
+	}
+	for pos := dh.NextOffset(); at < run.Len(); {
+		es, err := x.dstBatches(ctx, pos)
+		if err != nil || len(es) == 0 {
+			return false, err
+		}
+		for _, e := range es {
+			eh, _ := transform.ParseHeader(e)
+			if ok, err := holds(e, eh); !ok || err != nil {
+				return false, err
+			}
+			if pos = eh.NextOffset(); at == run.Len() {
+				return true, nil
+			}
+		}
+	}
+	return at == run.Len(), nil
 }
 
 // origin ends a translation at the original, at the destination, of source
@@ -1850,10 +2246,10 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 	if x.byContent {
 		transform.Unstamp(want)
 	}
-	found, err := x.search(ctx, c, r, p, func(d []byte, dh transform.Header) bool {
+	found, err := x.search(ctx, c, r, p, func(d []byte, dh transform.Header) (int, error) {
 		if !x.Stamped && !x.byContent {
 			if dh.ProducerID < 0 || dh.ProducerID&(1<<31-1) != int64(low) || dh.Control() {
-				return false
+				return originNone, nil
 			}
 			transform.Rewrite(want, dh.ProducerID)
 			// A preserve mirror appends a committed transaction's
@@ -1861,7 +2257,17 @@ func (x *job) origin(ctx context.Context, c srcBatch, p int64) error {
 			// markers); the original has it.
 			want[transform.PosAttributes+1] = want[transform.PosAttributes+1]&^transform.AttrTransactional | d[transform.PosAttributes+1]&transform.AttrTransactional
 		}
-		return twin.Match(want, d)
+		if twin.Match(want, d) {
+			return originWhole, nil
+		}
+		if session && (x.Stamped || x.byContent) {
+			// A transactional link's copy may be a run of originals
+			// it coalesced into one batch.
+			if ok, err := x.originRun(ctx, c, d, dh); ok || err != nil {
+				return originRun, err
+			}
+		}
+		return originNone, nil
 	})
 	if found || err != nil {
 		return err

@@ -14,7 +14,9 @@
 // rewrites. A Walker walks a destination tail and the source in step,
 // deciding each source batch with Decide and matching with Match: the
 // reconciliation of DESIGN §6, and the checkpoint walk of offset
-// translation.
+// translation. A Run tells which source batches a destination batch holds
+// when the link coalesced a run of them into one (issue 23), record by
+// record; a Walker told so (Runs) walks through such a batch part by part.
 //
 // # Invariants
 //

@@ -58,9 +58,15 @@ const (
 	// they concern is appended), so neither it nor anything after it was
 	// appended. The destination batch and every one after it are foreign.
 	StepStop
+	// StepPart: the source batch is the next part of a run the link
+	// appended as one destination batch (Walker.Runs), which holds more
+	// records after it: the source advances, and the next source batch
+	// is compared with the same destination batch, from RunAt on. The
+	// run's last part is a StepMatch.
+	StepPart
 )
 
-var stepNames = [...]string{"match", "foreign", "skip", "emptied", "passed", "deleted", "stop"}
+var stepNames = [...]string{"match", "foreign", "skip", "emptied", "passed", "deleted", "stop", "part"}
 
 func (s Step) String() string { return stepNames[s] }
 
@@ -91,6 +97,14 @@ type Walker struct {
 	// gaps: an offset gap before a destination batch opens a hole
 	// (HoleAtGaps).
 	gaps bool
+	// runs: the destination batches may hold runs of source batches
+	// (Runs); run is the one the walk is inside (nil: none), runAt the
+	// records of it matched so far, runNext the source offset after its
+	// last part matched.
+	runs    bool
+	run     *Run
+	runAt   int
+	runNext int64
 }
 
 // Counts are what a walk found.
@@ -196,6 +210,24 @@ func (w *Walker) Hole() { w.hole = true }
 // aborted data and markers) must not be told so.
 func (w *Walker) HoleAtGaps() { w.gaps = true }
 
+// Runs tells the walk that a destination batch may hold a run of source
+// batches (transactional delivery's coalescing, issue 23): consecutive
+// source batches, each dense and whole, with contiguous offsets, appended
+// as one batch (transform.Merge). A source batch that is the first records
+// of a destination batch with more records than its offsets is then the
+// run's first part (StepPart), and each next source batch must be the next
+// records of that batch, its base offset the previous part's next offset,
+// until the last part ends it (StepMatch). A destination batch whose
+// records stop being the next source batch's is not a run the link
+// appended from the walk's position (StepForeign): the walk cannot place
+// it. Without Runs, such a batch is compared as a whole, as before
+// coalescing.
+func (w *Walker) Runs() { w.runs = true }
+
+// RunAt is the index of the destination batch's record the next source
+// batch is compared with: 0 unless the walk is inside a run (StepPart).
+func (w *Walker) RunAt() int { return w.runAt }
+
 // HoleOpen reports whether the walk was told of a hole (Hole) and nothing
 // matched since: the source batches it skipped are then only presumed to
 // be mirrors the destination deleted. A caller whose source ran out with a
@@ -217,6 +249,12 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		w.foreignBatch(dh)
 		return StepStop, nil
 	}
+	if w.run != nil {
+		if dh.BaseOffset != w.run.h.BaseOffset {
+			return 0, fmt.Errorf("destination batch at offset %d compared inside the run at offset %d", dh.BaseOffset, w.run.h.BaseOffset)
+		}
+		return w.continueRun(raw, h, from, now)
+	}
 	if w.gaps && dh.BaseOffset > w.dstNext {
 		// Offsets the destination no longer holds: its cleaner removed
 		// batches it had emptied (a compacted topic), or DeleteRecords
@@ -228,13 +266,42 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 	if err != nil {
 		return 0, err
 	}
-	if same != NotSame {
-		w.emptied = w.emptied[:0]
-		w.hole = false
-		if w.lost {
-			w.counts.Passed += w.lostDst
-			w.lost, w.lostDst, w.lostRecords = false, 0, 0
+	if w.runs && d.Verdict == Forward && same != Twin && same != Whole && int64(dh.NumRecords) > int64(h.LastOffsetDelta)+1 {
+		// More records than the source batch has offsets: not its
+		// mirror alone (but after kfake's cleaner shortened the
+		// batch's range), whatever Same's cut found in it by content.
+		// It is the first part of a run when its first records are
+		// the batch's. A batch the source's cleaner cut since, its
+		// records at their offset deltas, stays what Same said (a
+		// mirror kfake's cleaner shortened, or a run's first part:
+		// either way its records are placed by their deltas).
+		run, err := NewRun(w.reenc, dst)
+		if err != nil {
+			return 0, err
 		}
+		part, err := NewPart(w.reenc, raw, h)
+		if err != nil {
+			return 0, err
+		}
+		ok := run.Holds(part, from, 0)
+		switch {
+		case ok && h.Dense():
+			w.confirmed()
+			w.psm.Commit(d.PSM, now)
+			w.srcNext = h.NextOffset()
+			w.run, w.runAt, w.runNext = run, int(h.LastOffsetDelta)+1, h.NextOffset()
+			return StepPart, nil
+		case !ok && (h.Dense() || dh.FirstTimestamp != h.FirstTimestamp):
+			// Not where the batch's records would be in a run's
+			// first part, nor a mirror of it alone that kfake's
+			// cleaner shortened (which begins at its first
+			// timestamp): Same's cut found its records inside
+			// another batch.
+			same = NotSame
+		}
+	}
+	if same != NotSame {
+		w.confirmed()
 		w.psm.Commit(d.PSM, now)
 		w.srcNext = h.NextOffset()
 		w.dstNext = dh.NextOffset()
@@ -302,6 +369,61 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 	return StepForeign, nil
 }
 
+// confirmed is what a match tells the walk: the source batches the cleaner
+// emptied and the records either side deleted before it are accounted for.
+func (w *Walker) confirmed() {
+	w.emptied = w.emptied[:0]
+	w.hole = false
+	if w.lost {
+		w.counts.Passed += w.lostDst
+		w.lost, w.lostDst, w.lostRecords = false, 0, 0
+	}
+}
+
+// continueRun compares source batch raw with the records of the run the
+// walk is inside, from runAt on (Runs).
+func (w *Walker) continueRun(raw []byte, h transform.Header, from int64, now time.Time) (Step, error) {
+	d, err := Decide(w.psm, w.src, w.reenc, nil, raw, h, from, true)
+	if err != nil {
+		return 0, err
+	}
+	switch d.Verdict {
+	case SkipEmpty, SkipHome, SkipUnattributed:
+		// Never appended, so no part of the run; a batch after it
+		// is then not contiguous with the run's last part.
+		w.srcNext = max(w.srcNext, h.NextOffset())
+		w.counts.Skipped++
+		return StepSkip, nil
+	case Forward:
+		if h.BaseOffset == w.runNext && h.Dense() {
+			part, err := NewPart(w.reenc, raw, h)
+			if err != nil {
+				return 0, err
+			}
+			if w.run.Holds(part, from, w.runAt) {
+				w.psm.Commit(d.PSM, now)
+				w.srcNext = h.NextOffset()
+				w.runAt += int(h.LastOffsetDelta) + 1
+				w.runNext = h.NextOffset()
+				if w.runAt < w.run.Len() {
+					return StepPart, nil
+				}
+				w.dstNext = w.run.h.NextOffset()
+				w.run, w.runAt = nil, 0
+				w.counts.Matched++
+				return StepMatch, nil
+			}
+		}
+	}
+	// A duplicate, a batch that needs a salt, or one that is not the
+	// run's next records: the destination batch's records from runAt on
+	// are not what the link appended from here, and the walk cannot
+	// place them.
+	w.foreignBatch(w.run.h)
+	w.run, w.runAt = nil, 0
+	return StepForeign, nil
+}
+
 // passBatch takes dh for the mirror of records the source lost.
 func (w *Walker) passBatch(dh transform.Header) {
 	w.dstNext = dh.NextOffset()
@@ -316,6 +438,7 @@ func (w *Walker) ForeignRest(dst []byte) error {
 	if err != nil {
 		return fmt.Errorf("destination batch at offset %d: %w", w.dstNext, err)
 	}
+	w.run, w.runAt = nil, 0 // a run the source ends inside is not the link's
 	if w.lost {
 		w.passBatch(dh)
 		return nil

@@ -1,0 +1,174 @@
+package twin
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// runBatches are dense source batches of codec at offsets base on (sizes
+// ns), each with its own keys, and the batch a transactional session
+// appends for them as one run (transform.Merge, then transform.Stamp),
+// read back with its producer fields stripped (transform.Unstamp), at
+// destination offset dst.
+func runBatches(t *testing.T, codec int8, base, dst int64, ns ...int) (srcs [][]byte, run []byte) {
+	t.Helper()
+	key := 0
+	for _, n := range ns {
+		rs := make([]batchtest.Record, n)
+		for i := range rs {
+			rs[i] = batchtest.Record{Key: fmt.Appendf(nil, "k%d", key), Value: fmt.Appendf(nil, "v%d", key), TimestampDelta: int64(i), OffsetDelta: -1}
+			key++
+		}
+		srcs = append(srcs, batchtest.Build(batchtest.Spec{BaseOffset: base, PID: -1, Epoch: -1, BaseSequence: -1, Codec: codec,
+			FirstTimestamp: 1_700_000_000_000 + base*10, Records: rs}))
+		base += int64(n)
+	}
+	run, _, err := transform.NewReencoder().Merge(nil, srcs, transform.MergeHeader{ProducerID: 77, ProducerEpoch: 3, BaseSequence: 40, Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	transform.Stamp(run, 77, 3, 40)
+	transform.Unstamp(run)
+	putBase(run, dst)
+	return srcs, run
+}
+
+func putBase(b []byte, o int64) {
+	for i := range 8 {
+		b[i] = byte(o >> (56 - 8*i))
+	}
+}
+
+// Guards the placing of a source batch inside a run the link coalesced:
+// each batch is found at its own place and nowhere else, for every codec,
+// and batches the link never merges (trimmed, another codec,
+// LogAppendTime) are no part.
+func TestRunHolds(t *testing.T) {
+	for codec := range int8(5) {
+		t.Run(fmt.Sprint(codec), func(t *testing.T) {
+			reenc := transform.NewReencoder()
+			srcs, dst := runBatches(t, codec, 100, 7, 2, 1, 3)
+			run, err := NewRun(reenc, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run.Len() != 6 {
+				t.Fatalf("run of %d records; want 6", run.Len())
+			}
+			places := []int{0, 2, 3}
+			for i, raw := range srcs {
+				h, _ := transform.ParseHeader(raw)
+				part, err := NewPart(reenc, raw, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for at := range run.Len() + 1 {
+					if got, want := run.Holds(part, h.BaseOffset, at), at == places[i]; got != want {
+						t.Errorf("batch %d at index %d: holds %v, want %v", i, at, got, want)
+					}
+				}
+				if got := run.Find(part, h.BaseOffset, 0); got != places[i] {
+					t.Errorf("batch %d: found at %d, want %d", i, got, places[i])
+				}
+				if got := run.Find(part, h.BaseOffset, places[i]+1); got != -1 {
+					t.Errorf("batch %d: found again at %d", i, got)
+				}
+				if ok, err := Within(reenc, raw, h, h.BaseOffset, dst, places[i]); err != nil || !ok {
+					t.Errorf("batch %d: within at %d: %v, %v", i, places[i], ok, err)
+				}
+				if ok, _ := Within(reenc, raw, h, h.BaseOffset+1, dst, places[i]); ok {
+					t.Errorf("batch %d trimmed: a part", i)
+				}
+			}
+			// The same records under another codec, or stamped with
+			// LogAppendTime, are never merged into this run.
+			h, _ := transform.ParseHeader(srcs[2])
+			recs, _ := reenc.Records(srcs[2])
+			var rs []batchtest.Record
+			for i, r := range recs {
+				rs = append(rs, batchtest.Record{Key: r.Key, Value: r.Value, TimestampDelta: r.Timestamp - h.FirstTimestamp, OffsetDelta: int32(i)})
+			}
+			other := batchtest.Build(batchtest.Spec{BaseOffset: h.BaseOffset, PID: -1, Epoch: -1, BaseSequence: -1, Codec: (codec + 1) % 5, FirstTimestamp: h.FirstTimestamp, Records: rs})
+			oh, _ := transform.ParseHeader(other)
+			if ok, _ := Within(reenc, other, oh, oh.BaseOffset, dst, 3); ok {
+				t.Error("a batch of another codec is a part")
+			}
+			lat := batchtest.Build(batchtest.Spec{BaseOffset: h.BaseOffset, PID: -1, Epoch: -1, BaseSequence: -1, Codec: codec, FirstTimestamp: h.FirstTimestamp, Records: rs, LogAppendTime: h.FirstTimestamp + 5})
+			lh, _ := transform.ParseHeader(lat)
+			if ok, _ := Within(reenc, lat, lh, lh.BaseOffset, dst, 3); ok {
+				t.Error("a LogAppendTime batch is a part")
+			}
+		})
+	}
+}
+
+// Guards the checkpoint walk over coalesced runs: the walk keeps its place
+// inside a destination batch across the source batches it holds (StepPart
+// until the last, StepMatch), goes on with the next destination batch, and
+// calls foreign a batch whose records stop being the next source batch's
+// (a gap at the source, or other records) instead of placing it. Without
+// Runs a run's first batch stays what Same says of it (compared whole).
+func TestWalkerRuns(t *testing.T) {
+	srcs, run := runBatches(t, 3, 100, 0, 2, 1, 3) // source 100-105, destination 0-5
+	alone := batchtest.Build(batchtest.Spec{BaseOffset: 106, PID: -1, Epoch: -1, BaseSequence: -1, FirstTimestamp: 1_700_000_002_000,
+		Records: []batchtest.Record{{Key: []byte("x"), Value: []byte("y"), OffsetDelta: -1}}})
+	dstAlone := clone(alone)
+	putBase(dstAlone, 7) // after the commit marker at 6
+	walk := func(runs bool, src [][]byte, dst [][]byte) ([]Step, []int, *Walker) {
+		w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
+		if runs {
+			w.Runs()
+		}
+		var steps []Step
+		var ats []int
+		for si, di := 0, 0; si < len(src) && di < len(dst); {
+			h, _ := transform.ParseHeader(src[si])
+			ats = append(ats, w.RunAt())
+			st, err := w.Compare(src[si], h, h.BaseOffset, dst[di], clock())
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, st)
+			switch st {
+			case StepPart:
+				si++
+			case StepMatch:
+				si++
+				di++
+			default:
+				di++
+			}
+		}
+		return steps, ats, w
+	}
+	all := append(append([][]byte{}, srcs...), alone)
+	steps, ats, w := walk(true, all, [][]byte{run, dstAlone})
+	if want := []Step{StepPart, StepPart, StepMatch, StepMatch}; fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Fatalf("steps %v, want %v", steps, want)
+	}
+	if want := []int{0, 2, 3, 0}; fmt.Sprint(ats) != fmt.Sprint(want) {
+		t.Errorf("run indexes %v, want %v", ats, want)
+	}
+	if w.SrcNext() != 107 || w.DstNext() != 8 || w.Counts().Matched != 2 || w.Counts().Foreign != 0 {
+		t.Errorf("walk at %d/%d with %+v; want 107/8, 2 matched", w.SrcNext(), w.DstNext(), w.Counts())
+	}
+
+	// The second batch missing at the source (a gap the run cannot
+	// span): the run's records from its place on are not placed.
+	steps, _, w = walk(true, [][]byte{srcs[0], srcs[2], alone}, [][]byte{run, dstAlone})
+	if want := []Step{StepPart, StepForeign, StepForeign}; fmt.Sprint(steps[:3]) != fmt.Sprint(want) {
+		t.Errorf("with a batch missing: steps %v, want %v first", steps, want)
+	}
+	if w.Counts().Foreign == 0 {
+		t.Errorf("with a batch missing: %+v; want the run foreign", w.Counts())
+	}
+
+	// Without Runs, the run is compared whole with each batch.
+	steps, _, _ = walk(false, all, [][]byte{run, dstAlone})
+	if steps[0] == StepPart {
+		t.Errorf("without runs: steps %v", steps)
+	}
+}
