@@ -554,3 +554,61 @@ func TestComparatorTransactional(t *testing.T) {
 		})
 	}
 }
+
+// Guards the comparison of a transactional mirror whose session joined
+// runs of source batches (coalesce_bytes): a destination batch that holds
+// several whole source batches is the mirror, one that begins inside a
+// source batch is a batch boundary difference, and the records are still
+// compared one by one.
+func TestComparatorTransactionalJoined(t *testing.T) {
+	src := []tbatch{
+		{base: 0, pid: 4242, epoch: 3, seq: 0, codec: 3, recs: trecs("a", 3, 0)},
+		{base: 3, pid: 4242, epoch: 3, seq: 3, codec: 3, recs: trecs("b", 2, 10)},
+		{base: 5, pid: 4242, epoch: 3, seq: 5, codec: 3, recs: trecs("c", 2, 20)},
+	}
+	joined := func(groups ...[]int) []tbatch {
+		var out []tbatch
+		for i, g := range groups {
+			b := tbatch{pid: 99, epoch: 7, seq: int32(100 * i), codec: 3, txn: true}
+			for _, j := range g {
+				b.recs = append(b.recs, src[j].recs...)
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		dst  []tbatch
+		want *wantDiff
+	}{
+		{"all three joined", joined([]int{0, 1, 2}), nil},
+		{"the last two joined", joined([]int{0}, []int{1, 2}), nil},
+		{"a batch begins inside a source batch", func() []tbatch {
+			d := joined([]int{0, 1, 2})
+			rest := tbatch{pid: 99, epoch: 7, seq: 1, codec: 3, txn: true, recs: d[0].recs[1:]}
+			d[0].recs = d[0].recs[:1]
+			return append(d, rest)
+		}(), &wantDiff{FieldBatch, 1, 1}},
+		{"a record changed inside a joined batch", func() []tbatch {
+			d := joined([]int{0, 1, 2})
+			d[0].recs = append(append([]trec(nil), d[0].recs[:4]...), trecs("x", 1, 11)...)
+			d[0].recs = append(d[0].recs, src[2].recs...)
+			return d
+		}(), &wantDiff{FieldKey, 4, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := comparator{
+				src:  cursor{next: sliceFeed(flatten(src, false))},
+				dst:  cursor{next: sliceFeed(flatten(tc.dst, true))},
+				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
+				txn:  true,
+			}
+			out, err := c.run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDiff(t, out.diff, tc.want)
+		})
+	}
+}

@@ -84,8 +84,9 @@ type Config struct {
 	// stable offsets (a dead session's aborted appends and the commit
 	// markers are not the mirror), and its batches carry the session's
 	// producer ID, epoch and sequences and the transactional bit, so those
-	// are not compared; the records, their order, batch boundaries and
-	// codecs are.
+	// are not compared; the records, their order and codecs are, and
+	// every destination batch must begin where a source batch begins
+	// (a session may join a run of source batches into one: coalesce_bytes).
 	Transactional bool
 }
 
