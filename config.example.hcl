@@ -286,6 +286,18 @@ link "dc1_to_cloud" {
   # Default: "64MiB".
   max_buffered_bytes = "128MiB"
 
+  # Transactional delivery: when a partition has a backlog of small batches
+  # (several fetched and waiting), a run of its consecutive batches (same
+  # codec, no gap between their offsets) is appended as one destination
+  # batch of at most this many bytes, which costs the destination broker
+  # one batch's validation instead of one per source batch. Uncompressed
+  # records are re-framed without decompression; compressed ones are
+  # decompressed and compressed again with their codec. A batch that comes
+  # alone is appended as it is. Keep it below the destination topics'
+  # max.message.bytes (1048588 by default). "0" appends every batch alone.
+  # Preserve delivery does not join batches yet. Default: "1000000".
+  coalesce_bytes = "1000000"
+
   # When the source no longer holds a partition's next offset (retention
   # deleted it): "fail" stops the link with an error, "earliest" continues
   # from the earliest offset the source still holds (the gap is logged and

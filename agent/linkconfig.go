@@ -40,6 +40,7 @@ func linkSettings(l *config.Link) link.Settings {
 		SessionTimeout:               l.SessionTimeout,
 		ProducerStateExpiry:          l.ProducerStateExpiry,
 		MaxBufferedBytes:             l.MaxBufferedBytes,
+		CoalesceBytes:                l.CoalesceBytes,
 		OnOffsetOutOfRange:           fetcher.OutOfRange(l.OnOffsetOutOfRange),
 		ProduceTimeout:               l.ProduceTimeout,
 		Delivery:                     delivery(l.Delivery),

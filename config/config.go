@@ -26,17 +26,22 @@ const (
 	DefaultCheckpointInterval          = 5 * time.Second
 	DefaultSessionTimeout              = 30 * time.Second
 	DefaultMaxBufferedBytes            = int64(64 << 20)
-	DefaultOnOffsetOutOfRange          = OutOfRangeFail
-	DefaultProducerStateExpiry         = 24 * time.Hour
-	DefaultSettleDelay                 = 5 * time.Second
-	DefaultProduceTimeout              = 30 * time.Second
-	DefaultDelivery                    = DeliveryPreserve
-	DefaultUnattributed                = UnattributedForward
-	DefaultTransactionTimeout          = 60 * time.Second
-	DefaultDiscoveryInterval           = 30 * time.Second
-	DefaultGroupSyncInterval           = 10 * time.Second
-	DefaultConfigSyncInterval          = time.Minute
-	DefaultACLSyncInterval             = time.Minute
+	// DefaultCoalesceBytes stays 48,588 bytes below Kafka's default
+	// max.message.bytes (1048588): a merged batch's records are re-framed
+	// (larger offset and timestamp deltas) or recompressed, so it may come
+	// out a little larger than the batches it joins.
+	DefaultCoalesceBytes       = int64(1000000)
+	DefaultOnOffsetOutOfRange  = OutOfRangeFail
+	DefaultProducerStateExpiry = 24 * time.Hour
+	DefaultSettleDelay         = 5 * time.Second
+	DefaultProduceTimeout      = 30 * time.Second
+	DefaultDelivery            = DeliveryPreserve
+	DefaultUnattributed        = UnattributedForward
+	DefaultTransactionTimeout  = 60 * time.Second
+	DefaultDiscoveryInterval   = 30 * time.Second
+	DefaultGroupSyncInterval   = 10 * time.Second
+	DefaultConfigSyncInterval  = time.Minute
+	DefaultACLSyncInterval     = time.Minute
 	// DefaultSlots: one session per link.
 	DefaultSlots = 1
 	// MaxSlots bounds the slots key: each slot is a session with its
@@ -314,7 +319,11 @@ type Link struct {
 	SessionTimeout      time.Duration
 	ProducerStateExpiry time.Duration
 
-	MaxBufferedBytes   int64
+	MaxBufferedBytes int64
+	// CoalesceBytes bounds a run of a partition's consecutive small
+	// batches that transactional delivery appends as one destination
+	// batch (issue 23); 0: every source batch is appended alone.
+	CoalesceBytes      int64
 	OnOffsetOutOfRange OutOfRange // fail | earliest
 
 	// ProduceTimeout is the timeout of every Produce the link sends: how
@@ -489,6 +498,7 @@ func Default() *Config {
 			SessionTimeout:               DefaultSessionTimeout,
 			ProducerStateExpiry:          DefaultProducerStateExpiry,
 			MaxBufferedBytes:             DefaultMaxBufferedBytes,
+			CoalesceBytes:                DefaultCoalesceBytes,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
 			ProduceTimeout:               DefaultProduceTimeout,
 			Delivery:                     DefaultDelivery,

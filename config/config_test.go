@@ -176,6 +176,7 @@ link "orders" {
   checkpoint_interval            = "2s"
   session_timeout                = "9s"
   max_buffered_bytes             = "16MiB"
+  coalesce_bytes                 = "512KiB"
   on_offset_out_of_range         = "earliest"
   producer_state_expiry          = "1h30m"
   produce_timeout                = "20s"
@@ -226,6 +227,7 @@ link "back" {
 			SessionTimeout:               9 * time.Second,
 			ProducerStateExpiry:          90 * time.Minute,
 			MaxBufferedBytes:             16 << 20,
+			CoalesceBytes:                512 << 10,
 			OnOffsetOutOfRange:           "earliest",
 			ProduceTimeout:               20 * time.Second,
 			Delivery:                     DeliveryTransactional,
@@ -252,6 +254,7 @@ link "back" {
 			SessionTimeout:               DefaultSessionTimeout,
 			ProducerStateExpiry:          DefaultProducerStateExpiry,
 			MaxBufferedBytes:             2 << 20,
+			CoalesceBytes:                DefaultCoalesceBytes,
 			OnOffsetOutOfRange:           DefaultOnOffsetOutOfRange,
 			ProduceTimeout:               DefaultProduceTimeout,
 			Delivery:                     DefaultDelivery,
@@ -474,6 +477,14 @@ func TestParseProblems(t *testing.T) {
 		name: "size too small",
 		src:  withLink(`max_buffered_bytes = "512KiB"`),
 		want: []string{`t.hcl:11:24: link.l.max_buffered_bytes: 524288 bytes is less than the minimum of 1MiB (one maximum-size batch must fit; use at least "1MiB", the default is "64MiB")`},
+	}, {
+		name: "negative coalesce_bytes",
+		src:  withLink(`coalesce_bytes = -1`),
+		want: []string{`t.hcl:11:20: link.l.coalesce_bytes: -1 bytes is negative (use "0" to append every source batch alone, or a size such as "1000000" (the default))`},
+	}, {
+		name: "coalesce_bytes above max_buffered_bytes",
+		src:  withLink(`coalesce_bytes = "2MiB"`, `max_buffered_bytes = "1MiB"`),
+		want: []string{`t.hcl:11:20: link.l.coalesce_bytes: 2097152 bytes is more than max_buffered_bytes (1048576): a run of batches to join must be buffered whole (lower coalesce_bytes; keep it below the destination topics' max.message.bytes (1048588 by default))`},
 	}, {
 		name: "rename without {topic}",
 		src:  withLink(`rename = "{source}-copy"`),

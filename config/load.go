@@ -204,6 +204,7 @@ type fileLink struct {
 	CheckpointInterval          *time.Duration `koanf:"checkpoint_interval"`
 	SessionTimeout              *time.Duration `koanf:"session_timeout"`
 	MaxBufferedBytes            *int64         `koanf:"max_buffered_bytes"`
+	CoalesceBytes               *int64         `koanf:"coalesce_bytes"`
 	OnOffsetOutOfRange          *string        `koanf:"on_offset_out_of_range"`
 	ProducerStateExpiry         *time.Duration `koanf:"producer_state_expiry"`
 
@@ -456,6 +457,7 @@ func (d *decoder) buildLink(name string, fl fileLink) *Link {
 		SessionTimeout:              or(fl.SessionTimeout, DefaultSessionTimeout),
 		ProducerStateExpiry:         or(fl.ProducerStateExpiry, DefaultProducerStateExpiry),
 		MaxBufferedBytes:            or(fl.MaxBufferedBytes, DefaultMaxBufferedBytes),
+		CoalesceBytes:               or(fl.CoalesceBytes, DefaultCoalesceBytes),
 		OnOffsetOutOfRange:          OutOfRange(or(fl.OnOffsetOutOfRange, string(DefaultOnOffsetOutOfRange))),
 
 		ProduceTimeout:               or(fl.ProduceTimeout, DefaultProduceTimeout),

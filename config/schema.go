@@ -122,6 +122,7 @@ var (
 		{name: "checkpoint_interval", kind: kindDuration},
 		{name: "session_timeout", kind: kindDuration},
 		{name: "max_buffered_bytes", kind: kindSize},
+		{name: "coalesce_bytes", kind: kindSize},
 		{name: "on_offset_out_of_range"},
 		{name: "producer_state_expiry", kind: kindDuration},
 		{name: "produce_timeout", kind: kindDuration},

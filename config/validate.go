@@ -434,6 +434,14 @@ func validateLink(c checker, key string, l *Link, clusters map[string]*Cluster, 
 		c.report(key+".max_buffered_bytes", fmt.Sprintf("%d bytes is less than the minimum of 1MiB", l.MaxBufferedBytes),
 			`one maximum-size batch must fit; use at least "1MiB", the default is "64MiB"`)
 	}
+	switch {
+	case l.CoalesceBytes < 0:
+		c.report(key+".coalesce_bytes", fmt.Sprintf("%d bytes is negative", l.CoalesceBytes),
+			`use "0" to append every source batch alone, or a size such as "1000000" (the default)`)
+	case l.CoalesceBytes > l.MaxBufferedBytes && l.MaxBufferedBytes >= MinMaxBufferedBytes:
+		c.report(key+".coalesce_bytes", fmt.Sprintf("%d bytes is more than max_buffered_bytes (%d): a run of batches to join must be buffered whole", l.CoalesceBytes, l.MaxBufferedBytes),
+			"lower coalesce_bytes; keep it below the destination topics' max.message.bytes (1048588 by default)")
+	}
 	c.enum(key+".on_offset_out_of_range", string(l.OnOffsetOutOfRange), outOfRanges)
 	c.enum(key+".delivery", string(l.Delivery), deliveries)
 	c.enum(key+".unattributed", string(l.Unattributed), unattributed)

@@ -102,6 +102,11 @@ func testTranslateAfterCompaction(t *testing.T, e *env, txn bool) {
 	}
 	end := endOffset(t, f.src, kv, 0)
 	waitCaughtUp(t, l, end, 60*time.Second)
+	// A compacted topic's batches are never joined (coalesce.go): the
+	// cleaner would make a joined batch untranslatable.
+	if n := l.Status().Counters.Get(BatchesCoalesced); n != 0 {
+		t.Errorf("%d batches of a compacted topic were joined", n)
+	}
 	for deadline := time.Now().Add(30 * time.Second); txn; time.Sleep(20 * time.Millisecond) {
 		// Translations follow the last commit.
 		if st := l.Status(); len(st.Partitions) == 1 && st.Partitions[0].CheckpointSource >= end {

@@ -39,6 +39,8 @@ var (
 	BytesMirrored              = counter(CounterInfo{Name: "bytes_mirrored", Label: "bytes mirrored", Headline: true, Help: "Bytes of record batches appended to the destination."})
 	Checkpoints                = counter(CounterInfo{Name: "checkpoints", Label: "checkpoints", Help: "State transactions committed with checkpoints (each also renews the session's lease)."})
 	BatchesMirrored            = counter(CounterInfo{Name: "batches_mirrored", Label: "batches mirrored", Help: "Record batches appended to the destination."})
+	BatchesCoalesced           = counter(CounterInfo{Name: "batches_coalesced", Label: "batches coalesced", Help: "Transactional delivery: destination batches that joined a run of several consecutive small source batches of a partition with a backlog (coalesce_bytes)."})
+	SourceBatchesCoalesced     = counter(CounterInfo{Name: "source_batches_coalesced", Label: "source batches coalesced", Help: "Source batches appended as part of the batches counted by mirrord_batches_coalesced_total: the ratio of the two is the source batches per coalesced destination batch."})
 	BatchesReencoded           = counter(CounterInfo{Name: "batches_reencoded", Label: "batches re-encoded", Help: "Batches with offset gaps (compacted at the source) that were decompressed and re-encoded densely: the one slow path."})
 	CollisionsResolved         = counter(CounterInfo{Name: "collisions_resolved", Label: "collisions resolved", Help: "Producer-ID collisions resolved with a salt committed to the state topic."})
 	CollisionsUnresolvable     = counter(CounterInfo{Name: "collisions_unresolvable", Label: "collisions unresolvable", Alarm: true, Help: "Batches appended under a mapped PID that another origin holds, because both carry forwarded negative PIDs."})

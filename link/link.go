@@ -79,7 +79,11 @@ type Settings struct {
 	SessionTimeout      time.Duration
 	ProducerStateExpiry time.Duration
 
-	MaxBufferedBytes   int64
+	MaxBufferedBytes int64
+	// CoalesceBytes: in transactional delivery, a run of a partition's
+	// consecutive batches waiting to be appended is appended as one batch
+	// while it holds at most this many bytes (coalesce.go); 0: never.
+	CoalesceBytes      int64
 	OnOffsetOutOfRange fetcher.OutOfRange
 
 	// ProduceTimeout is the timeout of every Produce the link sends; it
@@ -305,6 +309,10 @@ type Link struct {
 	// beforeClaimCheck, set by tests, runs when a standby that takes the
 	// link over is about to check its claim a last time (claimedMeanwhile).
 	beforeClaimCheck func()
+	// joinedLimit, set by tests, replaces coalesce_bytes as the most
+	// bytes a joined batch may have once joined (appendRun), so that
+	// the sending of a run one by one can be made to happen.
+	joinedLimit int64
 	// prepared counts PREPARING → MIRRORING transitions (tests: each one
 	// leaves a barrier per partition).
 	prepared atomic.Int64

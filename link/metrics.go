@@ -2,6 +2,7 @@ package link
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,6 +18,8 @@ type Metrics struct {
 	errors                      *prometheus.CounterVec
 	lag, lagSeconds, partitions *prometheus.GaugeVec
 	partitionLag                *prometheus.GaugeVec
+	joinSeconds                 *prometheus.CounterVec
+	joinSources                 *prometheus.HistogramVec
 	groups                      *failover.Metrics
 }
 
@@ -43,9 +46,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"How far behind the link is in time, its most lagging partition's: 0 when caught up, else the age of the oldest record fetched and not yet mirrored (before it is fetched, of the last record mirrored, an upper bound), by the source records' timestamps."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
-		groups:       failover.NewMetrics(reg),
+		joinSeconds:  counter("coalesce_seconds_total", "Transactional delivery: time spent joining runs of small batches into one (coalesce_bytes), by codec: re-framing the records of uncompressed batches, decompressing and compressing again compressed ones. It runs on one goroutine per append, so it is CPU time.", "codec"),
+		joinSources: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "mirrord", Name: "coalesced_source_batches",
+			Help:    "Transactional delivery: source batches per destination batch that joined a run (coalesce_bytes); batches appended alone are not observed.",
+			Buckets: []float64{2, 4, 8, 16, 32, 64, 128, 256, 512}}, []string{"link"}),
+		groups: failover.NewMetrics(reg),
 	}
-	collectors := []prometheus.Collector{m.state, m.errors, m.lag, m.lagSeconds, m.partitions, m.partitionLag}
+	collectors := []prometheus.Collector{m.state, m.errors, m.lag, m.lagSeconds, m.partitions, m.partitionLag, m.joinSeconds, m.joinSources}
 	for i, c := range counterTable {
 		m.counters[i] = counter(c.Name+"_total", c.Help)
 		collectors = append(collectors, m.counters[i])
@@ -114,6 +121,23 @@ func (lm *linkMetrics) partitionLag(topic string, partition int32, lag int64) {
 func (lm *linkMetrics) dropPartitionLag(topic string, partition int32) {
 	lm.m.partitionLag.DeleteLabelValues(lm.name, topic, strconv.Itoa(int(partition)))
 }
+
+// joined records one join of batches of codec c that took d, and, when the
+// joined batch was appended (merged), the n source batches it holds
+// (appendRun, on an append worker).
+func (lm *linkMetrics) joined(d time.Duration, c int8, n int, merged bool) {
+	name := "unknown"
+	if c >= 0 && int(c) < len(codecLabels) {
+		name = codecLabels[c]
+	}
+	lm.m.joinSeconds.WithLabelValues(lm.name, name).Add(d.Seconds())
+	if merged {
+		lm.m.joinSources.WithLabelValues(lm.name).Observe(float64(n))
+	}
+}
+
+// codecLabels name the batch codecs by their attribute value.
+var codecLabels = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 
 // counters reads the link's totals back, for Status.
 func (lm *linkMetrics) counts() Counts { return lm.totals.snapshot() }

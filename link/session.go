@@ -1,12 +1,14 @@
 package link
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -406,9 +408,17 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		return nil, fmt.Errorf("list destination end offsets: %w", err)
 	}
 	salts := barrier.Salts(view)
+	var compacted map[string]bool
+	var maxBytes map[string]int64
+	if s.l.cfg.Link.Delivery == statestore.DeliveryTransactional && s.l.cfg.Link.CoalesceBytes > 0 {
+		compacted, maxBytes = s.joinSettings(ctx, srcTopics, dstTopics)
+	}
 	out := make([]Placement, 0, len(pairs))
 	for _, pr := range pairs {
-		pc := Placement{Pair: pr}
+		pc := Placement{Pair: pr, Compacted: compacted[pr.Src.Topic], MaxMessageBytes: maxBytes[pr.Dst.Topic]}
+		if maxBytes != nil && maxBytes[pr.Dst.Topic] <= 0 {
+			pc.Compacted = true // its limit is unknown: nothing is joined
+		}
 		if ck, of, ok := s.l.checkpoint(view, pr.Dst); ok {
 			pc.Checkpoint, pc.CheckpointOf = &ck, of
 		}
@@ -425,6 +435,51 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		out = append(out, pc)
 	}
 	return out, nil
+}
+
+// joinSettings reads what coalescing needs to know of the topics (a
+// transactional session joining a backlog's small batches, coalesce.go):
+// which source topics are compacted (cleanup.policy holds compact), whose
+// batches are never joined, and each destination topic's max.message.bytes
+// (as the destination applies it, its broker's default included), which a
+// joined batch must not exceed. A topic whose settings cannot be read gets
+// nothing joined, and the reason is logged.
+func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []string) (compacted map[string]bool, maxBytes map[string]int64) {
+	compacted, maxBytes = make(map[string]bool, len(srcTopics)), make(map[string]int64, len(dstTopics))
+	read := func(adm *kadm.Client, side string, topics []string, take func(topic string, c kadm.Config)) {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+		for _, t := range topics {
+			rc, onErr := rcs.On(t, nil)
+			if err == nil && onErr == nil && rc.Err == nil {
+				for _, c := range rc.Configs {
+					take(t, c)
+				}
+				continue
+			}
+			why := err
+			if why == nil {
+				why = cmp.Or(onErr, rc.Err)
+			}
+			s.log.Warn("cannot read the topic's settings: its small batches are not joined (coalesce_bytes); grant DescribeConfigs on the topic",
+				"cluster", side, "topic", t, "error", why)
+			if side == "source" {
+				compacted[t] = true
+			}
+		}
+	}
+	read(s.srcAdm, "source", srcTopics, func(t string, c kadm.Config) {
+		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+			compacted[t] = true
+		}
+	})
+	read(s.dstAdm, "destination", dstTopics, func(t string, c kadm.Config) {
+		if c.Key == "max.message.bytes" && c.Value != nil {
+			if v, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
+				maxBytes[t] = v
+			}
+		}
+	})
+	return compacted, maxBytes
 }
 
 // placeAttempts bounds how often placement lists offsets while partitions

@@ -36,8 +36,10 @@ type logTruth struct {
 	// not get (aborted transactions).
 	markers map[int64]bool
 	aborted []int64
-	// batches are the source's batches as stored.
-	batches []transform.Header
+	// batches are the source's batches as stored; dstFirst the offsets
+	// at which the destination's batches begin (nil: not read).
+	batches  []transform.Header
+	dstFirst map[int64]bool
 	// now are the committed source records the source holds now, when
 	// it changed after the link mirrored src (its cleaner removed records
 	// of it); nil: src.
@@ -128,6 +130,10 @@ func readTruthOf(t *testing.T, src, dst *cluster, srcTopic, dstTopic string, par
 		}
 		lt.batches = append(lt.batches, h)
 	}
+	lt.dstFirst = map[int64]bool{}
+	for _, h := range mirrortest.RawHeaders(t, dst, dstTopic, part) {
+		lt.dstFirst[h.BaseOffset] = true
+	}
 	if len(lt.src) != len(lt.dst) {
 		t.Fatalf("%s[%d]: %d committed source records, %d at the destination %s", srcTopic, part, len(lt.src), len(lt.dst), dstTopic)
 	}
@@ -192,14 +198,25 @@ func (lt logTruth) holdsNow(h transform.Header) bool {
 // pairAt is a pair of positions at a batch boundary about a fraction f
 // into the log: the base offset of a committed source batch and the
 // destination offset of its first record's mirror. When the source changed since
-// (lt.now), the batch is one it still holds records of.
+// (lt.now), the batch is one it still holds records of. Past the fraction
+// first; where no boundary lies past it (a destination batch that joined
+// the log's last source batches), the last one before it.
 func (lt logTruth) pairAt(t *testing.T, f float64) (s, d int64) {
 	t.Helper()
-	i := int(float64(len(lt.src)) * f)
-	for ; i < len(lt.src); i++ {
+	at := int(float64(len(lt.src)) * f)
+	for k := range len(lt.src) {
+		i := at + k
+		if i >= len(lt.src) {
+			i = len(lt.src) - 1 - k
+		}
 		o := lt.src[i].Offset
 		for _, h := range lt.batches {
-			if h.BaseOffset <= o && o < h.NextOffset() && (i == 0 || lt.src[i-1].Offset < h.BaseOffset) && lt.holdsNow(h) {
+			// A checkpoint lies where a source batch and a destination
+			// batch begin: a transactional session commits between
+			// appends, and an append may join a run of source batches
+			// into one destination batch (coalescing).
+			if h.BaseOffset <= o && o < h.NextOffset() && (i == 0 || lt.src[i-1].Offset < h.BaseOffset) && lt.holdsNow(h) &&
+				(lt.dstFirst == nil || lt.dstFirst[lt.dst[i].Offset]) {
 				return h.BaseOffset, lt.dst[i].Offset
 			}
 		}

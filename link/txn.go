@@ -116,6 +116,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	s.plan = newTxnPlan(l.sess, s.srcID, s.dstID, epoch, l.cfg.Link.SessionTimeout, l.deps.Now())
 	s.plan.returns = s.returns
 	s.plan.agent, s.plan.fingerprint = l.cfg.Agent, l.cfg.Link.Fingerprint(s.srcID, s.dstID)
+	s.plan.coalesce = l.cfg.Link.CoalesceBytes
 	// The previous session's link record, read before this session's
 	// first commit replaces it: whether it ran in preserve delivery, and
 	// whether it stopped cleanly.
@@ -611,6 +612,9 @@ func (s *txnSession) txnWork(fn func(ctx context.Context) any) {
 // the sequences r reserved (a re-encoded batch, with r nil, reserves its
 // own).
 func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend, r *appender.Reservation) txnInAppended {
+	if len(a.run) > 0 {
+		return s.appendRun(ctx, a, r)
+	}
 	res := txnInAppended{p: a.pair.Src.Key(), id: a.id}
 	raw := a.raw
 	if a.reencode {
@@ -645,6 +649,81 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend, r *appender.R
 	res.base, err = s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, raw, r)
 	res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 	res.n = int64(h.LastOffsetDelta) + 1
+	return res
+}
+
+// appendRun appends a run of batches (coalesce.go) under the sequences r
+// reserved for all of them: joined into one batch (transform.Merge) when
+// that batch stays within the run's limit, else one by one, each under its
+// part of r's sequences.
+func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.Reservation) txnInAppended {
+	res := txnInAppended{p: a.pair.Src.Key(), id: a.id}
+	bs := append([][]byte{a.raw}, a.run...)
+	hs := make([]transform.Header, len(bs))
+	counts := make([]int32, len(bs))
+	for i, b := range bs {
+		h, err := transform.ParseHeader(b)
+		if err != nil {
+			s.txn.Abandon(r)
+			res.err = fmt.Errorf("source %s: batch %d of a run of %d to join: %w", a.pair.Src, i+1, len(bs), err)
+			return res
+		}
+		hs[i], counts[i] = h, h.LastOffsetDelta+1
+	}
+	const why = "mirrord appends the mirrored batches in the session's transactions"
+	if err := s.txn.Add(ctx, []tp.Key{a.pair.Dst.Key()}); err != nil {
+		s.txn.Abandon(r)
+		res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
+		return res
+	}
+	start := time.Now()
+	joined, _, err := transform.NewReencoder().Merge(nil, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
+	took := time.Since(start)
+	if _, corrupt := errors.AsType[*transform.CorruptError](err); corrupt {
+		s.txn.Abandon(r)
+		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
+		return res
+	}
+	limit := a.limit
+	if s.l.joinedLimit > 0 {
+		limit = s.l.joinedLimit
+	}
+	merged := err == nil && int64(len(joined)) <= limit
+	s.l.met.joined(took, hs[0].Compression(), len(bs), merged)
+	if merged {
+		res.base, err = s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, joined, r)
+		if res.err = s.explainTopic(err, a.pair.Dst.Topic, why); res.err != nil {
+			return res
+		}
+		res.merged = true
+		for _, h := range hs {
+			res.bases = append(res.bases, res.base+(h.BaseOffset-hs[0].BaseOffset))
+		}
+		last := hs[len(hs)-1]
+		res.n = last.NextOffset() - hs[0].BaseOffset
+		return res
+	}
+	// Not joinable after all (Merge's rules), or larger than the limit
+	// once joined: one by one.
+	rs, err := s.txn.Split(r, counts)
+	if err != nil {
+		s.txn.Abandon(r)
+		res.err = fmt.Errorf("destination %s: send the run of source offsets %d-%d one batch at a time: %w", a.pair.Dst, hs[0].BaseOffset, hs[len(hs)-1].NextOffset()-1, err)
+		return res
+	}
+	for i, b := range bs {
+		base, err := s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, b, rs[i])
+		if err != nil {
+			for _, rest := range rs[i+1:] {
+				s.txn.Abandon(rest)
+			}
+			res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
+			return res
+		}
+		res.bases = append(res.bases, base)
+	}
+	res.base = res.bases[0]
+	res.n = res.bases[len(bs)-1] + int64(counts[len(bs)-1]) - res.base
 	return res
 }
 

@@ -164,6 +164,14 @@ func TestTransactionalDelivery(t *testing.T) {
 		if n := testutil.ToFloat64(a.met.counters[BatchesOvertaken]); n != 0 {
 			t.Errorf("%v of %v batches overtook an earlier batch of their partition and were sent again", n, testutil.ToFloat64(a.met.counters[BatchesMirrored]))
 		}
+		// The load was there before the session: its small batches
+		// formed backlogs, which coalescing joins (coalesce_bytes at its
+		// default), so every check below also covers joined batches.
+		joined, sources := a.Status().Counters.Get(BatchesCoalesced), a.Status().Counters.Get(SourceBatchesCoalesced)
+		t.Logf("first session: %d source batches appended as %d joined batches, of %d batches mirrored", sources, joined, a.Status().Counters.Get(BatchesMirrored))
+		if joined == 0 || sources < 2*joined {
+			t.Errorf("coalescing: %d joined batches of %d source batches; want a backlog joined", joined, sources)
+		}
 
 		// Crashes in the middle of loads: each new session fences the
 		// last and resumes at its committed checkpoints.

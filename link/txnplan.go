@@ -58,6 +58,9 @@ type txnPlan struct {
 	returns transform.Returns
 	// agent and fingerprint go into the link record (standBy).
 	agent, fingerprint string
+	// coalesce bounds a run of batches appended as one (coalesce.go);
+	// 0: every batch alone.
+	coalesce int64
 
 	parts map[tp.Key]*txnPart // by source partition
 	order []tp.Key
@@ -133,6 +136,11 @@ type txnPart struct {
 	// err is set once an answer contradicts the positions: the session
 	// fails.
 	err error
+	// compacted: the source topic is compacted; none of its batches are
+	// joined (coalesce.go). maxBytes: the destination topic's
+	// max.message.bytes, a joined batch's limit (0: not known).
+	compacted bool
+	maxBytes  int64
 }
 
 // caughtUp reports whether the partition has appended everything up to the
@@ -156,6 +164,11 @@ type txnQueued struct {
 	id   uint64
 	sent bool
 	res  *txnInAppended
+	// run: the append this batch starts joins it with the run-1 batches
+	// after it in the queue (coalesce.go), which are sent with it and
+	// have joined set; 0 or 1: it goes as it is.
+	run    int
+	joined bool
 }
 
 // txnMaxInFlight is how many appends of a partition may be in flight at
@@ -172,12 +185,17 @@ const txnMaxInFlight = 5
 type (
 	txnInFetched struct{ r fetcher.Result }
 	// txnInAppended: append id of partition p ended: at base in the
-	// destination, n offsets long, or err.
+	// destination, n offsets long, or err. bases: an append of a run
+	// of batches says where each batch's first record went (the run
+	// joined into one batch, or, when the joined batch came out too
+	// large, appended one by one); merged: it went as one batch.
 	txnInAppended struct {
 		p        tp.Key
 		id       uint64
 		base     int64
 		n        int64
+		bases    []int64
+		merged   bool
 		reencode bool
 		// empty: the re-encode left no record (none at or after the
 		// partition's start); only the position moves.
@@ -206,11 +224,16 @@ type (
 	// destination partition, as the partition's append id. offsets is the
 	// batch's offset count (LastOffsetDelta+1), whose sequences the
 	// session reserves before the next action: not with reencode, whose
-	// count the re-encode decides (the batch goes alone).
+	// count the re-encode decides (the batch goes alone). With run, the
+	// batches that follow raw in the source are joined to it
+	// (coalesce.go), and offsets counts them all; limit is the most
+	// bytes the joined batch may have.
 	txnDoAppend struct {
 		pair     Pair
 		id       uint64
 		raw      []byte
+		run      [][]byte
+		limit    int64
 		offsets  int32
 		reencode bool  // re-encode from source offset from first
 		from     int64 // with reencode
@@ -380,7 +403,18 @@ func (p *txnPlan) next(now time.Time) []any {
 			pt.nextID++
 			q.sent, q.id = true, pt.nextID
 			pt.sent++
-			out = append(out, txnDoAppend{pair: pt.pair, id: q.id, raw: q.raw, offsets: q.hdr.LastOffsetDelta + 1, reencode: q.reencode, from: q.from})
+			a := txnDoAppend{pair: pt.pair, id: q.id, raw: q.raw, offsets: q.hdr.LastOffsetDelta + 1, reencode: q.reencode, from: q.from}
+			if n := runLength(pt.queue[i:], p.limitOf(pt)); n > 1 {
+				q.run, a.limit = n, p.coalesce
+				for j := i + 1; j < i+n; j++ {
+					f := &pt.queue[j]
+					f.sent, f.id, f.joined = true, q.id, true
+					a.run = append(a.run, f.raw)
+					a.offsets += f.hdr.LastOffsetDelta + 1
+				}
+				i += n - 1
+			}
+			out = append(out, a)
 			if q.reencode || !pt.acked {
 				break
 			}
@@ -401,8 +435,16 @@ func (p *txnPlan) drain(pt *txnPart, out []any) []any {
 				pt.src, pt.dirty = q.end, true
 			}
 		case q.res != nil:
+			n := max(q.run, 1)
 			pt.sent--
-			p.apply(pt, q, *q.res)
+			p.apply(pt, pt.queue[:n], *q.res)
+			for _, f := range pt.queue[:n] {
+				if f.pin != (fetcher.Pin{}) {
+					out = append(out, txnDoRelease{pin: f.pin})
+				}
+			}
+			pt.queue = pt.queue[n:]
+			continue
 		default:
 			return out
 		}
@@ -422,7 +464,7 @@ func (p *txnPlan) add(pc Placement) []any {
 		return nil
 	}
 	p.gen++
-	pt := &txnPart{pair: pc.Pair, gen: p.gen, src: pc.StartOffset, dst: pc.DstEnd, hw: -1}
+	pt := &txnPart{pair: pc.Pair, gen: p.gen, src: pc.StartOffset, dst: pc.DstEnd, hw: -1, compacted: pc.Compacted, maxBytes: pc.MaxMessageBytes}
 	if ck := pc.Checkpoint; ck != nil && ck.SourceTopic == pc.Src.Topic && ck.SourcePartition == pc.Src.Partition &&
 		(ck.SourceTopicID == (statestore.UUID{}) || ck.SourceTopicID == statestore.UUID(pc.Src.ID)) {
 		pt.src, pt.dst = ck.SourceNextOffset, ck.DestNextOffset
@@ -514,12 +556,14 @@ func (p *txnPlan) appended(e txnInAppended) ([]any, error) {
 	return out, pt.err
 }
 
-// apply moves a partition's positions past an answered append, which
-// drain takes in source order.
-func (p *txnPlan) apply(pt *txnPart, q txnQueued, e txnInAppended) {
+// apply moves a partition's positions past an answered append of the
+// batches qs (one, or a run that was joined), which drain takes in source
+// order.
+func (p *txnPlan) apply(pt *txnPart, qs []txnQueued, e txnInAppended) {
 	if pt.err != nil {
 		return
 	}
+	q, last := qs[0], qs[len(qs)-1]
 	if e.empty {
 		pt.src, pt.dirty = max(pt.src, q.end), true
 		return
@@ -527,22 +571,40 @@ func (p *txnPlan) apply(pt *txnPart, q txnQueued, e txnInAppended) {
 	if e.base < pt.dst && pt.hasCk {
 		// The destination answered an offset below where the last
 		// append ended: it is not the log the checkpoints describe.
-		pt.err = fmt.Errorf("destination %s: the batch of source offsets %d-%d was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
-			pt.pair.Dst, q.hdr.BaseOffset, q.end-1, e.base, pt.dst)
+		pt.err = fmt.Errorf("destination %s: the batch of source offsets %d-%d (%d source batches) was appended at offset %d, below the end of the link's last append (%d): the destination partition was recreated or truncated",
+			pt.pair.Dst, q.hdr.BaseOffset, last.end-1, len(qs), e.base, pt.dst)
 		return
 	}
-	pt.src, pt.dst, pt.dirty, pt.appended, pt.acked = max(pt.src, q.end), e.base+e.n, true, true, true
-	if len(pt.pend) == 2*WindowSpans {
-		pt.pend = append(pt.pend[:0], pt.pend[WindowSpans:]...)
+	if len(qs) > 1 && !runAnswered(qs, e) {
+		pt.err = fmt.Errorf("%w: the append of the %d batches of source offsets %d-%d of %s was answered for %d offsets at %v", errInvariant,
+			len(qs), q.hdr.BaseOffset, last.end-1, pt.pair.Src, e.n, e.bases)
+		return
 	}
-	pt.pend = append(pt.pend, translate.Span{From: max(q.from, q.hdr.BaseOffset), Base: q.hdr.BaseOffset, End: q.end, DstBase: e.base, DstEnd: e.base + e.n})
-	pt.lastTS = q.hdr.MaxTimestamp
-	p.appendedBytes += int64(len(q.raw))
-	p.counts.Add(BatchesMirrored, 1)
-	p.counts.Add(RecordsMirrored, int64(q.hdr.NumRecords))
-	p.counts.Add(BytesMirrored, int64(len(q.raw)))
+	pt.src, pt.dst, pt.dirty, pt.appended, pt.acked = max(pt.src, last.end), e.base+e.n, true, true, true
+	for i, b := range qs {
+		if len(pt.pend) == 2*WindowSpans {
+			pt.pend = append(pt.pend[:0], pt.pend[WindowSpans:]...)
+		}
+		// One span per source batch, also inside a joined batch: the
+		// translation of a position finds its batch's records there.
+		sp := translate.Span{From: max(b.from, b.hdr.BaseOffset), Base: b.hdr.BaseOffset, End: b.end, DstBase: e.base, DstEnd: e.base + e.n}
+		if len(qs) > 1 {
+			sp.DstBase = e.bases[i]
+			sp.DstEnd = sp.DstBase + int64(b.hdr.LastOffsetDelta) + 1
+		}
+		pt.pend = append(pt.pend, sp)
+		p.appendedBytes += int64(len(b.raw))
+		p.counts.Add(BatchesMirrored, 1)
+		p.counts.Add(RecordsMirrored, int64(b.hdr.NumRecords))
+		p.counts.Add(BytesMirrored, int64(len(b.raw)))
+	}
+	pt.lastTS = last.hdr.MaxTimestamp
 	if e.reencode {
 		p.counts.Add(BatchesReencoded, 1)
+	}
+	if e.merged {
+		p.counts.Add(BatchesCoalesced, 1)
+		p.counts.Add(SourceBatchesCoalesced, int64(len(qs)))
 	}
 }
 

@@ -214,7 +214,12 @@ class LinkCard {
     set(f.bytes, fmt.bytes(c.bytes_mirrored));
     for (const [key, { dd, div, alarm }] of Object.entries(this.counters)) {
       const v = c[key];
-      set(dd, fmt.int(v));
+      // Coalescing shows its ratio: source batches per joined batch.
+      if (key === 'batches_coalesced' && v > 0) {
+        set(dd, `${fmt.int(v)} (${(c.source_batches_coalesced / v).toFixed(1)} source batches each)`);
+      } else {
+        set(dd, fmt.int(v));
+      }
       const warn = Boolean(alarm && v > 0);
       if (div.classList.contains('alarm') !== warn) div.classList.toggle('alarm', warn);
     }

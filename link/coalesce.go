@@ -1,0 +1,112 @@
+package link
+
+import (
+	"math"
+
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// Coalescing (issue 23). A broker's cost of an append is per batch: it
+// validates each one, and decompresses each compressed one. A source whose
+// producers send small batches (linger 0, a few records each) would cost
+// the destination broker one validation per source batch, at a few
+// records per round trip. When a partition of a transactional session has
+// a backlog (several fetched batches waiting), the plan joins a run of
+// them into one destination batch (transform.Merge), which holds their
+// records in order with their create times, under the session's producer
+// and sequences like any batch it appends.
+//
+// What may form a run is decided here, by pure functions of the queue:
+//
+//   - consecutive batches of the queue, none started yet, none to be
+//     re-encoded (trimmed to the partition's start, or with offset gaps:
+//     those go alone), each dense (its records at consecutive offsets);
+//   - with contiguous offsets: each batch begins at the offset after the
+//     previous one, so that no aborted data, control marker or cleaner gap
+//     lies between them, and source offset o of the run is destination
+//     offset base+(o-runBase), which keeps translation exact;
+//   - of one codec, without control batches or LogAppendTime (Merge's own
+//     rules);
+//   - while their estimated joined size stays within the link's
+//     coalesce_bytes (runBytes).
+//
+// A batch that comes alone is appended as it is, as before.
+
+// limitOf is the coalescing limit of a partition: coalesce_bytes, or its
+// destination topic's max.message.bytes where that is lower (a joined
+// batch above it would be refused as too large, and the session that
+// joined it fail, and the next join it again); none for a compacted
+// source topic. The cleaner removes records from source batches after the
+// session joined them, and a joined batch then holds records the source no
+// longer has beside those it has: which source offset each of its records
+// came from can no longer be told from both logs, so offset translation
+// (package translate) would answer untranslatable there. A batch of a
+// compacted topic goes alone, and stays translatable as before.
+func (p *txnPlan) limitOf(pt *txnPart) int64 {
+	if pt.compacted {
+		return 0
+	}
+	if pt.maxBytes > 0 {
+		return min(p.coalesce, pt.maxBytes)
+	}
+	return p.coalesce
+}
+
+// runLength is how many batches from the head of queue (a batch being
+// started) one append joins: 1 when the head goes alone. The batches after
+// it must not have been started.
+func runLength(queue []txnQueued, limit int64) int {
+	if limit <= 0 || len(queue) < 2 || !joinable(queue[0]) {
+		return 1
+	}
+	size, records := runBytes(queue[0]), int64(queue[0].hdr.NumRecords)
+	n := 1
+	for ; n < len(queue); n++ {
+		prev, b := queue[n-1], queue[n]
+		if b.sent || !joinable(b) || prev.end != prev.hdr.NextOffset() || b.hdr.BaseOffset != prev.end ||
+			b.hdr.Compression() != queue[0].hdr.Compression() {
+			break
+		}
+		size += runBytes(b)
+		records += int64(b.hdr.NumRecords)
+		if size > limit || records > math.MaxInt32 {
+			break
+		}
+	}
+	return n
+}
+
+// joinable reports whether a queued batch may be part of a run.
+func joinable(q txnQueued) bool {
+	h := q.hdr
+	return q.raw != nil && !q.reencode && !h.Control() && h.NumRecords > 0 &&
+		h.NumRecords == h.LastOffsetDelta+1 && h.Attributes&transform.AttrTimestampLogAppend == 0 &&
+		h.Compression() <= 4
+}
+
+// runBytes estimates what a batch adds to a joined batch: its bytes, and
+// for each record the most its framing can grow by when it is re-framed in
+// a larger batch (offset and timestamp deltas, and the record's length,
+// in varints of up to 5, 10 and 5 bytes). A compressed run is compressed
+// again as one and usually comes out smaller; where it does not, the
+// append finds it over the limit and sends the batches one by one.
+func runBytes(q txnQueued) int64 {
+	return int64(len(q.raw)) + 20*int64(q.hdr.NumRecords)
+}
+
+// runAnswered checks the answer of a run's append against the run: a base
+// per batch, in order, each batch's offsets after the previous one's, and
+// the answer's span ending with the last batch.
+func runAnswered(qs []txnQueued, e txnInAppended) bool {
+	if len(e.bases) != len(qs) || e.bases[0] != e.base {
+		return false
+	}
+	end := e.base
+	for i, q := range qs {
+		if e.bases[i] < end {
+			return false
+		}
+		end = e.bases[i] + int64(q.hdr.LastOffsetDelta) + 1
+	}
+	return end == e.base+e.n
+}
