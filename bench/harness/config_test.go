@@ -15,7 +15,7 @@ func TestConfigErrors(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"codecs and sides", Config{Codecs: []string{"snappy"}, Sides: []string{"mm3"}}, []string{`codec "snappy"`, `side "mm3"`}},
+		{"codecs and sides", Config{Codecs: []string{"brotli"}, Sides: []string{"mm3"}}, []string{`codec "brotli"`, `side "mm3"`}},
 		{"MirrorMaker on kfake", Config{Sides: []string{MM2, MM2EOS}}, []string{`side "mm2" runs against real Kafka only`, `side "mm2-eos" runs against real Kafka only`}},
 		{"backend and profile", Config{Backend: "docker", Profile: "huge"}, []string{`backend "docker"`, `profile "huge"`}},
 		// The kafka backend's checks come before any JVM starts: the test

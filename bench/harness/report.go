@@ -22,6 +22,16 @@ const (
 	TargetMM2ThroughputRatio = 2.0 // mirrord's MB/s at least twice MirrorMaker's
 )
 
+// Targets of issue 23 on small batches (kafka backend, small-batches
+// profile, both delivery modes, every codec, the steady parts; the
+// destination broker's CPU over the whole run): reported, not asserted.
+const (
+	TargetSmallPeerThroughput = 1.0 // at least the kgo peer's MB/s
+	TargetSmallMM2Throughput  = 2.0 // at least twice MirrorMaker's
+	TargetSmallPeerCPU        = 1.0 // CPU per GB at most the peer's
+	TargetSmallPeerDestCPU    = 1.5 // destination broker CPU per GB at most 1.5 times the peer's
+)
+
 // stat is the minimum, median and maximum of some values.
 type stat struct{ min, med, max float64 }
 
@@ -184,6 +194,39 @@ func (r *Report) Verdicts() []Verdict {
 	return out
 }
 
+// SmallBatchVerdicts are issue 23's targets, for each delivery mode
+// (mirrord, mirrord-txn) run, on the kafka backend's small-batches
+// profile; Verdict.Codec names the mode too ("lz4, mirrord-txn").
+func (r *Report) SmallBatchVerdicts() []Verdict {
+	if r.Config.Backend != BackendKafka || r.Config.Profile != ProfileSmallBatches {
+		return nil
+	}
+	var out []Verdict
+	for _, t := range r.Topics {
+		peer, hasPeer := r.sideStats(Peer, t.Codec)
+		mm2, hasMM2 := r.sideStats(MM2, t.Codec)
+		for _, side := range []string{Mirrord, MirrordTxn} {
+			m, ok := r.sideStats(side, t.Codec)
+			if !ok || m.steadyMBps.med == 0 {
+				continue
+			}
+			codec := t.Codec + ", " + side
+			if hasPeer && peer.steadyMBps.med > 0 {
+				tp, cpu, dst := m.steadyMBps.med/peer.steadyMBps.med, m.steadyCPU.med/peer.steadyCPU.med, m.dstPerGB.med/peer.dstPerGB.med
+				out = append(out,
+					Verdict{codec, Peer, "throughput", tp, TargetSmallPeerThroughput, tp >= TargetSmallPeerThroughput},
+					Verdict{codec, Peer, "CPU per GB", cpu, TargetSmallPeerCPU, cpu <= TargetSmallPeerCPU},
+					Verdict{codec, Peer, "dst broker CPU per GB", dst, TargetSmallPeerDestCPU, dst <= TargetSmallPeerDestCPU})
+			}
+			if hasMM2 && mm2.steadyMBps.med > 0 {
+				tp := m.steadyMBps.med / mm2.steadyMBps.med
+				out = append(out, Verdict{codec, MM2, "throughput", tp, TargetSmallMM2Throughput, tp >= TargetSmallMM2Throughput})
+			}
+		}
+	}
+	return out
+}
+
 // Write prints the report as Markdown tables.
 func (r *Report) Write(w io.Writer) {
 	c := r.Config
@@ -277,6 +320,17 @@ func (r *Report) Write(w io.Writer) {
 		for _, v := range vs {
 			op := "≥"
 			if v.What == "CPU per GB" {
+				op = "≤"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %.3f | %s %.2f | %s |\n", v.Codec, v.Other, v.What, v.Ratio, op, v.Target, verdict(v.Met))
+		}
+	}
+
+	if vs := r.SmallBatchVerdicts(); len(vs) > 0 {
+		fmt.Fprintf(w, "\nTargets on small batches (issue 23: each delivery mode, steady parts; the destination broker's CPU over the whole runs):\n\n| codec, mode | ÷ | figure | ratio | target | verdict |\n|---|---|---|---:|---:|---|\n")
+		for _, v := range vs {
+			op := "≥"
+			if v.What != "throughput" {
 				op = "≤"
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %.3f | %s %.2f | %s |\n", v.Codec, v.Other, v.What, v.Ratio, op, v.Target, verdict(v.Met))

@@ -96,3 +96,46 @@ func TestReportDestBrokerCPU(t *testing.T) {
 		}
 	}
 }
+
+// Guards issue 23's targets on small batches: for each delivery mode
+// against the peer (throughput, CPU per GB, the destination broker's CPU
+// per GB) and MirrorMaker (throughput), only on the kafka backend's
+// small-batches profile.
+func TestReportSmallBatchVerdicts(t *testing.T) {
+	top := SourceTopic{}
+	top.Name, top.Codec = "bench.lz4", "lz4"
+	sample := func(side string, mbps, cpuPerGB, dstCPU float64) Sample {
+		const bytes = 1e9
+		wall := time.Duration(bytes / 1e6 / mbps * float64(time.Second))
+		cpu := time.Duration(cpuPerGB * float64(time.Second))
+		return Sample{Side: side, Codec: "lz4", Wall: wall, SourceBytes: bytes, User: cpu,
+			Steady: wall, SteadyBytes: bytes, SteadyCPU: cpu, DestBrokerCPU: time.Duration(dstCPU * float64(time.Second))}
+	}
+	rep := &Report{Config: Config{Backend: BackendKafka, Profile: ProfileSmallBatches, Sides: []string{Mirrord, MirrordTxn, Peer, MM2}}, Topics: []SourceTopic{top},
+		Samples: []Sample{sample(Mirrord, 10, 30, 16), sample(MirrordTxn, 60, 10, 1.5), sample(Peer, 50, 12, 1.2), sample(MM2, 9, 100, 8)}}
+	got := map[string]bool{}
+	for _, v := range rep.SmallBatchVerdicts() {
+		got[v.Codec+" "+v.Other+" "+v.What] = v.Met
+	}
+	want := map[string]bool{
+		"lz4, mirrord peer throughput": false, "lz4, mirrord peer CPU per GB": false, "lz4, mirrord peer dst broker CPU per GB": false, "lz4, mirrord mm2 throughput": false,
+		"lz4, mirrord-txn peer throughput": true, "lz4, mirrord-txn peer CPU per GB": true, "lz4, mirrord-txn peer dst broker CPU per GB": true, "lz4, mirrord-txn mm2 throughput": true,
+	}
+	if len(got) != len(want) {
+		t.Errorf("verdicts %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if m, ok := got[k]; !ok || m != w {
+			t.Errorf("verdict %q = %v (present %v), want %v", k, m, ok, w)
+		}
+	}
+	var out bytes.Buffer
+	rep.Write(&out)
+	if !strings.Contains(out.String(), "| lz4, mirrord-txn | peer | dst broker CPU per GB | 1.250 | ≤ 1.50 | met |") {
+		t.Errorf("report lacks the small-batch targets:\n%s", out.String())
+	}
+	rep.Config.Profile = ProfileDefault
+	if vs := rep.SmallBatchVerdicts(); vs != nil {
+		t.Errorf("small-batch targets on the default profile: %v", vs)
+	}
+}

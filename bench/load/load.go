@@ -25,13 +25,19 @@ import (
 
 // Codec names, as they appear in topic names and reports.
 const (
-	LZ4  = "lz4"
-	ZSTD = "zstd"
-	None = "none"
+	LZ4    = "lz4"
+	ZSTD   = "zstd"
+	None   = "none"
+	GZIP   = "gzip"
+	Snappy = "snappy"
 )
 
-// Codecs are the codecs of the benchmark, in report order.
-var Codecs = []string{LZ4, ZSTD, None}
+// Codecs are the codecs of the benchmark by default, in report order;
+// AllCodecs every codec a batch can have (-codecs).
+var (
+	Codecs    = []string{LZ4, ZSTD, None}
+	AllCodecs = []string{LZ4, ZSTD, None, GZIP, Snappy}
+)
 
 // ErrUnknownCodec is returned for a codec name that is not in Codecs.
 var ErrUnknownCodec = errors.New("unknown codec")
@@ -45,8 +51,12 @@ func Codec(name string) (kgo.CompressionCodec, error) {
 		return kgo.ZstdCompression(), nil
 	case None:
 		return kgo.NoCompression(), nil
+	case GZIP:
+		return kgo.GzipCompression(), nil
+	case Snappy:
+		return kgo.SnappyCompression(), nil
 	}
-	return kgo.CompressionCodec{}, fmt.Errorf("codec %q: %w (want one of %v)", name, ErrUnknownCodec, Codecs)
+	return kgo.CompressionCodec{}, fmt.Errorf("codec %q: %w (want one of %v)", name, ErrUnknownCodec, AllCodecs)
 }
 
 // TopicName is the source topic of a codec.

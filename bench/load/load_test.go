@@ -80,7 +80,7 @@ func TestConfigErrors(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"unknown codec", Config{Codecs: []string{"snappy"}, BytesPerTopic: 1 << 20}, []string{`codec "snappy"`}},
+		{"unknown codec", Config{Codecs: []string{"brotli"}, BytesPerTopic: 1 << 20}, []string{`codec "brotli"`}},
 		{"too small", Config{BytesPerTopic: 10, ValueSize: 100, Partitions: -1}, []string{"value size is 100", "bytes per topic is 10", "partitions is -1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,7 +46,7 @@ func flags(cfg *harness.Config) (*flag.FlagSet, options) {
 	var (
 		size     = fs.String("size", "1GiB", "source data over all codec topics: bytes, or a number with KiB, MiB, GiB")
 		buffered = fs.String("max-buffered-bytes", "64MiB", "mirrord's max_buffered_bytes, and the peer's producer buffer")
-		codecs   = fs.String("codecs", "", "codec topics to load and mirror (default lz4,zstd,none; none for -profile latency)")
+		codecs   = fs.String("codecs", "", "codec topics to load and mirror (default lz4,zstd,none; none for -profile latency; also gzip, snappy)")
 		samples  = fs.Bool("samples", true, "also print every run")
 		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, mirrord-txn, peer, mm2-eos, mm2 (default: mirrord,mirrord-txn,peer on kfake; all five on kafka)")
 		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
