@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,16 @@ type txnSession struct {
 	// recordedPID is the producer ID whose MirrorTxnProducer record a
 	// transaction of this session committed (-1: none yet).
 	recordedPID int64
+	// joiners are the append workers' *joiner, kept between appends: a
+	// Reencoder's compressors (a zstd encoder is megabytes) and the
+	// joined batch's buffer would otherwise be made anew for every run.
+	joiners sync.Pool
+}
+
+// joiner is what an append worker joins a run with (appendRun).
+type joiner struct {
+	r   *transform.Reencoder
+	buf []byte
 }
 
 // beginTxn is PREPARING of a transactional session: connect, fence the
@@ -676,8 +687,16 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 		res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 		return res
 	}
+	j, _ := s.joiners.Get().(*joiner)
+	if j == nil {
+		j = &joiner{r: transform.NewReencoder()}
+	}
+	defer s.joiners.Put(j) // after the append: joined is j.buf
 	start := time.Now()
-	joined, _, err := transform.NewReencoder().Merge(nil, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
+	joined, _, err := j.r.Merge(j.buf, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
+	if err == nil {
+		j.buf = joined
+	}
 	took := time.Since(start)
 	if _, corrupt := errors.AsType[*transform.CorruptError](err); corrupt {
 		s.txn.Abandon(r)
