@@ -31,7 +31,6 @@ type Reencoder struct {
 	dec  kgo.Decompressor
 	comp [5]kgo.Compressor // by codec; index 0 stays nil
 	raw  []byte            // re-encoded, uncompressed records
-	rec  []byte            // one record without its length prefix
 	zbuf bytes.Buffer      // compressor output
 }
 
@@ -217,49 +216,99 @@ func (r *Reencoder) reframe(b []byte, h Header, raw []byte, from, shift int64, o
 		return nil, corrupt(b, -1, CheckRecords, "%d records cannot fit in %d bytes", h.NumRecords, len(raw))
 	}
 	prev := int32(-1)
-	rec := kmsg.NewRecord()
 	for i := range int(h.NumRecords) {
 		length, n := kbin.Varint(raw)
 		if n <= 0 || length < 0 || int(length) > len(raw)-n {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad length prefix", i, h.NumRecords)
 		}
-		one := raw[:n+int(length)]
+		one := raw[n : n+int(length)]
 		raw = raw[n+int(length):]
-		if err := rec.ReadFrom(one); err != nil {
-			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: %v", i, h.NumRecords, err)
+		// A record is its attributes, its timestamp and offset deltas,
+		// and a tail (key, value, headers) that re-framing copies as
+		// it is: only the deltas are decoded and written anew, and the
+		// tail is walked field by field to check that it fills the
+		// length exactly, without decoding it into values (no
+		// allocation per record).
+		if len(one) < 1 {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: empty", i, h.NumRecords)
 		}
-		oldDelta, oldTS := rec.OffsetDelta, rec.TimestampDelta64
+		attrs := one[0]
+		oldTS, tn := kbin.Varlong(one[1:])
+		if tn <= 0 {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad timestamp delta", i, h.NumRecords)
+		}
+		oldDelta, dn := kbin.Varint(one[1+tn:])
+		if dn <= 0 {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: bad offset delta", i, h.NumRecords)
+		}
+		tail := one[1+tn+dn:]
+		if err := checkRecordTail(tail); err != nil {
+			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: %v (its fields do not fill its length of %d bytes)", i, h.NumRecords, err, length)
+		}
 		if oldDelta <= prev || oldDelta > h.LastOffsetDelta {
 			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: offset delta %d after %d, last offset delta %d",
 				i, h.NumRecords, oldDelta, prev, h.LastOffsetDelta)
 		}
 		prev = oldDelta
-		kept := int32(len(offsets))
-		rec.OffsetDelta = kept
-		rec.TimestampDelta64 = oldTS + shift
-		rec.Length = 0
-		r.rec = rec.AppendTo(r.rec[:0])
-		body := r.rec[1:] // a zero varint length is one byte
-		// ReadFrom does not say whether the fields filled the length
-		// prefix exactly; encoding them back must give the same size
-		// with the two deltas changed (all clients write minimal
-		// varints, as kmsg does).
-		want := int(length) - kbin.VarintLen(oldDelta) + kbin.VarintLen(kept) - kbin.VarlongLen(oldTS) + kbin.VarlongLen(rec.TimestampDelta64)
-		if len(body) != want {
-			return nil, corrupt(b, -1, CheckRecords, "record %d of %d: its fields do not fill its length of %d bytes",
-				i, h.NumRecords, length)
-		}
 		if h.BaseOffset+int64(oldDelta) < from {
 			continue // before the position: checked, not kept
 		}
-		r.raw = kbin.AppendVarint(r.raw, int32(len(body)))
-		r.raw = append(r.raw, body...)
+		kept := int32(len(offsets))
+		ts := oldTS + shift
+		r.raw = kbin.AppendVarint(r.raw, int32(1+kbin.VarlongLen(ts)+kbin.VarintLen(kept)+len(tail)))
+		r.raw = append(r.raw, attrs)
+		r.raw = kbin.AppendVarlong(r.raw, ts)
+		r.raw = kbin.AppendVarint(r.raw, kept)
+		r.raw = append(r.raw, tail...)
 		offsets = append(offsets, OffsetMap{Source: h.BaseOffset + int64(oldDelta), Delta: kept})
 	}
 	if len(raw) != 0 {
 		return nil, corrupt(b, -1, CheckRecords, "%d bytes after the last of %d records", len(raw), h.NumRecords)
 	}
 	return offsets, nil
+}
+
+// checkRecordTail checks that a record's tail (after its offset delta) is
+// exactly a key, a value and headers, each length within the bytes left,
+// as a consumer decodes them (kmsg.Record.ReadFrom), without decoding them.
+func checkRecordTail(b []byte) error {
+	field := func(what string, null bool) error {
+		n, k := kbin.Varint(b)
+		switch {
+		case k <= 0:
+			return fmt.Errorf("bad %s length", what)
+		case n == -1 && null:
+			b = b[k:]
+			return nil
+		case n < 0 || int(n) > len(b)-k:
+			return fmt.Errorf("%s length %d does not fit in %d bytes", what, n, len(b)-k)
+		}
+		b = b[k+int(n):]
+		return nil
+	}
+	if err := field("key", true); err != nil {
+		return err
+	}
+	if err := field("value", true); err != nil {
+		return err
+	}
+	count, k := kbin.Varint(b)
+	if k <= 0 || count < 0 || int(count) > len(b) {
+		return fmt.Errorf("bad header count")
+	}
+	b = b[k:]
+	for range count {
+		if err := field("header key", false); err != nil {
+			return err
+		}
+		if err := field("header value", true); err != nil {
+			return err
+		}
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d bytes after the headers", len(b))
+	}
+	return nil
 }
 
 // Record is one record of a batch, as Records decodes it: its offset and
