@@ -164,14 +164,15 @@ func TestTxnPlanCoalescedAnswerChecked(t *testing.T) {
 func TestTxnPlanJoinLimitOf(t *testing.T) {
 	one := int64(len(fetchedSpecs(12, 2, 0, 10).Batches[0].Raw)) + 40 // a batch as runBytes counts it
 	for _, tc := range []struct {
-		name string
-		pc   Placement
-		want int
+		name  string
+		pc    Placement
+		want  int
+		limit int64 // of the joined batch
 	}{
-		{"coalesce_bytes", Placement{}, 4},
-		{"max.message.bytes below it", Placement{MaxMessageBytes: 2 * one}, 2},
-		{"max.message.bytes above it", Placement{MaxMessageBytes: 1 << 30}, 4},
-		{"compacted", Placement{Compacted: true, MaxMessageBytes: 1 << 20}, 1},
+		{"coalesce_bytes", Placement{}, 4, 1 << 20},
+		{"max.message.bytes below it", Placement{MaxMessageBytes: 2 * one}, 2, 2 * one},
+		{"max.message.bytes above it", Placement{MaxMessageBytes: 1 << 30}, 4, 1 << 20},
+		{"compacted", Placement{Compacted: true, MaxMessageBytes: 1 << 20}, 1, 0},
 	} {
 		p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
 		p.coalesce = 1 << 20
@@ -179,8 +180,8 @@ func TestTxnPlanJoinLimitOf(t *testing.T) {
 		pc.Pair, pc.StartOffset, pc.DstEnd = txnPair(0), 10, 100
 		p.step(txnT0, txnInAdd{parts: []Placement{pc}})
 		ap := actionsOf[txnDoAppend](p.step(txnT0, txnInFetched{r: fetchedSpecs(18, 2, 0, 10, 12, 14, 16)}))
-		if len(ap) != 1 || len(ap[0].run)+1 != tc.want {
-			t.Errorf("%s: first append %+v, want a run of %d", tc.name, ap, tc.want)
+		if len(ap) != 1 || len(ap[0].run)+1 != tc.want || ap[0].limit != tc.limit {
+			t.Errorf("%s: first append %+v, want a run of %d, its joined batch at most %d bytes", tc.name, ap, tc.want, tc.limit)
 		}
 	}
 }

@@ -404,8 +404,9 @@ func (p *txnPlan) next(now time.Time) []any {
 			q.sent, q.id = true, pt.nextID
 			pt.sent++
 			a := txnDoAppend{pair: pt.pair, id: q.id, raw: q.raw, offsets: q.hdr.LastOffsetDelta + 1, reencode: q.reencode, from: q.from}
-			if n := runLength(pt.queue[i:], p.limitOf(pt)); n > 1 {
-				q.run, a.limit = n, p.coalesce
+			limit := p.limitOf(pt)
+			if n := runLength(pt.queue[i:], limit); n > 1 {
+				q.run, a.limit = n, limit
 				for j := i + 1; j < i+n; j++ {
 					f := &pt.queue[j]
 					f.sent, f.id, f.joined = true, q.id, true
