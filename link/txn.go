@@ -691,7 +691,6 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	if j == nil {
 		j = &joiner{r: transform.NewReencoder()}
 	}
-	defer s.joiners.Put(j) // after the append: joined is j.buf
 	start := time.Now()
 	joined, _, err := j.r.Merge(j.buf, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
 	if err == nil {
@@ -699,6 +698,7 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	}
 	took := time.Since(start)
 	if _, corrupt := errors.AsType[*transform.CorruptError](err); corrupt {
+		s.joiners.Put(j)
 		s.txn.Abandon(r)
 		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
 		return res
@@ -712,8 +712,12 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	if merged {
 		res.base, err = s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, joined, r)
 		if res.err = s.explainTopic(err, a.pair.Dst.Topic, why); res.err != nil {
+			// Not put back: a request given up on (its context
+			// ended) may still be on its way to being written, and
+			// joined is j's buffer.
 			return res
 		}
+		s.joiners.Put(j) // answered: the client is done with joined
 		res.merged = true
 		for _, h := range hs {
 			res.bases = append(res.bases, res.base+(h.BaseOffset-hs[0].BaseOffset))
@@ -724,6 +728,7 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	}
 	// Not joinable after all (Merge's rules), or larger than the limit
 	// once joined: one by one.
+	s.joiners.Put(j)
 	rs, err := s.txn.Split(r, counts)
 	if err != nil {
 		s.txn.Abandon(r)
