@@ -79,6 +79,10 @@ type Config struct {
 	// MM2Props are more MirrorMaker properties (MM2Link.Extra), for a
 	// tuned MirrorMaker: producer.batch.size, producer.linger.ms, ...
 	MM2Props map[string]string
+	// MirrordLink are more keys of the mirrord sides' link (the HCL
+	// values as written, quotes included): `checkpoint_interval =
+	// "500ms"` for a transactional link's shorter latency.
+	MirrordLink map[string]string
 
 	Size       int64    // source bytes of values over all codec topics; default 1 GiB
 	Runs       int      // per side and codec; default 3
@@ -648,6 +652,7 @@ func (b *bench) command(side string, top SourceTopic, id int) (mirrorCmd, error)
 			StateTopic:       stateTopic,
 			MaxBufferedBytes: b.cfg.MaxBufferedBytes,
 			LogLevel:         b.cfg.LogLevel,
+			Extra:            b.cfg.MirrordLink,
 		})
 		path := filepath.Join(b.cfg.WorkDir, fmt.Sprintf("r%d-mirrord.hcl", id))
 		if err := os.WriteFile(path, []byte(hcl), 0o644); err != nil {
@@ -995,3 +1000,31 @@ func WaitMirrored(ctx context.Context, dst *kgo.Client, top SourceTopic, dstTopi
 
 // errExited says that the mirror ended before the destination was complete.
 var errExited = errors.New("mirror exited before the destination was complete")
+
+// WaitCheckpointed waits until the checkpoints that a transactional link
+// committed in stateTopic of the destination (dstOpts) say that every
+// partition of top is mirrored, or exited is closed, or ctx ends: the
+// destination's end offsets cannot say so, since they count transaction
+// markers.
+func WaitCheckpointed(ctx context.Context, dstOpts []kgo.Opt, stateTopic string, top SourceTopic, exited <-chan struct{}) error {
+	offs, err := newCheckpointOffsets(dstOpts, stateTopic, top.Name)
+	if err != nil {
+		return err
+	}
+	defer offs.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("destination not complete: %w", ctx.Err())
+		case <-exited:
+			return errExited
+		default:
+		}
+		pctx, cancel := context.WithTimeout(ctx, DefaultPollInterval)
+		offs.poll(pctx)
+		cancel()
+		if _, complete := offs.progress(top); complete {
+			return nil
+		}
+	}
+}

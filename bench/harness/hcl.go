@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -19,6 +20,9 @@ type MirrordLink struct {
 	// Delivery is the link's delivery mode; "" keeps the default
 	// (preserve).
 	Delivery string
+	// Extra are more link keys (the bench's -mirrord-link), written as
+	// given after the others: `checkpoint_interval = "500ms"`.
+	Extra map[string]string
 }
 
 // MirrordConfig is the HCL file of `mirrord run --config` for l (see
@@ -41,6 +45,14 @@ func MirrordConfig(l MirrordLink) string {
 	fmt.Fprintf(&b, "  max_buffered_bytes = %d\n", l.MaxBufferedBytes)
 	if l.Delivery != "" {
 		fmt.Fprintf(&b, "  delivery           = %s\n", hclString(l.Delivery))
+	}
+	keys := make([]string, 0, len(l.Extra))
+	for k := range l.Extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s = %s\n", k, l.Extra[k])
 	}
 	b.WriteString("}\n")
 	return b.String()

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"testing"
+	"time"
 
 	"github.com/seed83556561/mirrord/config"
 )
@@ -19,6 +20,8 @@ func TestMirrordConfig(t *testing.T) {
 		StateTopic:       "__mirror_state.r3",
 		MaxBufferedBytes: 64 << 20,
 		LogLevel:         "info",
+		Delivery:         "transactional",
+		Extra:            map[string]string{"checkpoint_interval": `"500ms"`, "coalesce_bytes": "65536"},
 	})
 	cfg, err := config.Parse("bench.hcl", []byte(src), nil)
 	if err != nil {
@@ -30,6 +33,9 @@ func TestMirrordConfig(t *testing.T) {
 	l := cfg.Links[0]
 	if l.Name != "bench-r3" || l.StateTopic != "__mirror_state.r3" || l.MaxBufferedBytes != 64<<20 || l.StartFrom != "earliest" {
 		t.Errorf("link %+v: wrong name, state topic, buffer bound or start", l)
+	}
+	if l.CheckpointInterval != 500*time.Millisecond || l.CoalesceBytes != 65536 {
+		t.Errorf("link %+v: the extra keys (-mirrord-link) were not taken", l)
 	}
 	if got := cfg.Clusters[l.Source].BootstrapServers; len(got) != 2 || got[1] != "127.0.0.1:1002" {
 		t.Errorf("source bootstrap servers %v", got)

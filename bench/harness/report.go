@@ -262,6 +262,18 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "mirrord: `mirrord run`, one link per run, max_buffered_bytes = %d MiB. Peer: kgo consumer (read_committed) → idempotent acks=all kgo producer, same partition and codec, %s tasks, %d MiB producer buffer, 5 ms linger, 1 MiB batches.  \n",
 		c.MaxBufferedBytes>>20, peerTasks, c.MaxBufferedBytes>>20)
+	if len(c.MirrordLink) > 0 {
+		keys := make([]string, 0, len(c.MirrordLink))
+		for k := range c.MirrordLink {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(w, "mirrord's link also set:")
+		for _, k := range keys {
+			fmt.Fprintf(w, " `%s = %s`", k, c.MirrordLink[k])
+		}
+		fmt.Fprintf(w, ".  \n")
+	}
 	if slices.Contains(c.Sides, MM2) || slices.Contains(c.Sides, MM2EOS) {
 		fmt.Fprintf(w, "MirrorMaker 2 %s in dedicated mode (`%s`), its own JVM with heap %s, tasks.max %d, IdentityReplicationPolicy, source consumer read_committed, producer compression.type = the source topic's codec, heartbeats and checkpoints off, every other setting at its default; mm2-eos adds exactly.once.source.support = enabled and dedicated.mode.enable.internal.rest = true.  \n",
 			c.MM2Version, MM2MainClass, c.MM2Heap, c.MM2Tasks)

@@ -6,6 +6,11 @@
 //	    -args -profile.size=256MiB -profile.cpuprofile=/tmp/mirrord.cpu
 //	go tool pprof -top /tmp/mirrord.cpu
 //
+// -profile.delivery=transactional profiles a transactional link (its
+// progress read from the checkpoints it commits with the data);
+// -profile.partitions=1000 the many-partitions case, -profile.load-batch-
+// bytes=4096 -profile.load-linger=-1ns the small-batches one.
+//
 // -profile.memprofile writes the heap profile of the collection that left
 // the most live heap during the mirroring (go tool pprof -sample_index=
 // inuse_space); run it with GOMEMLIMIT set as `mirrord run` would.

@@ -38,6 +38,7 @@ var (
 	clusterLogs = flag.String("profile.workdir", "", "directory for the clusters' files and logs (default: a temporary one)")
 	backendFlag = flag.String("profile.backend", harness.BackendKfake, "clusters: kfake or kafka (Apache Kafka brokers from realkafka, one JVM per cluster)")
 	batchFlag   = flag.Int("profile.load-batch-bytes", 0, "batch size of the producers that load the source (0: 1 MiB)")
+	delivFlag   = flag.String("profile.delivery", "", "the link's delivery mode: preserve (default) or transactional")
 	lingerFlag  = flag.Duration("profile.load-linger", 0, "linger of the producers that load the source (0: 10ms; negative: none)")
 )
 
@@ -159,6 +160,7 @@ func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl 
 		StateTopic:       state,
 		MaxBufferedBytes: *bufferFlag,
 		LogLevel:         *logFlag,
+		Delivery:         *delivFlag,
 	})
 	cfg, err := config.Parse("profile.hcl", []byte(hcl), nil)
 	if err != nil {
@@ -177,7 +179,12 @@ func mirror(ctx context.Context, b *testing.B, src, dst *harness.Cluster, dstCl 
 		runErr = a.Run(actx)
 	}()
 	dstTopic := fmt.Sprintf("%s.p%d", top.Name, id)
-	werr := harness.WaitMirrored(ctx, dstCl, top, dstTopic, done)
+	var werr error
+	if *delivFlag == "transactional" {
+		werr = harness.WaitCheckpointed(ctx, dst.Opts(), state, top, done)
+	} else {
+		werr = harness.WaitMirrored(ctx, dstCl, top, dstTopic, done)
+	}
 	stop()
 	<-done
 	if werr != nil || runErr != nil {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,10 +34,10 @@ func main() {
 
 // options are the flags that harness.Config does not hold as they are.
 type options struct {
-	size, buffered, codecs, sides, batch, mm2Props *string
-	samples                                        *bool
-	linger                                         *time.Duration
-	partitions                                     *int
+	size, buffered, codecs, sides, batch, mm2Props, mdLink *string
+	samples                                                *bool
+	linger                                                 *time.Duration
+	partitions                                             *int
 }
 
 // flags defines the command's flags: into cfg where a field holds the
@@ -51,6 +52,7 @@ func flags(cfg *harness.Config) (*flag.FlagSet, options) {
 		sides    = fs.String("sides", "", "mirrors to run, in this order within each round: mirrord, mirrord-txn, peer, mm2-eos, mm2 (default: mirrord,mirrord-txn,peer on kfake; all five on kafka)")
 		linger   = fs.Duration("load-linger", 0, "linger of the producers that load the source (default: the profile's; negative: none)")
 		batch    = fs.String("load-batch-bytes", "", "batch size of the producers that load the source (default: the profile's)")
+		mdLink   = fs.String("mirrord-link", "", "more keys of mirrord's link, KEY=VALUE,... with VALUE as HCL writes it (checkpoint_interval=\"500ms\")")
 		mm2Props = fs.String("mm2-props", "", "more MirrorMaker 2 properties, KEY=VALUE,... (producer.* and consumer.* get the target's and source's alias)")
 	)
 	fs.StringVar(&cfg.Backend, "backend", harness.BackendKfake, "clusters: kfake (fakes, each in its own process) or kafka (Apache Kafka brokers, one JVM per cluster; MirrorMaker 2 sides)")
@@ -73,7 +75,7 @@ func flags(cfg *harness.Config) (*flag.FlagSet, options) {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary work directory")
 	fs.DurationVar(&cfg.RunTimeout, "run-timeout", harness.DefaultRunTimeout, "limit of one mirror run")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level of the mirrors (their logs are in the work directory)")
-	return fs, options{size: size, buffered: buffered, codecs: codecs, sides: sides, batch: batch, mm2Props: mm2Props,
+	return fs, options{size: size, buffered: buffered, codecs: codecs, sides: sides, batch: batch, mm2Props: mm2Props, mdLink: mdLink,
 		samples: samples, linger: linger, partitions: partitions}
 }
 
@@ -83,7 +85,7 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	size, buffered, codecs, sides, batch, mm2Props := o.size, o.buffered, o.codecs, o.sides, o.batch, o.mm2Props
+	size, buffered, codecs, sides, batch, mm2Props, mdLink := o.size, o.buffered, o.codecs, o.sides, o.batch, o.mm2Props, o.mdLink
 	samples, linger, partitions := o.samples, o.linger, o.partitions
 	var err error
 	if cfg.Size, err = parseSize(*size); err != nil {
@@ -114,6 +116,18 @@ func run(args []string) int {
 			cfg.MM2Props[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
+	if *mdLink != "" {
+		cfg.MirrordLink = map[string]string{}
+		for kv := range strings.SplitSeq(*mdLink, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			k = strings.TrimSpace(k)
+			if !ok || !hclKey.MatchString(k) || strings.TrimSpace(v) == "" {
+				fmt.Fprintf(os.Stderr, "bench: -mirrord-link: %q is not KEY=VALUE with a link key (letters, digits, _)\n", kv)
+				return 2
+			}
+			cfg.MirrordLink[k] = strings.TrimSpace(v)
+		}
+	}
 	if *codecs != "" {
 		cfg.Codecs = strings.Split(*codecs, ",")
 	}
@@ -138,6 +152,9 @@ func run(args []string) int {
 	}
 	return 0
 }
+
+// hclKey is what a link key looks like (config.example.hcl).
+var hclKey = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 var errSize = errors.New("want bytes or a number with KiB, MiB or GiB")
 
