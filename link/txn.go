@@ -692,7 +692,7 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 		j = &joiner{r: transform.NewReencoder()}
 	}
 	start := time.Now()
-	joined, _, err := j.r.Merge(j.buf, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
+	joined, err := j.r.Join(j.buf, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
 	if err == nil {
 		j.buf = joined
 	}

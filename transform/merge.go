@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Coalescing (issue 23): when a partition has a backlog of small batches,
@@ -57,10 +55,26 @@ type MergeHeader struct {
 // different codecs give ErrNotMergeable; records that do not decode a
 // *CorruptError naming the batch.
 func (r *Reencoder) Merge(dst []byte, bs [][]byte, m MergeHeader) (out []byte, offsets []OffsetMap, err error) {
+	return r.merge(dst, bs, m, true)
+}
+
+// Join is Merge without the offset map, for a caller that does not need
+// it (a joined batch's records are its batches' records in order): it
+// allocates nothing once the Reencoder's buffers have grown.
+func (r *Reencoder) Join(dst []byte, bs [][]byte, m MergeHeader) ([]byte, error) {
+	out, _, err := r.merge(dst, bs, m, false)
+	return out, err
+}
+
+func (r *Reencoder) merge(dst []byte, bs [][]byte, m MergeHeader, keep bool) (out []byte, offsets []OffsetMap, err error) {
 	if len(bs) == 0 {
 		return nil, nil, fmt.Errorf("%w: no batches", ErrNotMergeable)
 	}
-	hs := make([]Header, len(bs))
+	hs := r.hs[:0]
+	for range bs {
+		hs = append(hs, Header{})
+	}
+	r.hs = hs
 	total := int64(0)
 	for i, b := range bs {
 		h, err := ParseHeader(b)
@@ -92,16 +106,19 @@ func (r *Reencoder) Merge(dst []byte, bs [][]byte, m MergeHeader) (out []byte, o
 	first := hs[0]
 	base := first.FirstTimestamp
 	maxTS := first.MaxTimestamp
-	offsets = make([]OffsetMap, 0, total)
+	rn := renumbering{keep: keep}
+	if keep {
+		rn.offsets = make([]OffsetMap, 0, total)
+	}
 	r.raw = r.raw[:0]
 	for i, b := range bs {
 		h := hs[i]
 		maxTS = max(maxTS, h.MaxTimestamp)
-		raw, err := r.dec.Decompress(b[BatchHeaderSize:], kgo.CompressionCodecType(h.Compression()))
+		raw, err := r.decompress(b, h)
 		if err != nil {
-			return nil, nil, corrupt(b, -1, CheckCodec, "decompress %s records: %v", codecNames[h.Compression()], err)
+			return nil, nil, err
 		}
-		if offsets, err = r.reframe(b, h, raw, math.MinInt64, h.FirstTimestamp-base, offsets); err != nil {
+		if err := r.reframe(b, h, raw, math.MinInt64, h.FirstTimestamp-base, &rn); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -109,7 +126,7 @@ func (r *Reencoder) Merge(dst []byte, bs [][]byte, m MergeHeader) (out []byte, o
 	if m.Transactional {
 		attrs |= AttrTransactional
 	}
-	n := int32(len(offsets))
+	n := rn.n
 	out, err = r.seal(dst, Header{
 		Attributes:      attrs,
 		LastOffsetDelta: n - 1,
@@ -123,5 +140,5 @@ func (r *Reencoder) Merge(dst []byte, bs [][]byte, m MergeHeader) (out []byte, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("merge %d batches from offset %d: %w", len(bs), first.BaseOffset, err)
 	}
-	return out, offsets, nil
+	return out, rn.offsets, nil
 }

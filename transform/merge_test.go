@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,6 +85,7 @@ func TestMerge(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkMerged(t, r, out, offsets, [][]byte{a, b, c}, m)
+				checkJoin(t, r, out, [][]byte{a, b, c}, m)
 			}
 			// One batch alone is re-framed whole.
 			out, offsets, err := r.Merge(nil, [][]byte{c}, MergeHeader{ProducerID: 5})
@@ -154,7 +156,23 @@ func FuzzMerge(f *testing.F) {
 			t.Fatalf("Merge: %v", err)
 		}
 		checkMerged(t, r, out, offsets, bs, m)
+		checkJoin(t, r, out, bs, m)
 	})
+}
+
+// checkJoin checks that Join gives the bytes Merge gave (out), also into a
+// buffer that held another batch, with the Reencoder's buffers used since.
+func checkJoin(t *testing.T, r *Reencoder, out []byte, bs [][]byte, m MergeHeader) {
+	t.Helper()
+	for _, dst := range [][]byte{nil, bytes.Repeat([]byte{0xee}, len(out)+100)} {
+		got, err := r.Join(dst, bs, m)
+		if err != nil {
+			t.Fatalf("Join: %v", err)
+		}
+		if !bytes.Equal(got, out) {
+			t.Fatalf("Join gave %d bytes that differ from Merge's %d", len(got), len(out))
+		}
+	}
 }
 
 // Guards a merged batch against a broker, in every codec: three batches a
