@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,16 +57,31 @@ type txnSession struct {
 	// recordedPID is the producer ID whose MirrorTxnProducer record a
 	// transaction of this session committed (-1: none yet).
 	recordedPID int64
-	// joiners are the append workers' *joiner, kept between appends: a
-	// Reencoder's compressors (a zstd encoder is megabytes) and the
-	// joined batch's buffer would otherwise be made anew for every run.
-	joiners sync.Pool
+	// reencoders are the append workers' Reencoders, kept between
+	// joins: a Reencoder's compressors (a zstd encoder is megabytes) and
+	// scratch buffers would otherwise be made anew for every run. At most
+	// GOMAXPROCS are kept (joining is CPU work, and a worker holds one
+	// only while it joins); a sync.Pool lost them at every other garbage
+	// collection, which at 1,000 partitions was most joins.
+	reencoders chan *transform.Reencoder
 }
 
-// joiner is what an append worker joins a run with (appendRun).
-type joiner struct {
-	r   *transform.Reencoder
-	buf []byte
+// reencoder takes a kept Reencoder, or makes one.
+func (s *txnSession) reencoder() *transform.Reencoder {
+	select {
+	case r := <-s.reencoders:
+		return r
+	default:
+		return transform.NewReencoder()
+	}
+}
+
+// keep gives r back, or drops it when GOMAXPROCS are kept already.
+func (s *txnSession) keep(r *transform.Reencoder) {
+	select {
+	case s.reencoders <- r:
+	default:
+	}
 }
 
 // beginTxn is PREPARING of a transactional session: connect, fence the
@@ -74,7 +89,8 @@ type joiner struct {
 // one ran last, discover and place the partitions, and start the fetcher
 // and the committer.
 func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession, err error) {
-	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1), recordedPID: -1}
+	s := &txnSession{session: &session{l: l, log: l.log, queries: make(chan query)}, inputs: mailbox.New[any](), commits: make(chan txnDoCommit, 1), recordedPID: -1,
+		reencoders: make(chan *transform.Reencoder, runtime.GOMAXPROCS(0))}
 	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.g, s.ctx = errgroup.WithContext(base)
@@ -629,7 +645,9 @@ func (s *txnSession) appendOne(ctx context.Context, a txnDoAppend, r *appender.R
 	res := txnInAppended{p: a.pair.Src.Key(), id: a.id}
 	raw := a.raw
 	if a.reencode {
-		out, _, err := transform.NewReencoder().ReencodeFrom(nil, raw, -1, a.from)
+		re := s.reencoder()
+		out, _, err := re.ReencodeFrom(nil, raw, -1, a.from) // into a buffer of its own
+		s.keep(re)
 		if errors.Is(err, transform.ErrEmptyBatch) {
 			res.empty = true // no record at or after a.from: nothing to append
 			return res
@@ -687,18 +705,14 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 		res.err = s.explainTopic(err, a.pair.Dst.Topic, why)
 		return res
 	}
-	j, _ := s.joiners.Get().(*joiner)
-	if j == nil {
-		j = &joiner{r: transform.NewReencoder()}
-	}
+	re := s.reencoder()
 	start := time.Now()
-	joined, err := j.r.Join(j.buf, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
-	if err == nil {
-		j.buf = joined
-	}
+	// joined is a buffer of its own (Join into nil), the append's until
+	// the client is done with it: re goes back at once.
+	joined, err := re.Join(nil, bs, transform.MergeHeader{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Transactional: true})
 	took := time.Since(start)
+	s.keep(re)
 	if _, corrupt := errors.AsType[*transform.CorruptError](err); corrupt {
-		s.joiners.Put(j)
 		s.txn.Abandon(r)
 		res.err = fmt.Errorf("source %s: %w", a.pair.Src, err)
 		return res
@@ -712,12 +726,8 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	if merged {
 		res.base, err = s.txn.AppendReserved(ctx, s.appendTo, s.txnLs, a.pair.Dst, joined, r)
 		if res.err = s.explainTopic(err, a.pair.Dst.Topic, why); res.err != nil {
-			// Not put back: a request given up on (its context
-			// ended) may still be on its way to being written, and
-			// joined is j's buffer.
 			return res
 		}
-		s.joiners.Put(j) // answered: the client is done with joined
 		res.merged = true
 		for _, h := range hs {
 			res.bases = append(res.bases, res.base+(h.BaseOffset-hs[0].BaseOffset))
@@ -728,7 +738,6 @@ func (s *txnSession) appendRun(ctx context.Context, a txnDoAppend, r *appender.R
 	}
 	// Not joinable after all (Merge's rules), or larger than the limit
 	// once joined: one by one.
-	s.joiners.Put(j)
 	rs, err := s.txn.Split(r, counts)
 	if err != nil {
 		s.txn.Abandon(r)

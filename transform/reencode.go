@@ -188,6 +188,9 @@ func (r *Reencoder) seal(dst []byte, h Header) ([]byte, error) {
 		return nil, fmt.Errorf("%d bytes, too large for a batch", size)
 	}
 	h.BaseOffset, h.Length, h.PartitionLeaderEpoch, h.Magic = 0, int32(size-LengthOverhead), -1, 2
+	if cap(dst) < size {
+		dst = make([]byte, 0, size) // one allocation, of the batch's size
+	}
 	out := append(dst[:0], make([]byte, BatchHeaderSize)...)
 	putHeader(out, h)
 	out = append(out, records...)
