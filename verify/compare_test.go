@@ -539,20 +539,25 @@ func TestComparatorTransactional(t *testing.T) {
 		{"codec changed", func() []tbatch { d := session(src); d[0].codec = 2; return d }(), &wantDiff{FieldCompression, 0, 0}},
 		{"record changed", func() []tbatch { d := session(src); d[1].recs = trecs("c", 2, 0); return d }(), &wantDiff{FieldKey, 3, 3}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := comparator{
-				src:  cursor{next: sliceFeed(flatten(src, false))},
-				dst:  cursor{next: sliceFeed(flatten(tc.dst, true))},
-				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
-				txn:  true,
-			}
-			out, err := c.run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkDiff(t, out.diff, tc.want)
-		})
+		t.Run(tc.name, func(t *testing.T) { checkTxnCompare(t, src, tc.dst, tc.want) })
 	}
+}
+
+// checkTxnCompare compares src with a transactional mirror's dst and
+// checks the first difference against want (nil: none).
+func checkTxnCompare(t *testing.T, src, dst []tbatch, want *wantDiff) {
+	t.Helper()
+	c := comparator{
+		src:  cursor{next: sliceFeed(flatten(src, false))},
+		dst:  cursor{next: sliceFeed(flatten(dst, true))},
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
+		txn:  true,
+	}
+	out, err := c.run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDiff(t, out.diff, want)
 }
 
 // Guards the comparison of a transactional mirror whose session joined
@@ -597,18 +602,6 @@ func TestComparatorTransactionalJoined(t *testing.T) {
 			return d
 		}(), &wantDiff{FieldKey, 4, 4}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := comparator{
-				src:  cursor{next: sliceFeed(flatten(src, false))},
-				dst:  cursor{next: sliceFeed(flatten(tc.dst, true))},
-				pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
-				txn:  true,
-			}
-			out, err := c.run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkDiff(t, out.diff, tc.want)
-		})
+		t.Run(tc.name, func(t *testing.T) { checkTxnCompare(t, src, tc.dst, tc.want) })
 	}
 }
