@@ -425,3 +425,40 @@ func TestTxnPlanAnchorIsCommitted(t *testing.T) {
 		t.Fatalf("lease end %v, want the second commit's", p.leaseEnd())
 	}
 }
+
+// Guards memory: once the plan moves past an answered append (one batch,
+// or a joined run), nothing of its queue's backing array still refers to
+// the batches' bytes. Those are slices of whole fetch responses; a
+// reference left there keeps each response alive after its pin went back
+// to the fetcher, beyond max_buffered_bytes.
+func TestTxnPlanLetsGoOfAppendedBatches(t *testing.T) {
+	p := newTxnPlan("l", "src", "dst", 3, 30*time.Second, txnT0)
+	p.coalesce = 1 << 20
+	warm(t, p, 0, 0)
+	key := txnPair(0).Src.Key()
+	pt := p.parts[key]
+	// A joined run of three, and a batch of another codec alone.
+	r := fetchedSpecs(10, 2, 0, 2, 4, 6)
+	r.Batches = append(r.Batches, fetchedSpecs(10, 2, 1, 8).Batches...)
+	ap := actionsOf[txnDoAppend](p.step(txnT0, txnInFetched{r: r}))
+	if len(ap) != 1 || len(ap[0].run) != 2 {
+		t.Fatalf("want the transaction's first append to join 2, 4 and 6, got %+v", ap)
+	}
+	held := pt.queue[:len(pt.queue):len(pt.queue)] // the backing array as it is now
+	if len(held) != 4 {
+		t.Fatalf("queue of %d, want the 4 fetched batches", len(held))
+	}
+	ap = actionsOf[txnDoAppend](p.step(txnT0, txnInAppended{p: key, id: ap[0].id, base: 2, n: 6, merged: true, bases: []int64{2, 4, 6}}))
+	if len(ap) != 1 || len(ap[0].run) != 0 {
+		t.Fatalf("want the gzip batch alone, got %+v", ap)
+	}
+	p.step(txnT0, txnInAppended{p: key, id: ap[0].id, base: 8, n: 2})
+	if len(pt.queue) != 0 {
+		t.Fatalf("%d batches still queued after every answer", len(pt.queue))
+	}
+	for i, q := range held {
+		if q.raw != nil {
+			t.Errorf("queue slot %d still holds the %d bytes of the batch at offset %d after its append was answered", i, len(q.raw), q.hdr.BaseOffset)
+		}
+	}
+}
