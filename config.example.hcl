@@ -59,7 +59,10 @@ agent {
   # A GOMEMLIMIT variable in the environment wins (GOMEMLIMIT=off: no limit).
   # Raise it when the host has memory to spare and CPU is short. At least
   # "32MiB".
-  # Default: the sum of the links' max_buffered_bytes plus "48MiB".
+  # Default: the sum of the links' max_buffered_bytes plus "48MiB", where a
+  # link in transactional delivery with coalesce_bytes above 0 counts twice
+  # its max_buffered_bytes (each joined batch in flight is a copy of
+  # buffered batches).
   # memory_limit = "256MiB"
 
   # Who may use the HTTP listener, and TLS for it. The admin API under /v1/

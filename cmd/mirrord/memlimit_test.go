@@ -23,6 +23,17 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 	t.Logf("from %s", from)
 
+	// A transactional link that joins batches holds a joined copy of
+	// buffered batches in flight: its buffer counts twice.
+	txn := &config.Config{Links: []*config.Link{
+		{MaxBufferedBytes: 64 << 20, Delivery: config.DeliveryTransactional, CoalesceBytes: 1000000},
+		{MaxBufferedBytes: 16 << 20, Delivery: config.DeliveryTransactional},
+		{MaxBufferedBytes: 8 << 20, CoalesceBytes: 1000000},
+	}}
+	if limit, _ := applyMemoryLimit(txn, noEnv); limit != int64(2*64+16+8+48)<<20 {
+		t.Errorf("automatic limit with a joining transactional link %d, want %d", limit, int64(2*64+16+8+48)<<20)
+	}
+
 	cfg.Agent.MemoryLimit = 300 << 20
 	if limit, from := applyMemoryLimit(cfg, noEnv); limit != 300<<20 || from != "agent.memory_limit" || debug.SetMemoryLimit(-1) != 300<<20 {
 		t.Errorf("agent.memory_limit: %d from %s (runtime %d), want 300MiB from agent.memory_limit", limit, from, debug.SetMemoryLimit(-1))
