@@ -2,6 +2,7 @@ package link
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -444,7 +445,7 @@ func TestTxnPlanLetsGoOfAppendedBatches(t *testing.T) {
 	if len(ap) != 1 || len(ap[0].run) != 2 {
 		t.Fatalf("want the transaction's first append to join 2, 4 and 6, got %+v", ap)
 	}
-	held := pt.queue[:len(pt.queue):len(pt.queue)] // the backing array as it is now
+	held := slices.Clip(pt.queue) // the same backing array, as it is now
 	if len(held) != 4 {
 		t.Fatalf("queue of %d, want the 4 fetched batches", len(held))
 	}
