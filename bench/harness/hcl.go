@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,12 +47,7 @@ func MirrordConfig(l MirrordLink) string {
 	if l.Delivery != "" {
 		fmt.Fprintf(&b, "  delivery           = %s\n", hclString(l.Delivery))
 	}
-	keys := make([]string, 0, len(l.Extra))
-	for k := range l.Extra {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(l.Extra)) {
 		fmt.Fprintf(&b, "  %s = %s\n", k, l.Extra[k])
 	}
 	b.WriteString("}\n")

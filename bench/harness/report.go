@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 )
@@ -262,33 +263,11 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "mirrord: `mirrord run`, one link per run, max_buffered_bytes = %d MiB. Peer: kgo consumer (read_committed) → idempotent acks=all kgo producer, same partition and codec, %s tasks, %d MiB producer buffer, 5 ms linger, 1 MiB batches.  \n",
 		c.MaxBufferedBytes>>20, peerTasks, c.MaxBufferedBytes>>20)
-	if len(c.MirrordLink) > 0 {
-		keys := make([]string, 0, len(c.MirrordLink))
-		for k := range c.MirrordLink {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		fmt.Fprintf(w, "mirrord's link also set:")
-		for _, k := range keys {
-			fmt.Fprintf(w, " `%s = %s`", k, c.MirrordLink[k])
-		}
-		fmt.Fprintf(w, ".  \n")
-	}
+	writeSettings(w, "mirrord's link also set:", c.MirrordLink)
 	if slices.Contains(c.Sides, MM2) || slices.Contains(c.Sides, MM2EOS) {
 		fmt.Fprintf(w, "MirrorMaker 2 %s in dedicated mode (`%s`), its own JVM with heap %s, tasks.max %d, IdentityReplicationPolicy, source consumer read_committed, producer compression.type = the source topic's codec, heartbeats and checkpoints off, every other setting at its default; mm2-eos adds exactly.once.source.support = enabled and dedicated.mode.enable.internal.rest = true.  \n",
 			c.MM2Version, MM2MainClass, c.MM2Heap, c.MM2Tasks)
-		if len(c.MM2Props) > 0 {
-			keys := make([]string, 0, len(c.MM2Props))
-			for k := range c.MM2Props {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			fmt.Fprintf(w, "MirrorMaker 2 tuned with:")
-			for _, k := range keys {
-				fmt.Fprintf(w, " `%s = %s`", k, c.MM2Props[k])
-			}
-			fmt.Fprintf(w, ".  \n")
-		}
+		writeSettings(w, "MirrorMaker 2 tuned with:", c.MM2Props)
 	}
 	h := r.Host
 	fmt.Fprintf(w, "Host: %s, %d CPUs, %s %s/%s; load average %s before the runs, %s after.\n\n", h.CPU, h.NumCPU, h.GoVersion, h.OS, h.Arch, r.LoadBefore, r.LoadAfter)
@@ -408,4 +387,17 @@ func (r *Report) writeLatency(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "\nLatency is from a record's timestamp, taken just before the source producer sent it, to the poll at the destination that returned it; it includes the source append (its own column) and the destination consumer's fetch. Records are compared record by record afterwards with -verify.")
+}
+
+// writeSettings writes a line of the report's header: intro and the
+// settings of m in key order, `key = value` each; nothing when m is empty.
+func writeSettings(w io.Writer, intro string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprint(w, intro)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(w, " `%s = %s`", k, m[k])
+	}
+	fmt.Fprintf(w, ".  \n")
 }

@@ -139,3 +139,29 @@ func TestReportSmallBatchVerdicts(t *testing.T) {
 		t.Errorf("small-batch targets on the default profile: %v", vs)
 	}
 }
+
+// Guards the report's header lines for -mirrord-link and -mm2-props: every
+// setting, in key order; no line when there are none.
+func TestReportSettings(t *testing.T) {
+	top := SourceTopic{}
+	top.Name, top.Codec = "bench.lz4", "lz4"
+	write := func(c Config) string {
+		var out bytes.Buffer
+		(&Report{Config: c, Topics: []SourceTopic{top}}).Write(&out)
+		return out.String()
+	}
+	got := write(Config{Backend: BackendKafka, Sides: []string{Mirrord, MM2},
+		MirrordLink: map[string]string{"coalesce_bytes": "65536", "checkpoint_interval": `"500ms"`},
+		MM2Props:    map[string]string{"producer.linger.ms": "5", "producer.batch.size": "1048576"}})
+	for _, want := range []string{
+		"mirrord's link also set: `checkpoint_interval = \"500ms\"` `coalesce_bytes = 65536`.  \n",
+		"MirrorMaker 2 tuned with: `producer.batch.size = 1048576` `producer.linger.ms = 5`.  \n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if got := write(Config{Backend: BackendKafka, Sides: []string{Mirrord, MM2}}); strings.Contains(got, "also set") || strings.Contains(got, "tuned with") {
+		t.Errorf("a settings line without settings:\n%s", got)
+	}
+}
