@@ -88,8 +88,13 @@
 // sequences), and Txn.Append stamps a batch with the session's producer
 // (transform.Stamp) and appends it, sending the same bytes again after any
 // answer that leaves the outcome open, since the broker's sequence check
-// turns a repeat into the first append's answer. They start no goroutines:
-// Append runs on its caller's goroutine (calls for different partitions may
-// run at once), the transaction calls on the one goroutine that runs the
-// session's transactions. The link does not run them yet (issue 22).
+// turns a repeat into the first append's answer. txnlane.go shares each
+// broker's Produce requests among the partitions it leads, as Run does for
+// preserve delivery: at most DefaultMaxInflightPerBroker requests of a
+// broker are unanswered, and the appends that come meanwhile go together in
+// the next. They start no goroutines: Append runs on its caller's goroutine
+// (calls for different partitions, and for the same one, may run at once;
+// the append that opens a broker's next request sends it for all that
+// joined it), the transaction calls on the one goroutine that runs the
+// session's transactions (link's txnSession).
 package appender

@@ -170,6 +170,8 @@ type Txn struct {
 	m   linkMetrics
 	// gate orders the Produce requests per broker (nil: unordered).
 	gate *sendGate
+	// lanes share Produce requests among partitions (txnlane.go).
+	lanes lanes
 
 	mu    sync.Mutex
 	id    int64

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	backoffpkg "github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
@@ -189,22 +188,10 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 		}
 		return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, err)
 	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = int32(max(cfg.RequestTimeout/time.Millisecond, 1))
-	txid := t.cfg.TransactionalID
-	req.TransactionID = &txid
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic, rt.TopicID = p.Topic, leader.ID
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = p.Partition, batch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-
 	if t.gate != nil {
 		// The partition's batches go out in the order of their
-		// sequences: after the batch before this one, through the
-		// broker's gate (sendGate).
+		// sequences: each in a request after the batch before's,
+		// through the broker's gate (sendGate).
 		// The batch before may be replaced by its parts while this
 		// one waits (Split): then it waits for the last part.
 		for prev := t.previous(r); prev != nil; {
@@ -219,28 +206,14 @@ func (t *Txn) produceOnce(ctx context.Context, cfg TxnAppendConfig, ls *leaders.
 			}
 			prev = next
 		}
-		release, err := t.gate.acquire(ctx, leader.Broker)
-		if err != nil {
-			return 0, false, fmt.Errorf("%s: %w: %w", p, ErrTxnAborted, err)
-		}
-		defer release()
 	}
-	r.markIssued()
-	if !cfg.Uncounted {
-		t.m.requests.Inc()
-		t.m.batches.Observe(1)
-	}
-	kresp, err := t.cl.Broker(int(leader.Broker)).Request(ctx, req)
+	ans, err := t.produceShared(ctx, leader.Broker, &laneAppend{p: p, topicID: leader.ID, batch: batch, r: r,
+		timeout: cfg.RequestTimeout, counted: !cfg.Uncounted})
 	if err != nil {
 		ls.Invalidate(p.Key())
 		// Written or not, the same bytes again are safe.
-		return 0, ctx.Err() == nil, fmt.Errorf("%s: produce to broker %d: %w", p, leader.Broker, err)
+		return 0, ctx.Err() == nil, fmt.Errorf("%s: %w", p, err)
 	}
-	resp, ok := kresp.(*kmsg.ProduceResponse)
-	if !ok || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, true, fmt.Errorf("%s: broker %d answered the produce request with no answer for the partition", p, leader.Broker)
-	}
-	ans := resp.Topics[0].Partitions[0]
 	if ans.ErrorCode == 0 {
 		return ans.BaseOffset, false, nil
 	}

@@ -1,0 +1,199 @@
+package appender_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seed83556561/mirrord/appender"
+	"github.com/seed83556561/mirrord/internal/kafka/tp"
+	"github.com/seed83556561/mirrord/internal/testkit/faultproxy"
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+)
+
+// produceRequests reads the appender's mirrord_produce_request_batches
+// histogram: the Produce requests sent, and the batches they carried.
+func produceRequests(t *testing.T, reg *prometheus.Registry) (requests, batches int) {
+	t.Helper()
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() != "mirrord_produce_request_batches" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			requests += int(m.GetHistogram().GetSampleCount())
+			batches += int(m.GetHistogram().GetSampleSum())
+		}
+	}
+	return requests, batches
+}
+
+// holdEachBroker makes the first transactional Produce to each broker
+// through px wait until release is called.
+func holdEachBroker(t *testing.T, px *faultproxy.Proxy) (release func()) {
+	r := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(r) }) }
+	t.Cleanup(release)
+	var mu sync.Mutex
+	seen := map[int32]bool{}
+	px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+		if f.APIKey != int16(kmsg.Produce) || f.IsResponse() {
+			return faultproxy.Pass
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = f.Version
+		if req.ReadFrom(f.Request) != nil || req.TransactionID == nil {
+			return faultproxy.Pass
+		}
+		mu.Lock()
+		first := !seen[f.Node]
+		seen[f.Node] = true
+		mu.Unlock()
+		if first {
+			<-r
+		}
+		return faultproxy.Pass
+	})
+	return release
+}
+
+// Guards Produce requests shared by partitions (txnlane.go): appends to
+// partitions of one broker that come while the broker has its most
+// requests unanswered collect in one request, sent as soon as one is
+// answered; the records of every partition read back in order, also when
+// each partition has several batches in flight at once.
+func TestTxnSharedRequests(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		const n = 48
+		e := newTxnEnv(t, b, "txn-shared", n)
+		reg := prometheus.NewRegistry()
+		e.metrics = appender.NewMetrics(reg)
+		px := proxied(t, e.c)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-shared"), kgo.SeedBrokers(px.Addrs()...))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		kinds := []string{"idempotent", "transactional", "plain"}
+		batches := make([][]srcBatch, n)
+		for i := range n {
+			for step := range 4 {
+				batches[i] = append(batches[i], sourceBatch(kinds[(i+step)%3], 10*i+step+1, 1+(i+step)%4, int8((i+step)%5)))
+			}
+		}
+		parts := make([]tp.Key, n)
+		for i := range n {
+			parts[i] = e.parts[i].Key()
+		}
+		if err := s.txn.Add(ctx, parts); err != nil {
+			t.Fatal(err)
+		}
+
+		// Round 0 (retries allowed): every partition's leader is known
+		// and serves the new topic.
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][0].raw)); err != nil {
+					t.Errorf("append batch 1 of %s: %v", e.parts[i], err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		before, carriedBefore := produceRequests(t, reg)
+		retriesBefore := errorsByKind(t, reg)[appender.KindRetriable]
+
+		// Round 1: every broker's first Produce is held on its
+		// connection, so no request is answered; the appends after a
+		// broker's first requests must wait in one collecting request.
+		release := holdEachBroker(t, px)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][1].raw))
+			})
+		}
+		// Until every append is in a request sent or collecting, and
+		// each collecting request waits for a place.
+		var sent, collecting, lanes int
+		for {
+			var stuck bool
+			if sent, collecting, lanes, stuck = s.txn.Lanes(); sent+collecting == n && stuck {
+				break
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatalf("%d batches sent and %d collecting, of %d appended", sent, collecting, n)
+			}
+		}
+		requests, _ := produceRequests(t, reg)
+		requests -= before
+		t.Logf("held: %d requests carry %d batches, %d batches collect in %d requests", requests, sent, collecting, lanes)
+		release()
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		// Every collecting request went out as one.
+		total, carried := produceRequests(t, reg)
+		total, carried = total-before, carried-carriedBefore
+		if retries := errorsByKind(t, reg)[appender.KindRetriable] - retriesBefore; retries > 0 {
+			t.Fatalf("%v batches were sent again in round 1", retries)
+		}
+		if total != requests+lanes || carried != n {
+			t.Fatalf("%d requests carried %d batches, want %d requests (%d held, %d collecting) carrying %d", total, carried, requests+lanes, requests, lanes, n)
+		}
+		leaders := map[int32]bool{}
+		for _, p := range parts {
+			l, err := s.ls.Lookup(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaders[l.Broker] = true
+		}
+		brokers := len(leaders)
+		if total > brokers*(appender.DefaultMaxInflightPerBroker+1) {
+			t.Fatalf("%d requests for %d batches to %d brokers, want at most %d per broker", total, n, brokers, appender.DefaultMaxInflightPerBroker+1)
+		}
+
+		total, carried = produceRequests(t, reg)
+		// Round 2: two batches of every partition in flight at once.
+		for i := range n {
+			rs := make([]*appender.Reservation, 2)
+			for j := range rs {
+				r, err := s.txn.Reserve(parts[i], int32(len(batches[i][j+2].recs)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs[j] = r
+			}
+			for j, r := range rs {
+				wg.Go(func() {
+					if _, err := s.txn.AppendReserved(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][j+2].raw), r); err != nil {
+						t.Errorf("append batch %d of %s: %v", j+3, e.parts[i], err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		end(t, s, true)
+		after, carried2 := produceRequests(t, reg)
+		t.Logf("round 2: %d requests carried %d batches", after-total, carried2-carried)
+		var want []got
+		for i := range n {
+			want = append(want, wantOf(int32(i), batches[i]...)...)
+		}
+		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
+	})
+}
