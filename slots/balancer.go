@@ -14,6 +14,11 @@ import (
 // an earlier version leaves it empty.
 const settingsRack = "mirrord-settings:"
 
+// leftOutData marks the user data of the empty assignment a member with
+// other settings gets: "mirrord-left-out:<group's fingerprint>:<leader>",
+// so that the agent left out says why in its own log too.
+const leftOutData = "mirrord-left-out:"
+
 // balancer is cooperative-sticky, except that it gives slots only to the
 // members whose settings (Config.Fingerprint, in their metadata's rack)
 // are the group's: those of the members that own slots now (the most
@@ -113,15 +118,29 @@ func (b *balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 	for i, m := range out {
 		ids[i] = m.MemberID
 	}
-	return leftOut{inner, ids}, topics, nil
+	return leftOut{inner, ids, leftOutData + fp + ":" + b.agent}, topics, nil
+}
+
+// ParseSyncAssignment is cooperative-sticky's; an assignment that says this
+// member was left out for its settings is logged.
+func (b *balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	var a kmsg.ConsumerMemberAssignment
+	if err := a.ReadFrom(assignment); err == nil && strings.HasPrefix(string(a.UserData), leftOutData) {
+		fp, leader, _ := strings.Cut(strings.TrimPrefix(string(a.UserData), leftOutData), ":")
+		b.log.Error("slots group: this agent runs the link with other settings than the agents that own its slots, and gets no slot; make the link's block equal in every agent's configuration (or stop the agents with the old settings, when changing them)",
+			"group", b.group, "agent", b.agent, "its_fingerprint", b.fp, "the_group's_fingerprint", fp, "group_leader", leader)
+	}
+	return b.GroupBalancer.ParseSyncAssignment(assignment)
 }
 
 // leftOut is a member balancer's plan with an empty assignment for each
 // member left out: a member that the SyncGroup answer gives no assignment
-// at all cannot parse it, and joins again and again.
+// at all cannot parse it, and joins again and again. The assignment's
+// user data says why (leftOutData).
 type leftOut struct {
 	kgo.GroupMemberBalancer
 	ids []string
+	why string
 }
 
 func (l leftOut) Balance(topics map[string]int32) kgo.IntoSyncAssignment {
@@ -134,23 +153,24 @@ func (l leftOut) Balance(topics map[string]int32) kgo.IntoSyncAssignment {
 func (l leftOut) BalanceOrError(topics map[string]int32) (kgo.IntoSyncAssignment, error) {
 	b, ok := l.GroupMemberBalancer.(kgo.GroupMemberBalancerOrError)
 	if !ok {
-		return leftOutPlan{l.GroupMemberBalancer.Balance(topics), l.ids}, nil
+		return leftOutPlan{l.GroupMemberBalancer.Balance(topics), l.ids, l.why}, nil
 	}
 	plan, err := b.BalanceOrError(topics)
 	if err != nil {
 		return nil, err
 	}
-	return leftOutPlan{plan, l.ids}, nil
+	return leftOutPlan{plan, l.ids, l.why}, nil
 }
 
 type leftOutPlan struct {
 	plan kgo.IntoSyncAssignment
 	ids  []string
+	why  string
 }
 
 func (p leftOutPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
 	out := p.plan.IntoSyncAssignment()
-	var none kmsg.ConsumerMemberAssignment
+	none := kmsg.ConsumerMemberAssignment{UserData: []byte(p.why)}
 	for _, id := range p.ids {
 		a := kmsg.NewSyncGroupRequestGroupAssignment()
 		a.MemberID, a.MemberAssignment = id, none.AppendTo(nil)

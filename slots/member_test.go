@@ -285,13 +285,15 @@ func TestMembersWithOtherSettings(t *testing.T) {
 		deadline := time.Now().Add(time.Minute)
 		for {
 			logMu.Lock()
-			logged := strings.Contains(logs.String(), "runs the link with other settings and gets no slot") && strings.Contains(logs.String(), "agent=c")
+			// The leader names c, and c says why it has no slot.
+			logged := strings.Contains(logs.String(), "runs the link with other settings and gets no slot") && strings.Contains(logs.String(), "agent=c") &&
+				strings.Contains(logs.String(), "c: slots group: this agent runs the link with other settings")
 			logMu.Unlock()
 			if logged {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no member logged that c runs other settings within a minute; c owns %v", odd.Owned())
+				t.Fatalf("neither the leader nor c logged that c runs other settings within a minute; c owns %v", odd.Owned())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
