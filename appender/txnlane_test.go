@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +68,8 @@ func holdEachBroker(t *testing.T, px *faultproxy.Proxy) (release func()) {
 // partitions of one broker that come while the broker has its most
 // requests unanswered collect in one request, sent as soon as one is
 // answered; the records of every partition read back in order, also when
-// each partition has several batches in flight at once.
+// each partition has several batches in flight at once, and exactly once
+// when the answer to a request of several partitions is lost.
 func TestTxnSharedRequests(t *testing.T) {
 	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
 		const n = 48
@@ -81,7 +83,7 @@ func TestTxnSharedRequests(t *testing.T) {
 		kinds := []string{"idempotent", "transactional", "plain"}
 		batches := make([][]srcBatch, n)
 		for i := range n {
-			for step := range 4 {
+			for step := range 5 {
 				batches[i] = append(batches[i], sourceBatch(kinds[(i+step)%3], 10*i+step+1, 1+(i+step)%4, int8((i+step)%5)))
 			}
 		}
@@ -187,9 +189,57 @@ func TestTxnSharedRequests(t *testing.T) {
 		if t.Failed() {
 			return
 		}
-		end(t, s, true)
 		after, carried2 := produceRequests(t, reg)
 		t.Logf("round 2: %d requests carried %d batches", after-total, carried2-carried)
+
+		// Round 3: the answer to a request of several partitions is lost
+		// (the broker appended them all): every batch in it is sent again
+		// and the broker answers each repeat with its first append.
+		var armed atomic.Bool
+		armed.Store(true)
+		lost := make(chan int, 1)
+		px.Intercept(func(f *faultproxy.Frame) faultproxy.Action {
+			if f.APIKey != int16(kmsg.Produce) || !f.IsResponse() || !armed.Load() {
+				return faultproxy.Pass
+			}
+			req := kmsg.NewPtrProduceRequest()
+			req.Version = f.Version
+			if req.ReadFrom(f.Request) != nil || req.TransactionID == nil {
+				return faultproxy.Pass
+			}
+			k := 0
+			for _, rt := range req.Topics {
+				k += len(rt.Partitions)
+			}
+			if k < 2 || !armed.CompareAndSwap(true, false) {
+				return faultproxy.Pass
+			}
+			lost <- k
+			return faultproxy.DropConnection
+		})
+		retries := errorsByKind(t, reg)[appender.KindRetriable]
+		for i := range n {
+			wg.Go(func() {
+				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][4].raw)); err != nil {
+					t.Errorf("append batch 5 of %s: %v", e.parts[i], err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		select {
+		case k := <-lost:
+			again := errorsByKind(t, reg)[appender.KindRetriable] - retries
+			t.Logf("round 3: the answer for %d batches was lost; %v attempts sent again", k, again)
+			if again < float64(k) {
+				t.Fatalf("the answer for %d batches was lost, but only %v were sent again", k, again)
+			}
+		default:
+			t.Fatal("no request of several partitions: no answer was lost")
+		}
+		end(t, s, true)
 		var want []got
 		for i := range n {
 			want = append(want, wantOf(int32(i), batches[i]...)...)
