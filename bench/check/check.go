@@ -26,7 +26,15 @@ var ErrDifferent = errors.New("mirror differs from source")
 // start to its end) with the same partition of dstTopic and returns the
 // number of records compared. A difference is an ErrDifferent that names the
 // partition and offsets.
-func Topic(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTopic string) (int64, error) {
+//
+// rebatched says the mirror produces the records again (a record-level
+// mirror: the kgo peer, MirrorMaker): its producer forms batches of its own
+// and, like any producer, leaves one uncompressed where compressing does
+// not shrink it (kgo does, for a batch of one record that lz4 does not
+// make smaller), so a compressed source record may be uncompressed at the
+// destination. A mirror that forwards batches (mirrord) must keep a
+// compressed record's codec.
+func Topic(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTopic string, rebatched bool) (int64, error) {
 	srcEnds, err := ends(ctx, srcOpts, srcTopic)
 	if err != nil {
 		return 0, err
@@ -41,7 +49,7 @@ func Topic(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTopic s
 	}
 	var total int64
 	for p := range int32(len(srcEnds)) {
-		n, err := partition(ctx, srcOpts, dstOpts, srcTopic, dstTopic, p, srcEnds[p], dstEnds[p])
+		n, err := partition(ctx, srcOpts, dstOpts, srcTopic, dstTopic, p, srcEnds[p], dstEnds[p], rebatched)
 		total += n
 		if err != nil {
 			return total, err
@@ -133,7 +141,7 @@ func (r *reader) fill(ctx context.Context) error {
 	return nil
 }
 
-func partition(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTopic string, p int32, srcEnd, dstEnd int64) (int64, error) {
+func partition(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTopic string, p int32, srcEnd, dstEnd int64, rebatched bool) (int64, error) {
 	src, err := newReader(srcOpts, srcTopic, p, srcEnd)
 	if err != nil {
 		return 0, err
@@ -148,7 +156,7 @@ func partition(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTop
 	for {
 		for len(src.queue) > 0 && len(dst.queue) > 0 {
 			s, d := src.queue[0], dst.queue[0]
-			if err := same(s, d); err != nil {
+			if err := same(s, d, rebatched); err != nil {
 				return n, fmt.Errorf("%w: source %s[%d] offset %d, destination %s[%d] offset %d: %w",
 					ErrDifferent, srcTopic, p, s.Offset, dstTopic, p, d.Offset, err)
 			}
@@ -175,8 +183,8 @@ func partition(ctx context.Context, srcOpts, dstOpts []kgo.Opt, srcTopic, dstTop
 	}
 }
 
-// same compares what a mirror must keep of a record.
-func same(s, d *kgo.Record) error {
+// same compares what a mirror must keep of a record (rebatched: see Topic).
+func same(s, d *kgo.Record, rebatched bool) error {
 	switch {
 	case !bytes.Equal(s.Key, d.Key):
 		return fmt.Errorf("key %q, want %q", d.Key, s.Key)
@@ -184,7 +192,8 @@ func same(s, d *kgo.Record) error {
 		return fmt.Errorf("value differs (%d bytes, want %d)", len(d.Value), len(s.Value))
 	case !s.Timestamp.Equal(d.Timestamp):
 		return fmt.Errorf("timestamp %s, want %s", d.Timestamp, s.Timestamp)
-	case s.Attrs.CompressionType() != d.Attrs.CompressionType() && s.Attrs.CompressionType() != 0:
+	case s.Attrs.CompressionType() != d.Attrs.CompressionType() && s.Attrs.CompressionType() != 0 &&
+		!(rebatched && d.Attrs.CompressionType() == 0):
 		// A producer leaves a batch uncompressed when compressing does
 		// not pay (kgo does, for a batch of one small record): a
 		// record-level mirror that writes the topic's codec then

@@ -87,7 +87,7 @@ func TestTopic(t *testing.T) {
 				out = append(out, &kgo.Record{Topic: topic, Partition: 2, Value: []byte("extra"), Timestamp: base})
 			}
 			produce(ctx, t, dstOpts, topic, tc.codec, out)
-			n, err := Topic(ctx, srcOpts, dstOpts, "t", topic)
+			n, err := Topic(ctx, srcOpts, dstOpts, "t", topic, false)
 			if tc.want == "" {
 				if err != nil || n != int64(len(records)) {
 					t.Fatalf("Topic = %d, %v; want %d records and no difference", n, err, len(records))
@@ -117,11 +117,12 @@ func produce(ctx context.Context, t *testing.T, opts []kgo.Opt, topic string, co
 	}
 }
 
-// TestTopicUncompressedSource guards the codec rule's one exception: a
-// record the source left uncompressed may be compressed at the destination
-// (a record-level mirror writes the topic's codec; producers skip
-// compression where it does not pay), while a compressed source record must
-// keep its codec.
+// TestTopicUncompressedSource guards the codec rule's exceptions: a record
+// the source left uncompressed may be compressed at the destination (a
+// record-level mirror writes the topic's codec; producers skip compression
+// where it does not pay), and, for a record-level mirror, a compressed
+// source record may be uncompressed (its producer skipped compression);
+// otherwise a compressed source record must keep its codec.
 func TestTopicUncompressedSource(t *testing.T) {
 	src, dst := kafkatest.Pair(t)
 	srcOpts := []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)}
@@ -138,12 +139,21 @@ func TestTopicUncompressedSource(t *testing.T) {
 	}
 	produce(ctx, t, srcOpts, "plain", kgo.NoCompression(), recs("plain"))
 	produce(ctx, t, dstOpts, "plain.lz4", kgo.Lz4Compression(), recs("plain.lz4"))
-	if n, err := Topic(ctx, srcOpts, dstOpts, "plain", "plain.lz4"); err != nil || n != 9 {
+	if n, err := Topic(ctx, srcOpts, dstOpts, "plain", "plain.lz4", false); err != nil || n != 9 {
 		t.Fatalf("uncompressed source, lz4 mirror: %d, %v; want 9 records and no difference", n, err)
 	}
 	produce(ctx, t, dstOpts, "plain.none", kgo.NoCompression(), recs("plain.none"))
 	produce(ctx, t, srcOpts, "packed", kgo.Lz4Compression(), recs("packed"))
-	if _, err := Topic(ctx, srcOpts, dstOpts, "packed", "plain.none"); !errors.Is(err, ErrDifferent) || !strings.Contains(err.Error(), "compression type 0, want 3") {
+	if _, err := Topic(ctx, srcOpts, dstOpts, "packed", "plain.none", false); !errors.Is(err, ErrDifferent) || !strings.Contains(err.Error(), "compression type 0, want 3") {
 		t.Fatalf("lz4 source, uncompressed mirror: %v; want ErrDifferent for the codec", err)
+	}
+	// A record-level mirror's producer may leave a batch uncompressed
+	// where compressing does not pay; another codec is still a difference.
+	if n, err := Topic(ctx, srcOpts, dstOpts, "packed", "plain.none", true); err != nil || n != 9 {
+		t.Fatalf("lz4 source, uncompressed record-level mirror: %d, %v; want 9 records and no difference", n, err)
+	}
+	produce(ctx, t, dstOpts, "packed.zstd", kgo.ZstdCompression(), recs("packed.zstd"))
+	if _, err := Topic(ctx, srcOpts, dstOpts, "packed", "packed.zstd", true); !errors.Is(err, ErrDifferent) || !strings.Contains(err.Error(), "compression type 4, want 3") {
+		t.Fatalf("lz4 source, zstd record-level mirror: %v; want ErrDifferent for the codec", err)
 	}
 }

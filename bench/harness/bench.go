@@ -40,6 +40,11 @@ const (
 	MM2    = "mm2"
 )
 
+// rebatched reports whether side produces the records again, in batches of
+// its own (check.Topic): the peer and MirrorMaker; mirrord forwards the
+// source's batches.
+func rebatched(side string) bool { return side != Mirrord && side != MirrordTxn }
+
 // Profiles of the source data (Config.Profile).
 const (
 	ProfileDefault        = "default"         // 1 MiB producer batches, 10 ms linger, 6 partitions
@@ -778,7 +783,7 @@ func (b *bench) run(ctx context.Context, side string, top SourceTopic, run, id i
 		s.SteadyCPU = w.doneCPU - w.firstCPU
 	}
 	if b.cfg.Verify {
-		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic)
+		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), top.Name, dstTopic, rebatched(side))
 		if err != nil {
 			return s, fmt.Errorf("bench: %s run %d: %w", side, run, err)
 		}

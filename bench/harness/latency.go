@@ -225,7 +225,7 @@ func (b *bench) latencyRun(ctx context.Context, side, codec string, run, id int)
 		return ls, fmt.Errorf("bench: %s latency run %d: the destination showed %d records, the source holds %d", side, run, seen, top.Records)
 	}
 	if b.cfg.Verify {
-		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), srcTopic, m.dstTopic)
+		n, err := check.Topic(ctx, b.src.Opts(), b.dst.Opts(), srcTopic, m.dstTopic, rebatched(side))
 		if err != nil {
 			return ls, fmt.Errorf("bench: %s latency run %d: %w", side, run, err)
 		}

@@ -62,7 +62,7 @@ func TestMirror(t *testing.T) {
 		t.Fatalf("Run after stop: %v", err)
 	}
 	for _, r := range routes {
-		n, err := check.Topic(ctx, srcOpts, dstOpts, r.Source, r.Destination)
+		n, err := check.Topic(ctx, srcOpts, dstOpts, r.Source, r.Destination, true)
 		if err != nil {
 			t.Fatal(err)
 		}
