@@ -306,8 +306,9 @@ type Link struct {
 	// crash, set by tests, makes the next stop abrupt: no drain, no
 	// final checkpoint, as if the process died.
 	crash func() bool
-	// beforeClaimCheck, set by tests, runs when a standby that takes the
-	// link over is about to check its claim a last time (claimedMeanwhile).
+	// beforeClaimCheck, set by tests, runs when a standby has decided to
+	// take the link over, before checkOthers' replay and claimedMeanwhile
+	// check that no other session claimed it meanwhile.
 	beforeClaimCheck func()
 	// joinedLimit, set by tests, replaces coalesce_bytes as the most
 	// bytes a joined batch may have once joined (appendRun), so that

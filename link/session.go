@@ -53,7 +53,12 @@ type session struct {
 	// standby began its stagger before it took the link over, nil when it
 	// took the link without one: claimedMeanwhile compares it with the
 	// producer right before the session's InitProducerId.
-	claimBase   *statestore.TxnProducer
+	claimBase *statestore.TxnProducer
+	// claimRecord is the link's record this session's standby took the
+	// link over from (a clean stop or a lapsed lease), nil when it took a
+	// link without one: claimedMeanwhile compares it with the record
+	// checkOthers' replay found.
+	claimRecord *statestore.LinkValue
 	returns     transform.Returns // what is not sent back (DESIGN §16)
 	sameCluster bool
 
@@ -122,10 +127,11 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		if err := s.standBy(ctx, standby); err != nil {
 			return nil, err
 		}
-		if err := s.checkOthers(ctx); err != nil {
+		view, err := s.checkOthers(ctx)
+		if err != nil {
 			return nil, err
 		}
-		if !s.claimedMeanwhile(ctx) {
+		if !s.claimedMeanwhile(ctx, view) {
 			break
 		}
 	}
@@ -555,10 +561,10 @@ var errOtherSessions = errors.New("another session of the link with other settin
 // it. Sessions of the same settings own disjoint partitions. The session
 // retries with the link's backoff, so it starts once the other stopped
 // cleanly or its lease and produce timeout passed.
-func (s *session) checkOthers(ctx context.Context) error {
+func (s *session) checkOthers(ctx context.Context) (*statestore.View, error) {
 	view, err := s.store.ReplayCommitted(ctx, s.l.sess)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fp := s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
 	now := s.l.deps.Now()
@@ -575,11 +581,11 @@ func (s *session) checkOthers(ctx context.Context) error {
 		if agent == "" {
 			agent = "an agent without a name"
 		}
-		return fmt.Errorf("%w: session %s of link %q (%s, agent %s, settings fingerprint %s; this session's %s, %s) holds the link's lease or may have appends in a broker for %s more; "+
+		return nil, fmt.Errorf("%w: session %s of link %q (%s, agent %s, settings fingerprint %s; this session's %s, %s) holds the link's lease or may have appends in a broker for %s more; "+
 			"stop the agents that run the link with the other settings (a changed slots value needs every agent stopped, then started with the new value); this session starts once that session stopped cleanly or its lease lapsed",
 			errOtherSessions, name, s.l.cfg.Link.Name, slotsOf(name, s.l.cfg.Link.Name), agent, lv.Fingerprint, s.l.sess, fp, wait.Round(time.Millisecond))
 	}
-	return nil
+	return view, nil
 }
 
 // slotsOf describes session name of link: the link without slots, or a
@@ -716,6 +722,11 @@ func (s *session) standBy(ctx context.Context, mode standbyMode) error {
 			// session before its first commit, a takeover lost, not a
 			// fight over the link (Link.fail).
 			s.l.tookOver = true
+			seen := lv
+			s.claimRecord = &seen
+			if f := s.l.beforeClaimCheck; f != nil {
+				f()
+			}
 			return nil
 		}
 		if mode == standbyOther && !other {
@@ -800,20 +811,36 @@ func (s *session) takeSlot(ctx context.Context) error {
 }
 
 // claimedMeanwhile says whether another session of the link began since
-// this session's standby last checked for a claim (claimBase): its
-// InitProducerId moved the link's producer. The session asks right before
-// its own InitProducerId, which would fence that session: between the
-// check at the end of the stagger and the InitProducerId lie a replay of
-// the state topic (checkOthers), a version lookup and a new client, long
-// enough for another standby that passed its check meanwhile to begin and
-// reach MIRRORING. A session that took the link without a stagger has no
-// base, and nothing to compare.
-func (s *session) claimedMeanwhile(ctx context.Context) bool {
-	if f := s.l.beforeClaimCheck; f != nil {
-		f()
+// this session's standby decided to take the link over. It asks right
+// before the session's InitProducerId, which would fence that session.
+// Two signs of a claim are checked:
+//   - the link's record in view (checkOthers' replay, after the standby's
+//     decision) is no longer the one the standby took the link over from
+//     (claimRecord): another session committed its claim. The producer
+//     alone does not show this under transaction version 1 (Kafka 3.x,
+//     kfake), where a commit does not move the epoch: a session whose
+//     InitProducerId came before this standby's stagger began and whose
+//     first commit came after it ended looked unchanged, and was fenced
+//     once it mirrored (TestThreeAgents on kfake, all agents restarted);
+//   - the link's producer moved since the standby's stagger began
+//     (claimBase): another session's InitProducerId, before it commits.
+//     Between the check at the end of the stagger and the InitProducerId
+//     lie a replay of the state topic (checkOthers), a version lookup and
+//     a new client, long enough for another standby that passed its
+//     check meanwhile to begin and reach MIRRORING.
+//
+// A session that took the link without a record or without a stagger has
+// nothing to compare.
+func (s *session) claimedMeanwhile(ctx context.Context, view *statestore.View) bool {
+	base, seen := s.claimBase, s.claimRecord
+	s.claimBase, s.claimRecord = nil, nil
+	if seen != nil && view != nil {
+		if now, ok := view.Links[s.l.sess]; ok && now != *seen {
+			s.log.Info("another agent claimed the link after this standby decided to take it; standing by for its claim",
+				"agent", now.Agent, "session_epoch", now.SessionEpoch, "state", now.State.String())
+			return true
+		}
 	}
-	base := s.claimBase
-	s.claimBase = nil
 	if base == nil {
 		return false
 	}

@@ -521,3 +521,92 @@ func TestStandbyClaimCheckedBeforeFencing(t *testing.T) {
 		}
 	})
 }
+
+// A standby's last claim check compares the link's record, not only its
+// producer. pod-1 takes over a link pod-0 stopped cleanly: its
+// InitProducerId is done, its first commit held. pod-2 then stands by: the
+// producer it reads as its stagger's base is already pod-1's, the link's
+// record still pod-0's clean stop, so it decides to take the link, and is
+// held there. pod-1's commit goes on and pod-1 mirrors. When pod-2 goes
+// on, the producer has not moved since its base (the destination runs
+// transaction version 1, as Kafka 3.x does: a commit keeps the epoch), but the
+// link's record has: pod-2 must stand by for pod-1, not fence it while it
+// mirrors. Before, it fenced pod-1, a fenced session counted and logged
+// at WARN (TestThreeAgents on kfake in CI, all three agents restarted).
+// kfake only: the first commit is held by a request control.
+func TestStandbyClaimCommittedAfterStagger(t *testing.T) {
+	for _, delivery := range []statestore.Delivery{statestore.DeliveryPreserve, statestore.DeliveryTransactional} {
+		t.Run(delivery.String(), func(t *testing.T) {
+			f, named, mirrored := namedAgents(t, onKfake(t), "claimrec", "t", delivery)
+			// Transaction version 1, as Kafka 3.x runs it: a commit
+			// keeps the producer's epoch.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := kadm.NewClient(f.dst.NewClient(t)).UpdateFeatures(ctx, false, kadm.FeatureUpdate{
+				Feature: "transaction.version", MaxVersionLevel: 1, UpgradeType: 2,
+			}); err != nil {
+				t.Fatalf("transaction.version 1 at the destination: %v", err)
+			}
+			f.load(idempotent, 1, "before", 40)
+			a := startLink(t, named("pod-0"), f.src, f.dst, "pod-0")
+			a.waitState(t, Mirroring, 60*time.Second)
+			mirrored()
+			a.stop(t, false)
+
+			// pod-1's first commit (its PREPARING transaction on the
+			// link's transactional.id) is held.
+			committing, commit := make(chan struct{}), make(chan struct{})
+			var holding atomic.Bool
+			txnID := "mirrord." + f.cfg.Link.Name
+			f.dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				f.dst.Fake.KeepControl()
+				if r := req.(*kmsg.EndTxnRequest); r.TransactionalID != txnID || !r.Commit || !holding.CompareAndSwap(false, true) {
+					return nil, nil, false
+				}
+				close(committing)
+				f.dst.Fake.SleepControl(func() { <-commit })
+				return nil, nil, false
+			})
+			var committed sync.Once
+			t.Cleanup(func() { committed.Do(func() { close(commit) }) })
+			claimer := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
+			waitClosed(t, committing, "pod-1's first commit")
+
+			decided, goOn := make(chan struct{}), make(chan struct{})
+			var once, went sync.Once
+			t.Cleanup(func() { went.Do(func() { close(goOn) }) })
+			standby := startLinkSetup(t, named("pod-2"), Deps{
+				Logger: testLogger(t, "pod-2"), SourceOpts: f.src.Opts(), DestinationOpts: f.dst.Opts(),
+			}, func(l *Link) {
+				l.beforeClaimCheck = func() {
+					once.Do(func() { close(decided); <-goOn })
+				}
+			})
+			waitClosed(t, decided, "pod-2's decision to take the link over from pod-0's clean stop")
+			committed.Do(func() { close(commit) })
+			claimer.waitState(t, Mirroring, 60*time.Second)
+			went.Do(func() { close(goOn) })
+
+			for end := time.Now().Add(30 * time.Second); standby.Status().StandingBy != "pod-1"; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("pod-2 does not stand by for pod-1, which mirrors: %+v; pod-1 %+v", standby.Status(), claimer.Status())
+				}
+			}
+			if st := claimer.Status(); st.State != Mirroring {
+				t.Errorf("pod-1 no longer mirrors: %+v", st)
+			}
+			for name, l := range map[string]*testLink{"pod-1": claimer, "pod-2": standby} {
+				if lost, fenced := testutil.ToFloat64(l.met.counters[TakeoversLost]), testutil.ToFloat64(l.met.counters[SessionsFenced]); lost != 0 || fenced != 0 {
+					t.Errorf("%s counted %v takeovers lost and %v fenced sessions; want 0 and 0", name, lost, fenced)
+				}
+			}
+			f.load(transactional, 2, "after", 40)
+			mirrored()
+			if delivery == statestore.DeliveryTransactional {
+				f.exactlyOnceCommitted()
+			} else {
+				f.exactlyOnce()
+			}
+		})
+	}
+}

@@ -106,7 +106,8 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 		if err := s.standBy(ctx, standby); err != nil {
 			return nil, err
 		}
-		if err := s.checkOthers(ctx); err != nil {
+		view, err := s.checkOthers(ctx)
+		if err != nil {
 			return nil, err
 		}
 		if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
@@ -114,7 +115,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 		}
 		// The claim is checked last, right before OpenTxn's
 		// InitProducerId: the client need not connect for it.
-		if !s.claimedMeanwhile(ctx) {
+		if !s.claimedMeanwhile(ctx, view) {
 			break
 		}
 	}
