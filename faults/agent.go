@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,7 +298,9 @@ func (a *Agent) eachLogLine(fn func(map[string]any)) error {
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
 	for sc.Scan() {
 		var l map[string]any
-		if json.Unmarshal(sc.Bytes(), &l) == nil {
+		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		d.UseNumber() // producer IDs keep their digits
+		if d.Decode(&l) == nil {
 			fn(l)
 		}
 	}

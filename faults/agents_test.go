@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -113,6 +114,39 @@ func (h *haAgents) holders(ctx context.Context) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// timeline is every running or stopped agent's log lines whose message
+// begins with one of msgs, in time order, one per line: what a failure
+// needs to tell a fight over the link from a lapsed lease.
+func (h *haAgents) timeline(t *testing.T, msgs ...string) string {
+	type line struct{ at, text string }
+	var lines []line
+	for name, a := range h.byName {
+		for _, msg := range msgs {
+			ls, err := a.LogLines(msg)
+			if err != nil {
+				t.Errorf("log of %s: %v", name, err)
+				continue
+			}
+			for _, l := range ls {
+				at, _ := l["@timestamp"].(string)
+				var kv []string
+				for _, k := range slices.Sorted(maps.Keys(l)) {
+					if k != "@timestamp" && k != "@level" && k != "@module" {
+						kv = append(kv, fmt.Sprintf("%s=%v", k, l[k]))
+					}
+				}
+				lines = append(lines, line{at, name + " " + strings.Join(kv, " ")})
+			}
+		}
+	}
+	slices.SortFunc(lines, func(a, b line) int { return strings.Compare(a.at, b.at) })
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %s %s\n", l.at, l.text)
+	}
+	return b.String()
 }
 
 // waitHolder waits until exactly one running agent other than not holds
@@ -318,7 +352,8 @@ func threeAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string, 
 			t.Fatal(err)
 		}
 		if len(fenced) > 0 {
-			t.Errorf("%s: %s logged %d fenced sessions; the first: %v", mode, name, len(fenced), fenced[0])
+			t.Errorf("%s: %s logged %d fenced sessions; the first: %v\nthe agents' takeovers, sessions and state changes:\n%s",
+				mode, name, len(fenced), fenced[0], h.timeline(t, "taking over the link", "began transactional session", "began state session", "link state", "another agent", "another standby", "link session fenced", "standing by"))
 		}
 		l, err := a.LogLines("another standby took the link at the same moment")
 		if err != nil {
