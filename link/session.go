@@ -131,7 +131,7 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		if err != nil {
 			return nil, err
 		}
-		if !s.claimedMeanwhile(ctx, view) {
+		if !s.claimedMeanwhile(ctx, view, nil) {
 			break
 		}
 	}
@@ -830,8 +830,9 @@ func (s *session) takeSlot(ctx context.Context) error {
 //     check meanwhile to begin and reach MIRRORING.
 //
 // A session that took the link without a record or without a stagger has
-// nothing to compare.
-func (s *session) claimedMeanwhile(ctx context.Context, view *statestore.View) bool {
+// nothing to compare. cl, when not nil, is the client whose InitProducerId
+// follows (a transactional session's): the producer is asked through it.
+func (s *session) claimedMeanwhile(ctx context.Context, view *statestore.View, cl *kgo.Client) bool {
 	base, seen := s.claimBase, s.claimRecord
 	s.claimBase, s.claimRecord = nil, nil
 	if seen != nil && view != nil {
@@ -844,7 +845,15 @@ func (s *session) claimedMeanwhile(ctx context.Context, view *statestore.View) b
 	if base == nil {
 		return false
 	}
-	now, err := s.store.LinkProducer(ctx, s.l.sess)
+	var (
+		now statestore.TxnProducer
+		err error
+	)
+	if cl != nil {
+		now, err = statestore.LinkProducerWith(ctx, cl, s.l.sess)
+	} else {
+		now, err = s.store.LinkProducer(ctx, s.l.sess)
+	}
 	if err != nil {
 		// The check is an optimisation over fencing (a takeover lost at
 		// worst), not a condition of it.

@@ -110,18 +110,32 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 		if err != nil {
 			return nil, err
 		}
-		if s.version, err = appender.TxnVersionOf(ctx, s.dst); err != nil {
+		version, err := appender.TxnVersionOf(ctx, s.dst)
+		if err != nil {
 			return nil, fmt.Errorf("destination cluster %s: %w", l.cfg.Destination.Name, err)
 		}
+		if s.txnCl == nil || version != s.version {
+			if s.txnCl != nil {
+				s.txnCl.Close()
+			}
+			opts := append(append([]kgo.Opt(nil), l.deps.DestinationOpts...), appender.TxnClientOpts(version)...)
+			if s.txnCl, err = kgo.NewClient(opts...); err != nil {
+				return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
+			}
+		}
+		s.version = version
 		// The claim is checked last, right before OpenTxn's
-		// InitProducerId: the client need not connect for it.
-		if !s.claimedMeanwhile(ctx, view) {
+		// InitProducerId, through the same client: its answer comes from
+		// the transactional.id's coordinator, over the connection the
+		// InitProducerId then takes at once. A check through another
+		// client left a new client's connection and coordinator lookup
+		// between the check and the fencing, long enough for another
+		// standby to begin and mirror (kfake reaches MIRRORING 5 ms after
+		// its InitProducerId), which the InitProducerId then fenced
+		// (TestThreeAgents in CI's kfake tier, all agents restarted).
+		if !s.claimedMeanwhile(ctx, view, s.txnCl) {
 			break
 		}
-	}
-	opts := append(append([]kgo.Opt(nil), l.deps.DestinationOpts...), appender.TxnClientOpts(s.version)...)
-	if s.txnCl, err = kgo.NewClient(opts...); err != nil {
-		return nil, fmt.Errorf("destination cluster %s client: %w", l.cfg.Destination.Name, err)
 	}
 	s.txnLs = leaders.New(s.txnCl, 0)
 	s.appendTo = appender.TxnAppendConfig{RequestTimeout: l.cfg.Link.ProduceTimeout}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
@@ -112,6 +113,14 @@ func (s *Store) LinkProducer(ctx context.Context, link string) (TxnProducer, err
 	if err != nil {
 		return TxnProducer{}, err
 	}
+	return LinkProducerWith(ctx, cl, link)
+}
+
+// LinkProducerWith is LinkProducer through cl, a client of the cluster
+// that holds the link's state: a session asks through the client whose
+// InitProducerId follows, which then finds the transactional.id's
+// coordinator known and connected.
+func LinkProducerWith(ctx context.Context, cl *kgo.Client, link string) (TxnProducer, error) {
 	id := TransactionalID(link)
 	txns, err := kadm.NewClient(cl).DescribeTransactions(ctx, id)
 	if err != nil {
