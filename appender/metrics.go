@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "mirrord",
 			Name:      "produce_request_batches",
-			Help:      "Batches (one per partition) in each Produce request sent: how full requests are.",
+			Help:      "Mirrored batches (one per partition) in each Produce request sent: how full requests are. State-topic batches are not counted.",
 			Buckets:   prometheus.ExponentialBuckets(1, 2, 11), // 1 to 1024
 		}, []string{"link"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{

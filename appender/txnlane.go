@@ -252,8 +252,10 @@ func (t *Txn) sendLane(ctx context.Context, broker int32, req *laneRequest) {
 	}
 	pr.TimeoutMillis = int32(max(timeout/time.Millisecond, 1))
 	if counted > 0 {
+		// The mirrored batches: a commit's state batches that share the
+		// request are not counted, as a request of only those is not.
 		t.m.requests.Inc()
-		t.m.batches.Observe(float64(len(appends)))
+		t.m.batches.Observe(float64(counted))
 	}
 	kresp, err := t.cl.Broker(int(broker)).Request(ctx, pr)
 	if err != nil {

@@ -247,3 +247,89 @@ func TestTxnSharedRequests(t *testing.T) {
 		checkRecords(t, "read_committed", readBack(t, e.c, e.topic, true), want)
 	})
 }
+
+// Guards the count of a shared request: mirrord_produce_request_batches
+// counts the mirrored batches of each request, not the state topic's
+// (Uncounted) ones that share it, as produce_requests_total counts only
+// requests that carry a mirrored batch. Before, a request of one mirrored
+// and one state batch was counted as two batches.
+func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
+	mirrortest.Each(t, func(t *testing.T, b mirrortest.Backend) {
+		const n = 24
+		e := newTxnEnv(t, b, "txn-counted", n)
+		reg := prometheus.NewRegistry()
+		e.metrics = appender.NewMetrics(reg)
+		px := proxied(t, e.c)
+		s := e.open(t, mirrortest.NamesFor(t, b).Of("txn-counted"), kgo.SeedBrokers(px.Addrs()...))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		parts := make([]tp.Key, n)
+		for i := range n {
+			parts[i] = e.parts[i].Key()
+		}
+		if err := s.txn.Add(ctx, parts); err != nil {
+			t.Fatal(err)
+		}
+		// The partitions of the broker that leads the most.
+		byBroker := map[int32][]int{}
+		var most int32
+		for i, p := range parts {
+			l, err := s.ls.Lookup(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byBroker[l.Broker] = append(byBroker[l.Broker], i)
+			if len(byBroker[l.Broker]) > len(byBroker[most]) {
+				most = l.Broker
+			}
+		}
+		on := byBroker[most]
+		places := appender.DefaultMaxInflightPerBroker
+		if len(on) < places+2 {
+			t.Fatalf("broker %d leads %d of %d partitions, want %d", most, len(on), n, places+2)
+		}
+		// Every place of the broker is taken by a request held
+		// unanswered; a mirrored and a state batch then collect in the
+		// next request.
+		release := holdEachBroker(t, px)
+		var wg sync.WaitGroup
+		appendTo := func(i int, uncounted bool) {
+			wg.Go(func() {
+				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{Uncounted: uncounted}, s.ls, e.parts[i], clone(sourceBatch("idempotent", i+1, 2, 0).raw)); err != nil {
+					t.Errorf("append to %s: %v", e.parts[i], err)
+				}
+			})
+		}
+		waitLanes := func(wantSent, wantCollecting int) {
+			for {
+				sent, collecting, _, stuck := s.txn.Lanes()
+				if sent == wantSent && collecting == wantCollecting && (wantCollecting == 0 || stuck) {
+					return
+				}
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-ctx.Done():
+					t.Fatalf("%d batches sent and %d collecting, want %d and %d", sent, collecting, wantSent, wantCollecting)
+				}
+			}
+		}
+		for k, i := range on[:places] {
+			appendTo(i, false)
+			waitLanes(k+1, 0) // one request each
+		}
+		appendTo(on[places], false)
+		appendTo(on[places+1], true)
+		waitLanes(places, 2)
+		release()
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		requests, batches := produceRequests(t, reg)
+		if requests != places+1 || batches != places+1 {
+			t.Fatalf("mirrord_produce_request_batches counted %d requests of %d batches, want %d requests of %d mirrored batches (the state batch that shared the last one not counted)",
+				requests, batches, places+1, places+1)
+		}
+		end(t, s, true)
+	})
+}
