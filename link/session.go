@@ -59,6 +59,9 @@ type session struct {
 	// link without one: claimedMeanwhile compares it with the record
 	// checkOthers' replay found.
 	claimRecord *statestore.LinkValue
+	// slotView is the replay takeSlot decided on, which checkOthers uses
+	// instead of replaying the state topic again right after it.
+	slotView    *statestore.View
 	returns     transform.Returns // what is not sent back (DESIGN §16)
 	sameCluster bool
 
@@ -562,9 +565,13 @@ var errOtherSessions = errors.New("another session of the link with other settin
 // retries with the link's backoff, so it starts once the other stopped
 // cleanly or its lease and produce timeout passed.
 func (s *session) checkOthers(ctx context.Context) (*statestore.View, error) {
-	view, err := s.store.ReplayCommitted(ctx, s.l.sess)
-	if err != nil {
-		return nil, err
+	view := s.slotView
+	s.slotView = nil
+	if view == nil {
+		var err error
+		if view, err = s.store.ReplayCommitted(ctx, s.l.sess); err != nil {
+			return nil, err
+		}
 	}
 	fp := s.l.cfg.Link.Fingerprint(s.srcID, s.dstID)
 	now := s.l.deps.Now()
@@ -783,6 +790,7 @@ func (s *session) takeSlot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.slotView = view   // checkOthers, right after, needs no replay of its own
 	s.l.tookOver = true // fenced before its first commit: the group moved the slot on meanwhile
 	lv, ok := view.Links[s.l.sess]
 	if !ok {
