@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -71,6 +72,8 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 		kgo.SeedBrokers(c.BootstrapServers...),
 		kgo.ClientID(c.ClientID),
 		kgo.WithHooks(h),
+		kgo.RetryBackoffFn(RetryBackoff),
+		kgo.RequestRetries(RequestRetries),
 	}
 	if c.TLS.Enabled {
 		tc, err := tlsConfig(c)
@@ -90,6 +93,35 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 	}
 	return opts, nil
 }
+
+// RetryBackoff is how long a client waits before it sends a failed
+// request again (fails: the failures so far, from 1): 100 ms, doubling up
+// to 1 s, less up to a fifth at random, as Kafka's Java clients wait
+// (retry.backoff.ms 100, retry.backoff.max.ms 1000; KIP-580). kgo's own
+// waits double from 250 ms up to 5 s: a request that met a partition whose
+// leader was not there yet went again up to 3 s after the leader was. A
+// topic the link has just created is such a case: one Kafka 4.4.0 broker
+// takes several seconds to lead 1,000 new partitions, and the listing of
+// their offsets at placement, retried by kgo at 0.3, 0.8, 1.8, 3.6 and
+// 6.9 s, kept a new link of 1,000 partitions in PREPARING for 4-8 s.
+func RetryBackoff(fails int) time.Duration {
+	d := retryBackoffMax
+	if fails < 5 {
+		d = min(retryBackoffFirst<<max(fails-1, 0), retryBackoffMax)
+	}
+	return d - time.Duration(rand.Int64N(int64(d/5)+1))
+}
+
+const (
+	retryBackoffFirst = 100 * time.Millisecond
+	retryBackoffMax   = time.Second
+)
+
+// RequestRetries is how often a client sends a failed request again: high
+// enough that kgo's retry timeout (30 s, the session timeout for group
+// requests) still bounds it, as it did with kgo's longer waits; with
+// RetryBackoff's, kgo's default 20 would end after about 18 s.
+const RequestRetries = 45
 
 // dialTimeout is kgo's default dial timeout, which a Dialer replaces.
 const dialTimeout = 10 * time.Second

@@ -610,3 +610,18 @@ func TestExplain(t *testing.T) {
 		t.Error("Explain(nil) is not nil")
 	}
 }
+
+// Guards RetryBackoff: Kafka's Java clients' schedule, 100 ms doubling up
+// to 1 s, each wait less up to a fifth at random and never above 1 s.
+func TestRetryBackoff(t *testing.T) {
+	for fails, want := range map[int]time.Duration{
+		0: 100 * time.Millisecond, 1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond,
+		4: 800 * time.Millisecond, 5: time.Second, 6: time.Second, 40: time.Second, 1 << 20: time.Second,
+	} {
+		for range 200 {
+			if got := RetryBackoff(fails); got > want || got < want-want/5 {
+				t.Fatalf("RetryBackoff(%d) = %v, want from %v to %v", fails, got, want-want/5, want)
+			}
+		}
+	}
+}
