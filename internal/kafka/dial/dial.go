@@ -40,6 +40,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/seed83556561/mirrord/config"
+	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/oauth"
 	"github.com/seed83556561/mirrord/internal/secret"
 )
@@ -55,7 +56,8 @@ var (
 
 // Options returns the kgo options that reach cluster c: SeedBrokers,
 // ClientID, a Dialer (TLS when it is enabled; SO_LINGER 0), SASL when a mechanism is
-// set, and a hook that Ping reads. Callers append their own options
+// set, a hook that Ping reads, and the waits and count of a request's
+// retries (RetryBackoff, RequestRetries). Callers append their own options
 // (logger, producer or consumer settings, more hooks). It reads the TLS
 // files; an error names the cluster and the file.
 func Options(c *config.Cluster) ([]kgo.Opt, error) {
@@ -105,17 +107,16 @@ func Options(c *config.Cluster) ([]kgo.Opt, error) {
 // their offsets at placement, retried by kgo at 0.3, 0.8, 1.8, 3.6 and
 // 6.9 s, kept a new link of 1,000 partitions in PREPARING for 4-8 s.
 func RetryBackoff(fails int) time.Duration {
-	d := retryBackoffMax
-	if fails < 5 {
-		d = min(retryBackoffFirst<<max(fails-1, 0), retryBackoffMax)
-	}
+	d := retryPolicy.Wait(fails)
+	// The jitter is Kafka's clients', so that the requests of many
+	// partitions that failed together do not all go again at once; the
+	// link's own retries (internal/backoff) are one loop each and need
+	// none.
 	return d - time.Duration(rand.Int64N(int64(d/5)+1))
 }
 
-const (
-	retryBackoffFirst = 100 * time.Millisecond
-	retryBackoffMax   = time.Second
-)
+// retryPolicy is RetryBackoff's schedule before its jitter.
+var retryPolicy = backoff.Policy{First: 100 * time.Millisecond, Max: time.Second}
 
 // RequestRetries is how often a client sends a failed request again: high
 // enough that kgo's retry timeout (30 s, the session timeout for group
