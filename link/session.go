@@ -825,11 +825,12 @@ func (s *session) takeSlot(ctx context.Context) error {
 //   - the link's record in view (checkOthers' replay, after the standby's
 //     decision) is no longer the one the standby took the link over from
 //     (claimRecord): another session committed its claim. The producer
-//     alone does not show this under transaction version 1 (Kafka 3.x,
-//     kfake), where a commit does not move the epoch: a session whose
-//     InitProducerId came before this standby's stagger began and whose
-//     first commit came after it ended looked unchanged, and was fenced
-//     once it mirrored (TestThreeAgents on kfake, all agents restarted);
+//     alone does not show this under transaction version 1 (Kafka 3.x, or
+//     a cluster left at transaction.version 1), where a commit does not
+//     move the epoch: a session whose InitProducerId came before this
+//     standby's stagger began and whose first commit came after it ended
+//     looked unchanged, and was fenced once it mirrored
+//     (TestStandbyClaimCommittedAfterStagger);
 //   - the link's producer moved since the standby's stagger began
 //     (claimBase): another session's InitProducerId, before it commits.
 //     Between the check at the end of the stagger and the InitProducerId
