@@ -270,6 +270,24 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		if err := s.txn.Add(ctx, parts); err != nil {
 			t.Fatal(err)
 		}
+		// Round 0 (retries allowed): every partition's leader is known
+		// and serves the new topic (a real broker's first answers may be
+		// NOT_LEADER_OR_FOLLOWER, and a batch sent again is a request
+		// more).
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(sourceBatch("idempotent", i+1, 2, 0).raw)); err != nil {
+					t.Errorf("append to %s: %v", e.parts[i], err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		requestsBefore, batchesBefore := produceRequests(t, reg)
+		retriesBefore := errorsByKind(t, reg)[appender.KindRetriable]
 		// The partitions of the broker that leads the most.
 		byBroker := map[int32][]int{}
 		var most int32
@@ -292,10 +310,9 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		// unanswered; a mirrored and a state batch then collect in the
 		// next request.
 		release := holdEachBroker(t, px)
-		var wg sync.WaitGroup
 		appendTo := func(i int, uncounted bool) {
 			wg.Go(func() {
-				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{Uncounted: uncounted}, s.ls, e.parts[i], clone(sourceBatch("idempotent", i+1, 2, 0).raw)); err != nil {
+				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{Uncounted: uncounted}, s.ls, e.parts[i], clone(sourceBatch("idempotent", n+i+1, 2, 0).raw)); err != nil {
 					t.Errorf("append to %s: %v", e.parts[i], err)
 				}
 			})
@@ -325,7 +342,11 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		if t.Failed() {
 			return
 		}
+		if retries := errorsByKind(t, reg)[appender.KindRetriable] - retriesBefore; retries > 0 {
+			t.Fatalf("%v batches were sent again after round 0", retries)
+		}
 		requests, batches := produceRequests(t, reg)
+		requests, batches = requests-requestsBefore, batches-batchesBefore
 		if requests != places+1 || batches != places+1 {
 			t.Fatalf("mirrord_produce_request_batches counted %d requests of %d batches, want %d requests of %d mirrored batches (the state batch that shared the last one not counted)",
 				requests, batches, places+1, places+1)
