@@ -97,16 +97,7 @@ func TestTxnSharedRequests(t *testing.T) {
 
 		// Round 0 (retries allowed): every partition's leader is known
 		// and serves the new topic.
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][0].raw)); err != nil {
-					t.Errorf("append batch 1 of %s: %v", e.parts[i], err)
-				}
-			})
-		}
-		wg.Wait()
-		if t.Failed() {
+		if !warmUp(ctx, t, e, s, func(i int) []byte { return batches[i][0].raw }) {
 			return
 		}
 		before, carriedBefore := produceRequests(t, reg)
@@ -117,6 +108,7 @@ func TestTxnSharedRequests(t *testing.T) {
 		// broker's first requests must wait in one collecting request.
 		release := holdEachBroker(t, px)
 		errs := make([]error, n)
+		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
 				_, errs[i] = s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batches[i][1].raw))
@@ -274,16 +266,7 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		// and serves the new topic (a real broker's first answers may be
 		// NOT_LEADER_OR_FOLLOWER, and a batch sent again is a request
 		// more).
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(sourceBatch("idempotent", i+1, 2, 0).raw)); err != nil {
-					t.Errorf("append to %s: %v", e.parts[i], err)
-				}
-			})
-		}
-		wg.Wait()
-		if t.Failed() {
+		if !warmUp(ctx, t, e, s, func(i int) []byte { return sourceBatch("idempotent", i+1, 2, 0).raw }) {
 			return
 		}
 		requestsBefore, batchesBefore := produceRequests(t, reg)
@@ -310,6 +293,7 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		// unanswered; a mirrored and a state batch then collect in the
 		// next request.
 		release := holdEachBroker(t, px)
+		var wg sync.WaitGroup
 		appendTo := func(i int, uncounted bool) {
 			wg.Go(func() {
 				if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{Uncounted: uncounted}, s.ls, e.parts[i], clone(sourceBatch("idempotent", n+i+1, 2, 0).raw)); err != nil {
@@ -353,4 +337,23 @@ func TestTxnSharedRequestCountsMirroredBatches(t *testing.T) {
 		}
 		end(t, s, true)
 	})
+}
+
+// warmUp appends batch(i) to every partition i of e, all at once, and
+// says whether every append succeeded (each failure is reported). The
+// lane tests' first round: it lets the session learn every partition's
+// leader and the broker serve the new topic, retries allowed, before the
+// round a test counts or holds.
+func warmUp(ctx context.Context, t *testing.T, e *txnEnv, s *session, batch func(i int) []byte) bool {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range e.parts {
+		wg.Go(func() {
+			if _, err := s.txn.Append(ctx, appender.TxnAppendConfig{}, s.ls, e.parts[i], clone(batch(i))); err != nil {
+				t.Errorf("warm-up append to %s: %v", e.parts[i], err)
+			}
+		})
+	}
+	wg.Wait()
+	return !t.Failed()
 }

@@ -375,6 +375,30 @@ func TestStandbyCleanStop(t *testing.T) {
 	})
 }
 
+// holdFirstCommit holds, on f's kfake destination, the first EndTxn that
+// commits on the link's transactional.id (a session's PREPARING
+// transaction): held is closed when it arrives, and release lets it and
+// every later request go on (also at the test's end).
+func holdFirstCommit(t *testing.T, f *fixture) (held <-chan struct{}, release func()) {
+	t.Helper()
+	arrived, goOn := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	txnID := "mirrord." + f.cfg.Link.Name
+	f.dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.dst.Fake.KeepControl()
+		if r := req.(*kmsg.EndTxnRequest); r.TransactionalID != txnID || !r.Commit || !holding.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		close(arrived)
+		f.dst.Fake.SleepControl(func() { <-goOn })
+		return nil, nil, false
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(goOn) }) }
+	t.Cleanup(release)
+	return arrived, release
+}
+
 // The holder of a link stops cleanly and starts again (the same name, as
 // when every agent restarts) while a standby takes the link over at the
 // same moment: the standby's InitProducerId fences the restarted holder
@@ -397,25 +421,12 @@ func TestRestartedHolderLosesTakeover(t *testing.T) {
 
 			// The restarted holder's first commit (its PREPARING
 			// transaction on the link's transactional.id) is held.
-			held, release := make(chan struct{}), make(chan struct{})
-			var holding atomic.Bool
-			txnID := "mirrord." + f.cfg.Link.Name
-			f.dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				f.dst.Fake.KeepControl()
-				if r := req.(*kmsg.EndTxnRequest); r.TransactionalID != txnID || !r.Commit || !holding.CompareAndSwap(false, true) {
-					return nil, nil, false
-				}
-				close(held)
-				f.dst.Fake.SleepControl(func() { <-release })
-				return nil, nil, false
-			})
-			var once sync.Once
-			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			held, release := holdFirstCommit(t, f)
 			restarted := startLink(t, named("pod-0"), f.src, f.dst, "pod-0 restarted")
 			waitClosed(t, held, "the restarted holder's first commit")
 			standby := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
 			standby.waitState(t, Mirroring, 60*time.Second)
-			once.Do(func() { close(release) })
+			release()
 
 			for end := time.Now().Add(30 * time.Second); restarted.Status().StandingBy != "pod-1"; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(end) {
@@ -555,20 +566,7 @@ func TestStandbyClaimCommittedAfterStagger(t *testing.T) {
 
 			// pod-1's first commit (its PREPARING transaction on the
 			// link's transactional.id) is held.
-			committing, commit := make(chan struct{}), make(chan struct{})
-			var holding atomic.Bool
-			txnID := "mirrord." + f.cfg.Link.Name
-			f.dst.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				f.dst.Fake.KeepControl()
-				if r := req.(*kmsg.EndTxnRequest); r.TransactionalID != txnID || !r.Commit || !holding.CompareAndSwap(false, true) {
-					return nil, nil, false
-				}
-				close(committing)
-				f.dst.Fake.SleepControl(func() { <-commit })
-				return nil, nil, false
-			})
-			var committed sync.Once
-			t.Cleanup(func() { committed.Do(func() { close(commit) }) })
+			committing, commit := holdFirstCommit(t, f)
 			claimer := startLink(t, named("pod-1"), f.src, f.dst, "pod-1")
 			waitClosed(t, committing, "pod-1's first commit")
 
@@ -583,7 +581,7 @@ func TestStandbyClaimCommittedAfterStagger(t *testing.T) {
 				}
 			})
 			waitClosed(t, decided, "pod-2's decision to take the link over from pod-0's clean stop")
-			committed.Do(func() { close(commit) })
+			commit()
 			claimer.waitState(t, Mirroring, 60*time.Second)
 			went.Do(func() { close(goOn) })
 
