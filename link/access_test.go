@@ -47,7 +47,7 @@ func TestListLed(t *testing.T) {
 		return kadm.ListedOffsets{"t": {0: {Topic: "t", Partition: 0, Offset: offset, Err: err}}}
 	}
 	calls := 0
-	offs, err := listLed(ctx, parts, func() (kadm.ListedOffsets, error) {
+	offs, _, err := listLed(ctx, parts, nil, func() (kadm.ListedOffsets, error) {
 		calls++
 		if calls < 3 {
 			return listing(kerr.NotLeaderForPartition, 0), nil
@@ -58,7 +58,7 @@ func TestListLed(t *testing.T) {
 		t.Errorf("leader after two refusals: offset %d (%v, %v) after %d calls", o, err, oerr, calls)
 	}
 	calls = 0
-	offs, err = listLed(ctx, parts, func() (kadm.ListedOffsets, error) {
+	offs, _, err = listLed(ctx, parts, nil, func() (kadm.ListedOffsets, error) {
 		calls++
 		return listing(kerr.TopicAuthorizationFailed, 0), nil
 	})
@@ -67,7 +67,56 @@ func TestListLed(t *testing.T) {
 	}
 	calls = 0
 	whole := errors.New("broker unreachable")
-	if _, err := listLed(ctx, parts, func() (kadm.ListedOffsets, error) { calls++; return nil, whole }); !errors.Is(err, whole) || calls != placeAttempts {
+	if _, _, err := listLed(ctx, parts, nil, func() (kadm.ListedOffsets, error) { calls++; return nil, whole }); !errors.Is(err, whole) || calls != placeAttempts {
 		t.Errorf("a request failing as a whole: %v after %d calls, want it after %d", err, calls, placeAttempts)
+	}
+
+	// Partitions that may come later (of a topic the session created):
+	// not waited for once another partition answers, but while none
+	// does; the others are waited for as before.
+	two := []tp.Partition{{Topic: "new", Partition: 0}, {Topic: "new", Partition: 1}, {Topic: "old", Partition: 0}}
+	later := func(p tp.Partition) bool { return p.Topic == "new" }
+	answers := func(new0, new1, old error) kadm.ListedOffsets {
+		return kadm.ListedOffsets{
+			"new": {0: {Topic: "new", Partition: 0, Err: new0}, 1: {Topic: "new", Partition: 1, Err: new1}},
+			"old": {0: {Topic: "old", Partition: 0, Offset: 5, Err: old}},
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		seq       []kadm.ListedOffsets // answers in turn, the last one repeated
+		calls     int
+		notReady  []tp.Key
+		wantError bool
+	}{
+		{"one new partition not served yet", []kadm.ListedOffsets{answers(nil, kerr.NotLeaderForPartition, nil)}, 1, []tp.Key{{Topic: "new", Partition: 1}}, false},
+		{"an old partition is waited for", []kadm.ListedOffsets{answers(nil, kerr.NotLeaderForPartition, kerr.NotLeaderForPartition), answers(nil, kerr.NotLeaderForPartition, nil)}, 2, []tp.Key{{Topic: "new", Partition: 1}}, false},
+		{"nothing served: waited for", []kadm.ListedOffsets{
+			{"new": {0: {Topic: "new", Partition: 0, Err: kerr.NotLeaderForPartition}, 1: {Topic: "new", Partition: 1, Err: kerr.NotLeaderForPartition}}},
+			answers(kerr.NotLeaderForPartition, nil, nil)}, 2, []tp.Key{{Topic: "new", Partition: 0}}, false},
+		{"all served", []kadm.ListedOffsets{answers(nil, nil, nil)}, 1, nil, false},
+		{"a refusal is not deferred", []kadm.ListedOffsets{answers(nil, kerr.TopicAuthorizationFailed, nil)}, 1, nil, true},
+	} {
+		calls := 0
+		offs, notReady, err := listLed(ctx, two, later, func() (kadm.ListedOffsets, error) {
+			calls++
+			return tc.seq[min(calls, len(tc.seq))-1], nil
+		})
+		if err != nil || calls != tc.calls {
+			t.Errorf("%s: %v after %d calls, want %d calls", tc.name, err, calls, tc.calls)
+			continue
+		}
+		if len(notReady) != len(tc.notReady) {
+			t.Errorf("%s: not ready %v, want %v", tc.name, notReady, tc.notReady)
+		}
+		for _, k := range tc.notReady {
+			if !notReady[k] {
+				t.Errorf("%s: not ready %v, want %v", tc.name, notReady, tc.notReady)
+			}
+		}
+		_, oerr := offsetOf(offs, tp.Partition{Topic: "new", Partition: 1}, "end")
+		if tc.wantError != (oerr != nil && !notReady[tp.Key{Topic: "new", Partition: 1}]) {
+			t.Errorf("%s: offset of new[1]: %v", tc.name, oerr)
+		}
 	}
 }

@@ -122,6 +122,10 @@ type InDiscovered struct {
 type InPlaced struct {
 	Parts []Placement
 	Err   error
+	// Later: partitions of topics the session created were not served by
+	// the destination yet and are not in Parts; the driver asks for
+	// another discovery (session.placeLater).
+	Later bool
 }
 
 // InCheckpointDue says checkpoint_interval elapsed.

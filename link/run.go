@@ -34,6 +34,7 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 		drain    <-chan time.Time
 		stopping = OnStop // how the session ends once its stop is done
 		stopped  bool
+		live     bool // MIRRORING entered
 	)
 	end := func() sessionEnd { return sessionEnd{unresolved: s.pipe.Unresolved()} }
 	o := &online{queries: s.queries, done: make(chan struct{}), logs: s.logs, discover: make(chan struct{}, 1), leaseValid: s.state.LeaseValid}
@@ -94,13 +95,20 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 			continue
 		case <-s.inputs.Wake():
 			for _, e := range s.inputs.Take() {
-				if out := s.step(e); out.ended {
+				out := s.step(e)
+				if out.ended {
 					return out.result(stopping, end())
-				} else if out.mirroring {
+				}
+				if out.mirroring {
 					if err := mirroring(); err != nil {
 						return OnFail, end(), err
 					}
 					l.kickConfigSync() // the topics' settings, now that the session is live
+					live = true
+					s.askDiscovery(o)
+				}
+				if ip, ok := e.(InPlaced); ok {
+					s.placedSome(ip)
 				}
 			}
 			continue
@@ -116,6 +124,9 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 			ev = InDiscoveryDue{}
 		case <-tick.C:
 			s.publish()
+			if live {
+				s.askDiscovery(o)
+			}
 			ev = InTick{}
 		case <-drain:
 			ev = InDrainTimeout{}
@@ -129,6 +140,8 @@ func (s *session) run(ctx context.Context, mirroring func() error) (Trigger, ses
 				return OnFail, end(), err
 			}
 			l.kickConfigSync()
+			live = true
+			s.askDiscovery(o)
 		}
 	}
 }

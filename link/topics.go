@@ -76,9 +76,23 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics ...string) (kadm
 // topicplan.go; discover reads the clusters for them and carries out what
 // they decide.
 func (s *session) discover(ctx context.Context) ([]Pair, []statestore.Record, error) {
+	pairs, recs, _, err := s.discoverFresh(ctx)
+	return pairs, recs, err
+}
+
+// discoverFresh is discover that also names the destination topics it
+// created (place's fresh).
+func (s *session) discoverFresh(ctx context.Context) ([]Pair, []statestore.Record, map[string]bool, error) {
 	var created []createdTopic
 	pairs, err := s.discoverTopics(ctx, &created)
-	return pairs, s.l.recordCreated(created), err
+	var fresh map[string]bool
+	for _, c := range created {
+		if fresh == nil {
+			fresh = make(map[string]bool, len(created))
+		}
+		fresh[c.name] = true
+	}
+	return pairs, s.l.recordCreated(created), fresh, err
 }
 
 func (s *session) discoverTopics(ctx context.Context, created *[]createdTopic) ([]Pair, error) {
@@ -417,6 +431,6 @@ func (s *session) placeNew(ctx context.Context, pairs []Pair) Input {
 	if err != nil {
 		return InPlaced{Err: err}
 	}
-	parts, err := s.place(ctx, view, pairs)
-	return InPlaced{Parts: parts, Err: err}
+	parts, later, err := s.place(ctx, view, pairs, s.fresh)
+	return InPlaced{Parts: parts, Err: err, Later: len(later) > 0}
 }

@@ -181,7 +181,7 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err != nil {
 		return nil, err
 	}
-	pairs, created, err := s.discover(ctx)
+	pairs, created, fresh, err := s.discoverFresh(ctx)
 	if len(created) > 0 {
 		// The record that the link created them commits before
 		// anything else of the session.
@@ -192,10 +192,12 @@ func (l *Link) beginTxn(ctx context.Context, standby standbyMode) (_ *txnSession
 	if err != nil {
 		return nil, err
 	}
-	parts, err := s.place(ctx, view, pairs)
+	s.fresh = fresh
+	parts, later, err := s.place(ctx, view, pairs, fresh)
 	if err != nil {
 		return nil, err
 	}
+	s.deferPlacement(later)
 	if err := preserveTail(prior, l.sess, l.cfg.Link.Name, parts); err != nil {
 		return nil, err
 	}
@@ -542,6 +544,7 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 					if end, err := apply(e2); end || err != nil {
 						return s.result(stopping, err)
 					}
+					s.placedSome(e)
 					continue
 				}
 				if end, err := apply(e); end || err != nil {
@@ -553,6 +556,7 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 				if err := mirroring(); err != nil {
 					return OnFail, err
 				}
+				s.askDiscovery(o)
 			}
 			continue
 		case <-ck.C:
@@ -569,6 +573,9 @@ func (s *txnSession) run(ctx context.Context, mirroring func() error) (Trigger, 
 			continue
 		case <-tick.C:
 			s.publishTxn()
+			if entered {
+				s.askDiscovery(o)
+			}
 			continue
 		case <-drain:
 			s.log.Warn("the final commit did not complete within the shutdown timeout; the next session aborts the open transaction and resumes at the last checkpoint")
