@@ -35,11 +35,17 @@ func (s *session) listServed(ctx context.Context, parts []tp.Partition, timestam
 	}
 	byBroker := make(map[int32][]tp.Partition)
 	var brokers []int32
+	unknown := make(map[string]bool) // topics the metadata does not have yet: asked once
 	for _, p := range parts {
+		if unknown[p.Topic] {
+			set(p, kadm.ListedOffset{Offset: -1, LeaderEpoch: -1, Err: kerr.UnknownTopicOrPartition})
+			continue
+		}
 		ld, err := s.dstLeaders.Lookup(ctx, p.Key())
 		switch {
 		case errors.Is(err, leaders.ErrUnknownPartition):
 			set(p, kadm.ListedOffset{Offset: -1, LeaderEpoch: -1, Err: kerr.UnknownTopicOrPartition})
+			unknown[p.Topic] = true
 			continue
 		case errors.Is(err, leaders.ErrNoLeader):
 			set(p, kadm.ListedOffset{Offset: -1, LeaderEpoch: -1, Err: kerr.LeaderNotAvailable})
