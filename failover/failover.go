@@ -411,7 +411,14 @@ func (m *Mover) catchUp(ctx context.Context, adm *kadm.Client) (parts []Partitio
 			t, err := m.link.Translate(ctx, a.Src.Topic, a.Src.Partition, lo.Offset)
 			switch {
 			case err == nil:
+				// The translation asks the link again, and the link may
+				// have moved on since its anchors were taken: what it
+				// translated, it has mirrored. Reporting the anchor's
+				// older position beside caught_up said both "behind" and
+				// "caught up" (TestFailoverOpenTransaction, under CI's
+				// race detector: source_next_offset 25, last stable 36).
 				p.CaughtUp, p.DestinationNext = true, t.DestinationOffset
+				p.SourceNext = max(p.SourceNext, lo.Offset)
 			case errors.Is(err, translate.ErrAheadOfLink):
 				p.Lag = lo.Offset - a.SrcNext
 			default:

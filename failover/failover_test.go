@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,9 @@ import (
 type fakeLink struct {
 	anchor  translate.Anchor
 	onPause func(f *fakeLink)
+	// translated, when set, is every translation's answer (the link
+	// moved on since its anchor was taken).
+	translated *translate.Result
 
 	mu      sync.Mutex
 	state   statestore.LinkState
@@ -59,6 +63,9 @@ func (f *fakeLink) Anchors(context.Context) ([]translate.Anchor, error) {
 }
 
 func (f *fakeLink) Translate(context.Context, string, int32, int64) (translate.Result, error) {
+	if f.translated != nil {
+		return *f.translated, nil
+	}
 	return translate.Result{}, errors.New("fakeLink: no translation (the partition is at its head)")
 }
 
@@ -140,5 +147,64 @@ func TestFailoverPauseEnds(t *testing.T) {
 				t.Errorf("the failover took %s, want it to end within %s of the pause", took, tc.within)
 			}
 		})
+	}
+}
+
+// Guards the report of a partition whose link moved on between its anchor
+// and the translation of the source's last stable offset: the translation
+// proves it caught up, and its position is reported as at least that
+// offset. Before, the anchor's older position stood beside caught_up
+// (TestFailoverOpenTransaction under CI's race detector: 25 against 36).
+func TestFailoverReportsTranslatedPosition(t *testing.T) {
+	src := kafkatest.NewCluster(t, kafkatest.SourceClusterID)
+	cl := kafkatest.Client(t, src)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: fmt.Appendf(nil, "r%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := &fakeLink{
+		anchor: translate.Anchor{Pair: tp.Pair{Src: tp.Partition{Topic: "t"}, Dst: tp.Partition{Topic: "t"}},
+			Head: true, SrcNext: 2, DstNext: 2},
+		translated: &translate.Result{DestinationOffset: 6},
+		onPause:    func(f *fakeLink) { f.set(statestore.Paused, true) },
+		state:      statestore.Mirroring,
+	}
+	m := New(Config{
+		PauseTimeout: time.Second, Selects: func(topic string) bool { return topic == "t" },
+		SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+	}, link, Deps{})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Mover.Run: %v", err)
+		}
+	}()
+	if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var f *Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if f = m.Failover(); f.Outcome != Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover did not end: %+v", f)
+		}
+	}
+	if f.Outcome != Done || len(f.Partitions) != 1 {
+		t.Fatalf("failover %s (%q), partitions %+v; want done", f.Outcome, f.Error, f.Partitions)
+	}
+	if p := f.Partitions[0]; !p.CaughtUp || p.SourceLastStable != 6 || p.SourceNext != 6 || p.DestinationNext != 6 {
+		t.Errorf("partition %+v: want caught up at source 6, destination 6", p)
 	}
 }
