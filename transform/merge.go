@@ -108,7 +108,11 @@ func (r *Reencoder) merge(dst []byte, bs [][]byte, m MergeHeader, keep bool) (ou
 	maxTS := first.MaxTimestamp
 	rn := renumbering{keep: keep}
 	if keep {
-		rn.offsets = make([]OffsetMap, 0, total)
+		size := 0
+		for _, b := range bs {
+			size += len(b) // a capacity hint, not trusted counts: compressed records grow it
+		}
+		rn.offsets = make([]OffsetMap, 0, min(total, int64(size/minRecordSize)))
 	}
 	r.raw = r.raw[:0]
 	for i, b := range bs {
