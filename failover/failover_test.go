@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
@@ -112,32 +113,7 @@ func TestFailoverPauseEnds(t *testing.T) {
 				anchor:  translate.Anchor{Pair: tp.Pair{Src: tp.Partition{Topic: "t"}, Dst: tp.Partition{Topic: "t"}}, Head: true},
 				onPause: tc.onPause, state: statestore.Mirroring,
 			}
-			m := New(Config{
-				PauseTimeout: bound, Selects: func(topic string) bool { return topic == "t" },
-				SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
-			}, link, Deps{})
-			runCtx, stop := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- m.Run(runCtx) }()
-			defer func() {
-				stop()
-				if err := <-done; err != nil {
-					t.Errorf("Mover.Run: %v", err)
-				}
-			}()
-
-			if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
-			var f *Status
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				if f = m.Failover(); f.Outcome != Running {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the failover did not end: %+v", f)
-				}
-			}
+			f := runFailover(t, link, src, bound)
 			if f.Outcome != tc.outcome || !strings.Contains(f.Error, tc.err) || (tc.err == "") != (f.Error == "") {
 				t.Errorf("failover %s (%q), want %s (%q)", f.Outcome, f.Error, tc.outcome, tc.err)
 			}
@@ -147,6 +123,38 @@ func TestFailoverPauseEnds(t *testing.T) {
 				t.Errorf("the failover took %s, want it to end within %s of the pause", took, tc.within)
 			}
 		})
+	}
+}
+
+// runFailover runs a Mover of link (topic t, the source src) through one
+// failover and returns its status once it ended; the Mover is stopped
+// before it returns.
+func runFailover(t *testing.T, link Link, src *kfake.Cluster, pauseTimeout time.Duration) *Status {
+	t.Helper()
+	m := New(Config{
+		PauseTimeout: pauseTimeout, Selects: func(topic string) bool { return topic == "t" },
+		SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
+	}, link, Deps{})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Mover.Run: %v", err)
+		}
+	}()
+	if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f := m.Failover()
+		if f.Outcome != Running {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover did not end: %+v", f)
+		}
 	}
 }
 
@@ -176,31 +184,7 @@ func TestFailoverReportsTranslatedPosition(t *testing.T) {
 		onPause:    func(f *fakeLink) { f.set(statestore.Paused, true) },
 		state:      statestore.Mirroring,
 	}
-	m := New(Config{
-		PauseTimeout: time.Second, Selects: func(topic string) bool { return topic == "t" },
-		SourceOpts: []kgo.Opt{kgo.SeedBrokers(src.ListenAddrs()...)},
-	}, link, Deps{})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Mover.Run: %v", err)
-		}
-	}()
-	if err := m.Start(Options{Timeout: 10 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	var f *Status
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if f = m.Failover(); f.Outcome != Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the failover did not end: %+v", f)
-		}
-	}
+	f := runFailover(t, link, src, time.Second)
 	if f.Outcome != Done || len(f.Partitions) != 1 {
 		t.Fatalf("failover %s (%q), partitions %+v; want done", f.Outcome, f.Error, f.Partitions)
 	}

@@ -67,6 +67,7 @@ func (r *Reencoder) Join(dst []byte, bs [][]byte, m MergeHeader) ([]byte, error)
 }
 
 func (r *Reencoder) merge(dst []byte, bs [][]byte, m MergeHeader, keep bool) (out []byte, offsets []OffsetMap, err error) {
+	defer r.release()
 	if len(bs) == 0 {
 		return nil, nil, fmt.Errorf("%w: no batches", ErrNotMergeable)
 	}

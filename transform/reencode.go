@@ -36,6 +36,29 @@ type Reencoder struct {
 	hs   []Header          // Merge's headers of its batches
 }
 
+// keepScratch is the most capacity a Reencoder keeps in each of its scratch
+// buffers from one call to the next. Ordinary batches (up to Kafka's
+// default max.message.bytes of 1 MiB, joined runs up to coalesce_bytes)
+// stay well below it and reuse their buffers; a buffer that one unusually
+// large batch grew past it is let go when the call ends, so that a batch
+// of tens of MiB does not stay in memory, once per Reencoder, for the rest
+// of the agent's life.
+const keepScratch = 8 << 20
+
+// release lets go of the scratch buffers a call grew past keepScratch. It
+// runs when a call ends: nothing a call returns aliases them.
+func (r *Reencoder) release() {
+	if cap(r.dbuf.b) > keepScratch {
+		r.dbuf.b = nil
+	}
+	if cap(r.raw) > keepScratch {
+		r.raw = nil
+	}
+	if r.zbuf.Cap() > keepScratch {
+		r.zbuf = bytes.Buffer{}
+	}
+}
+
 // NewReencoder returns a Reencoder.
 func NewReencoder() *Reencoder {
 	d := &decompBuf{}
@@ -113,6 +136,7 @@ func (r *Reencoder) Reencode(dst []byte, b []byte, pid int64) (out []byte, offse
 // Kafka consumers drop the records before their position, and so does the
 // mirror. It returns ErrEmptyBatch when no record is left.
 func (r *Reencoder) ReencodeFrom(dst []byte, b []byte, pid int64, from int64) (out []byte, offsets []OffsetMap, err error) {
+	defer r.release()
 	h, err := ParseHeader(b)
 	if err != nil {
 		return nil, nil, err
@@ -204,6 +228,7 @@ func (r *Reencoder) seal(dst []byte, h Header) ([]byte, error) {
 // consumer of a CreateTime topic holding b sees. A batch without records
 // gives ErrEmptyBatch; records that do not decode a *CorruptError.
 func (r *Reencoder) MinTimestamp(b []byte) (int64, error) {
+	defer r.release()
 	h, err := ParseHeader(b)
 	if err != nil {
 		return 0, err
@@ -403,6 +428,7 @@ func bytesEqualNull(a, b []byte) bool {
 // was mirrored, never the pipeline. The records do not alias the
 // Reencoder's buffers.
 func (r *Reencoder) Records(b []byte) ([]Record, error) {
+	defer r.release()
 	h, err := ParseHeader(b)
 	if err != nil {
 		return nil, err

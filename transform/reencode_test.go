@@ -508,3 +508,64 @@ func TestRecords(t *testing.T) {
 		t.Errorf("a control batch: %v, want ErrControlBatch", err)
 	}
 }
+
+// scratch is the capacity r's scratch buffers hold between calls.
+func (r *Reencoder) scratch() int {
+	return cap(r.dbuf.b) + cap(r.raw) + r.zbuf.Cap()
+}
+
+// Guards a long-running agent's memory: one batch that decompresses to
+// tens of MiB (a topic with a large max.message.bytes) must not leave
+// every Reencoder holding buffers of its size for the rest of the
+// process, while the buffers of ordinary batches are kept for the next
+// call.
+func TestReencoderReleasesLargeScratch(t *testing.T) {
+	big := make([]kmsg.Record, 12)
+	for i := range big {
+		big[i] = kmsg.Record{OffsetDelta: int32(i), Value: bytes.Repeat([]byte{byte(i)}, 1<<20)}
+	}
+	small := []kmsg.Record{{Value: []byte("a")}, {OffsetDelta: 1, Value: []byte("b")}}
+	h := Header{FirstTimestamp: 1_700_000_000_000, ProducerID: 7, BaseSequence: 0}
+	for _, codec := range testCodecs {
+		t.Run(codec.name, func(t *testing.T) {
+			h := h
+			h.Attributes = int16(codec.codec)
+			h.NumRecords, h.LastOffsetDelta = int32(len(big)), int32(len(big)-1)
+			bigB := encodeTestBatch(t, h, big)
+			h.NumRecords, h.LastOffsetDelta = int32(len(small)), int32(len(small)-1)
+			smallB := encodeTestBatch(t, h, small)
+			r := NewReencoder()
+			calls := []struct {
+				name string
+				call func(b []byte) error
+			}{
+				{"Reencode", func(b []byte) error { _, _, err := r.Reencode(nil, b, 7); return err }},
+				{"Merge", func(b []byte) error {
+					_, _, err := r.Merge(nil, [][]byte{b, b}, MergeHeader{ProducerID: 7, BaseSequence: 0})
+					return err
+				}},
+				{"Join", func(b []byte) error {
+					_, err := r.Join(nil, [][]byte{b, b}, MergeHeader{ProducerID: 7, BaseSequence: 0})
+					return err
+				}},
+				{"Records", func(b []byte) error { _, err := r.Records(b); return err }},
+				{"MinTimestamp", func(b []byte) error { _, err := r.MinTimestamp(b); return err }},
+			}
+			for _, c := range calls {
+				if err := c.call(smallB); err != nil {
+					t.Fatalf("%s of a small batch: %v", c.name, err)
+				}
+				if c.name == "Reencode" && r.scratch() == 0 {
+					t.Fatalf("%s of a small batch kept no scratch buffer for the next call", c.name)
+				}
+				if err := c.call(bigB); err != nil {
+					t.Fatalf("%s of a %d MiB batch: %v", c.name, len(big), err)
+				}
+				if got := r.scratch(); got > 3*keepScratch {
+					t.Fatalf("after %s of a %d MiB batch the Reencoder keeps %d bytes of scratch, want at most %d",
+						c.name, len(big), got, 3*keepScratch)
+				}
+			}
+		})
+	}
+}
