@@ -42,8 +42,8 @@ type Reencoder struct {
 // stay well below it and reuse their buffers; a buffer that one unusually
 // large batch grew past it is let go when the call ends, so that a batch
 // of tens of MiB does not stay in memory, once per Reencoder, for the rest
-// of the agent's life.
-const keepScratch = 8 << 20
+// of the agent's life. A variable for the test, which lowers it.
+var keepScratch = 8 << 20
 
 // release lets go of the scratch buffers a call grew past keepScratch. It
 // runs when a call ends: nothing a call returns aliases them.
