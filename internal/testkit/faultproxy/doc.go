@@ -29,7 +29,10 @@
 // Faults, per node, switchable at any time from any goroutine: Stall and
 // Resume (nothing is forwarded in either direction, on existing or new
 // connections — a new one is still accepted and dialed — and nothing is
-// lost), Drop (close every connection with a
+// lost: a middlebox that holds what it took), Cut (a Stall as a network
+// partition: what a client connection sent during it is dropped if the
+// client resets the connection, as the client's kernel would drop it;
+// after a FIN it goes on at Resume), Drop (close every connection with a
 // FIN), Reset (close with an RST), Refuse (accept new connections and close
 // them at once), and Intercept: one function that sees every request before
 // it is forwarded and every response before it is sent back, and answers
@@ -43,14 +46,17 @@
 //   - Every goroutine has an owner that waits for it. The Proxy owns one
 //     accept goroutine per node and one goroutine per accepted connection,
 //     which dials the broker, forwards requests itself and owns the one
-//     goroutine that forwards responses, and waits for it before it returns.
+//     goroutine that reads them from the client and the one that forwards
+//     responses, and waits for both before it returns.
 //     Close (also run by t.Cleanup) closes every listener and connection,
 //     wakes every stalled or delayed forwarder and waits for all of them.
-//   - Buffering per connection is bounded: each direction holds at most one
-//     frame (of at most MaxFrameBytes) and reads the next only after it has
-//     written this one, so a stalled or delayed direction stops reading its
-//     source and TCP backpressure holds the bytes, in the kernel's buffers
-//     and the peer's. The bodies of at most maxPending unanswered requests
+//   - Buffering per connection is bounded: the response direction holds at
+//     most one frame (of at most MaxFrameBytes) and reads the next only
+//     after it has written this one; the request direction reads at most
+//     maxPending frames ahead of the one it forwards (so that it sees a
+//     client's reset during a Cut). A stalled or delayed direction then
+//     stops reading its source and TCP backpressure holds the bytes, in the
+//     kernel's buffers and the peer's. The bodies of at most maxPending unanswered requests
 //     are kept for the response's Frame; when that many are unanswered the
 //     request direction waits, as a broker that reads one request at a time
 //     would make it.

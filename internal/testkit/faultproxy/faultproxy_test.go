@@ -620,13 +620,23 @@ func TestStallHoldsProduceUntilResume(t *testing.T) {
 	stall(t, start(t, nil, kfake.SeedTopics(1, "stall")), "stall")
 }
 
-func stall(t *testing.T, k *cluster, topic string) {
+// Guards Cut like Stall: a connection the client keeps gets its held
+// produce through at Resume.
+func TestCutHoldsProduceUntilResume(t *testing.T) {
+	cutHolds(t, start(t, nil, kfake.SeedTopics(1, "cut")), "cut")
+}
+
+func stall(t *testing.T, k *cluster, topic string) { holds(t, k, topic, k.p.Stall) }
+
+func cutHolds(t *testing.T, k *cluster, topic string) { holds(t, k, topic, k.p.Cut) }
+
+func holds(t *testing.T, k *cluster, topic string, fault func(node int32)) {
 	cl := k.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	node, _ := leader(t, cl, topic, 0)
 	produce(t, cl, topic, 0, "before")
 	before := k.brokerServed(node, keyProduce)
 
-	k.p.Stall(node)
+	fault(node)
 	res := produceAsync(cl, topic, 0, "held")
 	select {
 	case err := <-res:
@@ -642,6 +652,54 @@ func stall(t *testing.T, k *cluster, topic string) {
 	}
 	if got, want := values(t, k, topic, 0), []string{"before", "held"}; !slices.Equal(got, want) {
 		t.Fatalf("partition holds %q, want %q", got, want)
+	}
+}
+
+// Guards Cut against Stall: a client that resets its connection (SO_LINGER
+// 0, as mirrord's dialer closes) while a Cut holds its produce loses that
+// produce, as its kernel would through a network partition; the proxy
+// closes the connection at once, where a Stall would hold it until Resume
+// and forward the produce then.
+func TestCutDropsWhatAResetClientSent(t *testing.T) {
+	cutDrops(t, start(t, nil, kfake.SeedTopics(1, "cut-reset")), "cut-reset")
+}
+
+func cutDrops(t *testing.T, k *cluster, topic string) {
+	lingerZero := func(ctx context.Context, network, host string) (net.Conn, error) {
+		c, err := (&net.Dialer{Timeout: waitFor}).DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	node, id := leader(t, k.client(t), topic, 0)
+	others := k.p.Open(node) // connections of other clients (real Kafka's test admin)
+	cl := k.client(t, kgo.Dialer(lingerZero), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produce(t, cl, topic, 0, "before")
+	sent := k.p.Requests(node, keyProduce)
+
+	k.p.Cut(node)
+	res := make(chan error, 1)
+	go func() {
+		_, err := rawProduce(cl, node, topic, id, 0, "held")
+		res <- err
+	}()
+	waitUntil(t, "the held produce to reach the proxy", func() bool { return k.p.Requests(node, keyProduce) > sent })
+	cl.Close() // resets every connection: linger 0
+	if err := wait(t, res); err == nil {
+		t.Fatal("the held produce succeeded with its client closed during the cut")
+	}
+	waitUntil(t, "the proxy to close the reset connections of the cut node", func() bool { return k.p.Open(node) <= others })
+	k.p.Resume(node)
+
+	after := k.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produce(t, after, topic, 0, "after")
+	if got, want := values(t, k, topic, 0), []string{"before", "after"}; !slices.Equal(got, want) {
+		t.Fatalf("partition holds %q, want %q: the produce a reset client sent during the cut was forwarded", got, want)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -209,14 +211,38 @@ func (p *Proxy) fail(c *conn, dir string, err error) {
 }
 
 // forwardRequests forwards c's requests to the broker until either ends.
+// A goroutine it owns reads them from the client, at most maxPending ahead
+// of the one being forwarded, so that a reset of the client's connection
+// is seen while a Cut holds a request (wait).
 func (p *Proxy) forwardRequests(c *conn) {
 	up := c.upstream()
-	for {
-		frame, err := readFrame(c.client)
-		if err != nil {
-			p.fail(c, "request", err)
-			return
+	frames := make(chan []byte, maxPending)
+	reset := make(chan struct{}) // closed when the client reset the connection
+	var rerr error               // the read's error; read after frames is closed
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(frames)
+		for {
+			frame, err := readFrame(c.client)
+			if err != nil {
+				rerr = err
+				if errors.Is(err, syscall.ECONNRESET) {
+					close(reset)
+				}
+				return
+			}
+			select {
+			case frames <- frame:
+			case <-c.done:
+				return
+			}
 		}
+	})
+	defer func() {
+		c.close(false) // ends the read, if the client has not
+		wg.Wait()
+	}()
+	for frame := range frames {
 		h, err := parseRequestHeader(frame[4:])
 		if err != nil {
 			p.fail(c, "request", err)
@@ -260,12 +286,19 @@ func (p *Proxy) forwardRequests(c *conn) {
 				return
 			}
 		}
-		if !c.n.wait(c.done) {
+		if !c.n.wait(c.done, reset) {
+			// Done, or the client reset its connection during a
+			// Cut: what it sent since is dropped, as its kernel
+			// would drop it.
+			c.close(true)
 			return
 		}
 		if _, err := up.Write(out); err != nil {
 			return
 		}
+	}
+	if rerr != nil {
+		p.fail(c, "request", rerr)
 	}
 }
 
@@ -329,7 +362,7 @@ func (p *Proxy) forwardResponses(c *conn) {
 				}
 			}
 		}
-		if !c.n.wait(c.done) {
+		if !c.n.wait(c.done, nil) {
 			return
 		}
 		if _, err := c.client.Write(out); err != nil {

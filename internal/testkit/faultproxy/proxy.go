@@ -58,6 +58,7 @@ type node struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	stall    chan struct{} // non-nil while stalled; Resume closes it
+	cut      bool          // the stall is a Cut
 	closed   bool
 	requests map[int16]int64
 	accepted int64
@@ -152,7 +153,30 @@ func (p *Proxy) Stall(node int32) {
 	n.mu.Unlock()
 }
 
-// Resume ends a Stall of node; the waiting frames go on in order.
+// Cut stalls node as a network partition would, until Resume: nothing is
+// forwarded in either direction, as with Stall, except that the requests
+// a client connection sent and the proxy holds are dropped when that client
+// resets the connection (an RST: a close with SO_LINGER 0) during the cut.
+// A client's kernel drops, at such a close, what the broker has not
+// acknowledged, and through a partition the broker acknowledged nothing.
+// After a FIN (a plain close) the held requests go on at Resume, as the
+// kernel would retransmit them once the partition heals. Stall is the
+// other model: a middlebox that took the bytes and forwards them later
+// whatever the client does.
+func (p *Proxy) Cut(node int32) {
+	n := p.node("Cut", node)
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.stall == nil {
+		n.stall = make(chan struct{})
+	}
+	n.cut = true
+	n.mu.Unlock()
+}
+
+// Resume ends a Stall or Cut of node; the waiting frames go on in order.
 func (p *Proxy) Resume(node int32) {
 	n := p.node("Resume", node)
 	if n == nil {
@@ -163,6 +187,7 @@ func (p *Proxy) Resume(node int32) {
 		close(n.stall)
 		n.stall = nil
 	}
+	n.cut = false
 	n.mu.Unlock()
 }
 
@@ -204,6 +229,18 @@ func (p *Proxy) Connections(node int32) int64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.accepted
+}
+
+// Open returns how many of node's connections are open: accepted, and
+// not yet closed by either side or a fault.
+func (p *Proxy) Open(node int32) int {
+	n := p.node("Open", node)
+	if n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.conns)
 }
 
 // Close closes every listener and connection and waits for every goroutine
@@ -347,18 +384,25 @@ func (p *Proxy) interceptor() Interceptor {
 	return nil
 }
 
-// wait blocks while n is stalled; false when done closes first.
-func (n *node) wait(done <-chan struct{}) bool {
+// wait blocks while n is stalled; false when done closes first, or, while
+// n is cut, reset (nil for the response direction) does.
+func (n *node) wait(done, reset <-chan struct{}) bool {
 	for {
 		n.mu.Lock()
-		ch := n.stall
+		ch, cut := n.stall, n.cut
 		n.mu.Unlock()
 		if ch == nil {
 			return true
 		}
+		var rst <-chan struct{}
+		if cut {
+			rst = reset
+		}
 		select {
 		case <-ch:
 		case <-done:
+			return false
+		case <-rst:
 			return false
 		}
 	}

@@ -28,7 +28,7 @@ func TestRealKafka(t *testing.T) {
 			defer cancel()
 			adm := kadm.NewClient(k.client(t))
 			for topic, partitions := range map[string]int32{
-				"e2e": 3, "txn": 3, "stall": 1, "lost-idempotent": 1, "lost-plain": 1, "replace": 1, "unsent": 1,
+				"e2e": 3, "txn": 3, "stall": 1, "cut": 1, "cut-reset": 1, "lost-idempotent": 1, "lost-plain": 1, "replace": 1, "unsent": 1,
 				"faults-drop": 1, "faults-reset": 1, "faults-refuse": 1,
 			} {
 				resp, err := adm.CreateTopic(ctx, partitions, 3, nil, topic)
@@ -43,6 +43,8 @@ func TestRealKafka(t *testing.T) {
 			t.Run("endpoints", func(t *testing.T) { endpointRewrite(t, k, true) })
 			t.Run("transaction", func(t *testing.T) { transactionCommits(t, k, "txn") })
 			t.Run("stall", func(t *testing.T) { stall(t, k, "stall") })
+			t.Run("cut", func(t *testing.T) { cutHolds(t, k, "cut") })
+			t.Run("cut reset", func(t *testing.T) { cutDrops(t, k, "cut-reset") })
 			t.Run("connection faults", func(t *testing.T) { connectionFaults(t, k, "faults") })
 			t.Run("response lost", func(t *testing.T) { responseLost(t, k, "lost-idempotent", "lost-plain") })
 			t.Run("replace", func(t *testing.T) { replaceProduceError(t, k, "replace") })
