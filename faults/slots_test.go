@@ -90,20 +90,25 @@ func TestSlottedAgents(t *testing.T) {
 }
 
 // partitioned is the agent of TestSlottedAgents that reaches the
-// destination through a fault proxy (transactional delivery).
+// destination through a fault proxy.
 const partitioned = "pod-2"
 
 // partition cuts the agent partitioned off the destination (every
-// connection through px stalled: the requests it sends wait, and reach the
-// brokers when the partition heals), where the link keeps its state and
+// connection through px cut, as a network partition would: the requests it
+// sent wait, and reach the brokers when the partition heals unless the
+// agent reset their connection first), where the link keeps its state and
 // the slots group lives. Its slots must move to the others, and it must
 // have given them up before they did (no slot has two MIRRORING owners,
-// "slots lost" logged) when its group membership could not be proven; its
-// held requests, which reach the brokers after the others took the slots
-// over, are fenced by their InitProducerId (the final check finds every
-// record once). When the partition heals the agent joins again and gets
-// its share. It returns the stall: from the cut until every destination
-// partition shows a record produced after it.
+// "slots lost" logged) when its group membership could not be proven. Its
+// appends in flight must never land after the others took its slots over
+// (the final check finds every record once): in preserve delivery the
+// broker fences nothing, and what keeps them out is that the agent gives
+// up an append before its lease lapses and resets the connection that
+// carried it (SO_LINGER 0, internal/kafka/dial), which drops what the
+// partition held; in transactional delivery the new owners' InitProducerId
+// also fences them. When the partition heals the agent joins again and
+// gets its share. It returns the stall: from the cut until every
+// destination partition shows a record produced after it.
 func partition(t *testing.T, ctx context.Context, env *Env, h *haAgents, px *faultproxy.Proxy, topic, mode string) time.Duration {
 	t.Helper()
 	before := steadyOffsets(t, ctx, env, topic)
@@ -114,7 +119,7 @@ func partition(t *testing.T, ctx context.Context, env *Env, h *haAgents, px *fau
 	}
 	began := time.Now()
 	for _, n := range px.Nodes() {
-		px.Stall(n)
+		px.Cut(n)
 	}
 	healed := false
 	heal := func() {
@@ -240,25 +245,17 @@ func slottedAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string
 		t.Fatal(err)
 	}
 	h := &haAgents{t: t, byName: map[string]*Agent{}, running: map[string]bool{}}
-	// In transactional delivery, pod-2 reaches the destination through a
-	// fault proxy, for the network partition below. Not in preserve
-	// delivery: there the appends the partition held land when it heals,
-	// after the others took the slots over, as duplicates that the new
-	// owners log at ERROR (6 records on Kafka 4.4.0 and on kfake, run by
-	// hand on 2026-12-05): the lease's residual risk (README), which only
-	// the broker's fencing of transactional delivery removes.
-	var px *faultproxy.Proxy
-	if mode == "transactional" {
-		brokers, err := faultproxy.Brokers(ctx, env.Client(Destination))
-		if err != nil {
-			t.Fatal(err)
-		}
-		px = faultproxy.Start(t, brokers)
+	// pod-2 reaches the destination through a fault proxy, for the network
+	// partition below.
+	brokers, err := faultproxy.Brokers(ctx, env.Client(Destination))
+	if err != nil {
+		t.Fatal(err)
 	}
+	px := faultproxy.Start(t, brokers)
 	for i := range 4 {
 		name := fmt.Sprintf("pod-%d", i)
 		dest := env.Addrs(Destination)
-		if px != nil && name == partitioned {
+		if name == partitioned {
 			dest = px.Addrs()
 		}
 		// The group's session timeout is the link's session_timeout: at
@@ -345,11 +342,9 @@ func slottedAgents(t *testing.T, ctx context.Context, env *Env, bin, mode string
 	}
 	move("crash", own[0], h.kill) // the owner of slot 0, which does the link-wide work
 	move("clean stop", own[slotCount-1], h.stop)
-	if px != nil {
-		stalls["network partition"] = append(stalls["network partition"], partition(t, ctx, env, h, px, topic, mode))
-		if own, err = h.owners(ctx, 2*time.Minute); err != nil {
-			t.Fatalf("%s: after the network partition healed: %v", mode, err)
-		}
+	stalls["network partition"] = append(stalls["network partition"], partition(t, ctx, env, h, px, topic, mode))
+	if own, err = h.owners(ctx, 2*time.Minute); err != nil {
+		t.Fatalf("%s: after the network partition healed: %v", mode, err)
 	}
 	// An agent added takes slots; one removed hands its slots on.
 	h.start("pod-3")
