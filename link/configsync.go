@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/internal/kafka/describe"
 	"github.com/seed83556561/mirrord/internal/topicconfig"
 	"github.com/seed83556561/mirrord/statestore"
 )
@@ -358,11 +359,11 @@ func (cs *configSync) sync(ctx context.Context) ([]TopicConfigStatus, error) {
 		srcNames, dstNames = append(srcNames, m.src), append(dstNames, m.dst)
 	}
 	acl := cs.l.acl
-	srcCfgs, err := describeConfigs(ctx, cs.srcAdm, srcNames)
+	srcCfgs, err := describeConfigs(ctx, cs.src, srcNames)
 	if err != nil {
 		return out, fmt.Errorf("describe the configs of the source topics: %w", err)
 	}
-	dstCfgs, err := describeConfigs(ctx, cs.dstAdm, dstNames)
+	dstCfgs, err := describeConfigs(ctx, cs.dst, dstNames)
 	if err != nil {
 		return out, fmt.Errorf("describe the configs of the destination topics: %w", err)
 	}
@@ -429,10 +430,12 @@ type described struct {
 	err error
 }
 
-// describeConfigs describes topics' settings; only a request that failed
-// for every topic, for another reason than a refusal, is an error.
-func describeConfigs(ctx context.Context, adm *kadm.Client, topics []string) (described, error) {
-	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+// describeConfigs describes topics' settings, each topic's answer on its
+// own (describe.TopicConfigs: a topic refused leaves the others theirs);
+// only a request that failed for every topic, for another reason than a
+// refusal, is an error.
+func describeConfigs(ctx context.Context, cl *kgo.Client, topics []string) (described, error) {
+	rcs, err := describe.TopicConfigs(ctx, cl, topics...)
 	if err != nil && len(rcs) == 0 && !access.IsRefusal(err) {
 		return described{}, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/seed83556561/mirrord/barrier"
 	"github.com/seed83556561/mirrord/fetcher"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/internal/kafka/describe"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/mailbox"
@@ -484,8 +485,10 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 // nothing joined, and the reason is logged.
 func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []string) (compacted map[string]bool, maxBytes map[string]int64) {
 	compacted, maxBytes = make(map[string]bool, len(srcTopics)), make(map[string]int64, len(dstTopics))
-	read := func(adm *kadm.Client, side string, topics []string, take func(topic string, c kadm.Config)) {
-		rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	read := func(cl *kgo.Client, side string, topics []string, take func(topic string, c kadm.Config)) {
+		// Each topic's answer on its own: one topic refused leaves
+		// the others joined (describe.TopicConfigs).
+		rcs, err := describe.TopicConfigs(ctx, cl, topics...)
 		for _, t := range topics {
 			rc, onErr := rcs.On(t, nil)
 			if err == nil && onErr == nil && rc.Err == nil {
@@ -505,12 +508,12 @@ func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []strin
 			}
 		}
 	}
-	read(s.srcAdm, "source", srcTopics, func(t string, c kadm.Config) {
+	read(s.src, "source", srcTopics, func(t string, c kadm.Config) {
 		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
 			compacted[t] = true
 		}
 	})
-	read(s.dstAdm, "destination", dstTopics, func(t string, c kadm.Config) {
+	read(s.dst, "destination", dstTopics, func(t string, c kadm.Config) {
 		if c.Key == "max.message.bytes" && c.Value != nil {
 			if v, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
 				maxBytes[t] = v

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed83556561/mirrord/internal/backoff"
 	"github.com/seed83556561/mirrord/internal/kafka/access"
+	"github.com/seed83556561/mirrord/internal/kafka/describe"
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/internal/topicconfig"
@@ -320,7 +321,9 @@ func (s *session) createTopics(ctx context.Context, sources []kadm.TopicDetail, 
 	}
 	srcAcc, dstAcc := s.l.acl.src, s.l.acl.dst
 	names := topicsOf(sources)
-	rcs, err := s.srcAdm.DescribeTopicConfigs(ctx, names...)
+	// Each topic's answer on its own: a refusal names the topic refused
+	// (describe.TopicConfigs).
+	rcs, err := describe.TopicConfigs(ctx, s.src, names...)
 	if err != nil && !access.IsRefusal(err) {
 		return fmt.Errorf("describe source topic configs: %w", err)
 	}
