@@ -140,7 +140,8 @@ func (p *Proxy) Intercept(fn Interceptor) {
 }
 
 // Stall stops forwarding in both directions on node's connections, current
-// and new, until Resume. Bytes wait in the sockets; nothing is lost.
+// and new, until Resume. Bytes wait in the proxy (a few requests read
+// ahead) and in the sockets; nothing is lost.
 func (p *Proxy) Stall(node int32) {
 	n := p.node("Stall", node)
 	if n == nil {
