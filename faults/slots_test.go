@@ -103,10 +103,10 @@ const partitioned = "pod-2"
 // appends in flight must never land after the others took its slots over
 // (the final check finds every record once): in preserve delivery the
 // broker fences nothing, and what keeps them out is that the agent gives
-// up an append before its lease lapses and resets the connection that
-// carried it (SO_LINGER 0, internal/kafka/dial), which drops what the
-// partition held; in transactional delivery the new owners' InitProducerId
-// also fences them. When the partition heals the agent joins again and
+// up an append when its lease lapses at the latest (which the new owner
+// waits out) and resets the connection that carried it (SO_LINGER 0,
+// internal/kafka/dial), which drops what the partition held; in
+// transactional delivery the new owners' InitProducerId also fences them. When the partition heals the agent joins again and
 // gets its share. It returns the stall: from the cut until every
 // destination partition shows a record produced after it.
 func partition(t *testing.T, ctx context.Context, env *Env, h *haAgents, px *faultproxy.Proxy, topic, mode string) time.Duration {

@@ -182,9 +182,10 @@ func TestStandbyAgentTransactionalCrash(t *testing.T) {
 //   - network (preserve delivery): the proxy cuts the connections as a
 //     network partition would (Cut): what the holder sent reaches the
 //     broker at the heal unless the holder reset the connection first.
-//     It does: it gives an append up before its lease lapses, and its
-//     connections close with SO_LINGER 0 (internal/kafka/dial). Nothing
-//     lands late, and the destination holds every record once.
+//     It does: it gives an append up when its lease lapses at the
+//     latest, which the standby waits out, and its connections close
+//     with SO_LINGER 0 (internal/kafka/dial). Nothing lands late, and the
+//     destination holds every record once.
 func TestStandbyPartitioned(t *testing.T) {
 	scenario(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
