@@ -106,9 +106,10 @@ const partitioned = "pod-2"
 // up an append when its lease lapses at the latest (which the new owner
 // waits out) and resets the connection that carried it (SO_LINGER 0,
 // internal/kafka/dial), which drops what the partition held; in
-// transactional delivery the new owners' InitProducerId also fences them. When the partition heals the agent joins again and
-// gets its share. It returns the stall: from the cut until every
-// destination partition shows a record produced after it.
+// transactional delivery the new owners' InitProducerId also fences them.
+// When the partition heals the agent joins again and gets its share. It
+// returns the stall: from the cut until every destination partition shows
+// a record produced after it.
 func partition(t *testing.T, ctx context.Context, env *Env, h *haAgents, px *faultproxy.Proxy, topic, mode string) time.Duration {
 	t.Helper()
 	before := steadyOffsets(t, ctx, env, topic)
