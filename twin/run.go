@@ -6,9 +6,10 @@ import (
 	"github.com/seed83556561/mirrord/transform"
 )
 
-// Coalescing (issue 23): in transactional delivery the link appends a run
-// of consecutive source batches of a partition as one destination batch
-// (transform.Merge): batches of one codec, each dense and taken whole (from
+// Coalescing (issue 23): the link appends a run of consecutive source
+// batches of a partition as one destination batch (transform.Merge; in
+// preserve delivery only one producer's batches with consecutive
+// sequences, under its identity: Walker.ProducerRuns): batches of one codec, each dense and taken whole (from
 // its base offset), without LogAppendTime, and contiguous at the source
 // (each one's base offset the previous one's next offset). The destination
 // batch holds their records in order, each with its key, value, headers

@@ -172,3 +172,87 @@ func TestWalkerRuns(t *testing.T) {
 		t.Errorf("without runs: steps %v", steps)
 	}
 }
+
+// Guards the checkpoint walk over preserve delivery's coalesced runs
+// (ProducerRuns): a run is one producer's consecutive batches, joined under
+// its mapped producer ID, epoch and first base sequence. The walk places
+// each batch of the run (StepPart until the last, StepMatch), and calls the
+// destination batch foreign when a part's identity does not continue the
+// run: another producer with the same records, or a base sequence that is
+// not the run's next. Runs alone (transactional delivery) places those by
+// content.
+func TestWalkerProducerRuns(t *testing.T) {
+	build := func(pids []int64, seqs []int32, ns ...int) [][]byte {
+		var srcs [][]byte
+		base, key := int64(100), 0
+		for b, n := range ns {
+			rs := make([]batchtest.Record, n)
+			for i := range rs {
+				rs[i] = batchtest.Record{Key: fmt.Appendf(nil, "k%d", key), Value: fmt.Appendf(nil, "v%d", key), TimestampDelta: int64(i), OffsetDelta: -1}
+				key++
+			}
+			srcs = append(srcs, batchtest.Build(batchtest.Spec{BaseOffset: base, PID: pids[b], Epoch: 2, BaseSequence: seqs[b], Codec: 3,
+				FirstTimestamp: 1_700_000_000_000 + base*10, Records: rs}))
+			base += int64(n)
+		}
+		return srcs
+	}
+	joined := func(srcs [][]byte, seq int32) []byte {
+		run, err := transform.NewReencoder().Join(nil, srcs, transform.MergeHeader{ProducerID: transform.MapPID(5, 42), ProducerEpoch: 2, BaseSequence: seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		putBase(run, 0)
+		return run
+	}
+	walk := func(byPID bool, src [][]byte, dst []byte) ([]Step, *Walker) {
+		w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
+		if byPID {
+			w.ProducerRuns()
+		} else {
+			w.Runs()
+		}
+		var steps []Step
+		for _, raw := range src {
+			h, _ := transform.ParseHeader(raw)
+			st, err := w.Compare(raw, h, h.BaseOffset, dst, clock())
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, st)
+			if st != StepPart {
+				break
+			}
+		}
+		return steps, w
+	}
+	one := build([]int64{5, 5, 5}, []int32{10, 12, 13}, 2, 1, 3)
+	steps, w := walk(true, one, joined(one, 10))
+	if want := []Step{StepPart, StepPart, StepMatch}; fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Fatalf("one producer's run: steps %v, want %v", steps, want)
+	}
+	if w.SrcNext() != 106 || w.DstNext() != 6 || w.Counts().Matched != 1 {
+		t.Errorf("one producer's run: walk at %d/%d with %+v; want 106/6, 1 matched", w.SrcNext(), w.DstNext(), w.Counts())
+	}
+
+	// The run's header one sequence off: not this producer's batch.
+	if steps, _ := walk(true, one, joined(one, 11)); steps[0] == StepPart || steps[0] == StepMatch {
+		t.Errorf("base sequence off by one: steps %v", steps)
+	}
+	// The second batch another producer's, with the same records: by
+	// identity not the run's next part; by content (Runs) it is.
+	mixed := build([]int64{5, 6, 5}, []int32{10, 12, 13}, 2, 1, 3)
+	dst := joined(one, 10)
+	if steps, _ := walk(true, mixed, dst); fmt.Sprint(steps) != fmt.Sprint([]Step{StepPart, StepForeign}) {
+		t.Errorf("another producer inside the run: steps %v, want [part foreign]", steps)
+	}
+	if steps, _ := walk(false, mixed, dst); fmt.Sprint(steps) != fmt.Sprint([]Step{StepPart, StepPart, StepMatch}) {
+		t.Errorf("by content alone: steps %v, want [part part match]", steps)
+	}
+	// A sequence gap inside the run (the source producer's batch 12 is
+	// missing, the next says 14): not placed.
+	gap := build([]int64{5, 5, 5}, []int32{10, 13, 14}, 2, 1, 3)
+	if steps, _ := walk(true, gap, dst); fmt.Sprint(steps) != fmt.Sprint([]Step{StepPart, StepForeign}) {
+		t.Errorf("a sequence gap inside the run: steps %v, want [part foreign]", steps)
+	}
+}

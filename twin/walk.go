@@ -102,6 +102,7 @@ type Walker struct {
 	// records of it matched so far, runNext the source offset after its
 	// last part matched.
 	runs    bool
+	byPID   bool // ProducerRuns: a run is one producer's batches
 	run     *Run
 	runAt   int
 	runNext int64
@@ -211,9 +212,9 @@ func (w *Walker) Hole() { w.hole = true }
 func (w *Walker) HoleAtGaps() { w.gaps = true }
 
 // Runs tells the walk that a destination batch may hold a run of source
-// batches (transactional delivery's coalescing, issue 23): consecutive
-// source batches, each dense and whole, with contiguous offsets, appended
-// as one batch (transform.Merge). A source batch that is the first records
+// batches (transactional delivery's coalescing, issue 23; ProducerRuns for
+// preserve delivery's): consecutive source batches, each dense and whole,
+// with contiguous offsets, appended as one batch (transform.Merge). A source batch that is the first records
 // of a destination batch with more records than its offsets is then the
 // run's first part (StepPart), and each next source batch must be the next
 // records of that batch, its base offset the previous part's next offset,
@@ -223,6 +224,27 @@ func (w *Walker) HoleAtGaps() { w.gaps = true }
 // it. Without Runs, such a batch is compared as a whole, as before
 // coalescing.
 func (w *Walker) Runs() { w.runs = true }
+
+// ProducerRuns is Runs for preserve delivery's coalescing: a run is a
+// producer's consecutive batches, appended as the one batch that producer
+// would have sent with a longer linger (the mapped producer ID, the
+// epoch and the first batch's base sequence). Each part must then also be
+// that producer's next records: its mapped producer ID and epoch the
+// destination batch's, its base sequence the batch's base sequence plus
+// the records before it in the run. Batches without a producer ID never
+// form a run.
+func (w *Walker) ProducerRuns() { w.runs, w.byPID = true, true }
+
+// sameProducer reports whether source batch h, decided d, may be the part
+// of destination batch dh that begins at record index at, by producer
+// identity (ProducerRuns; always true under Runs alone).
+func (w *Walker) sameProducer(dh transform.Header, d Decision, h transform.Header, at int) bool {
+	if !w.byPID {
+		return true
+	}
+	return d.PSM.Mapped != -1 && dh.ProducerID == d.PSM.Mapped && dh.ProducerEpoch == h.ProducerEpoch &&
+		h.BaseSequence >= 0 && dh.BaseSequence >= 0 && int64(dh.BaseSequence)+int64(at) == int64(h.BaseSequence)
+}
 
 // RunAt is the index of the destination batch's record the next source
 // batch is compared with: 0 unless the walk is inside a run (StepPart).
@@ -283,11 +305,18 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 		if err != nil {
 			return 0, err
 		}
-		ok := run.Holds(part, from, 0)
+		// Same's decision for a batch it took for cut spans the
+		// destination batch's sequence range; a run's first part is
+		// committed as the batch alone, as the pipeline decided it.
+		alone, err := Decide(w.psm, w.src, w.reenc, nil, raw, h, from, true)
+		if err != nil {
+			return 0, err
+		}
+		ok := alone.Verdict == Forward && w.sameProducer(dh, alone, h, 0) && run.Holds(part, from, 0)
 		switch {
 		case ok && h.Dense():
 			w.confirmed()
-			w.psm.Commit(d.PSM, now)
+			w.psm.Commit(alone.PSM, now)
 			w.srcNext = h.NextOffset()
 			w.run, w.runAt, w.runNext = run, int(h.LastOffsetDelta)+1, h.NextOffset()
 			return StepPart, nil
@@ -400,7 +429,7 @@ func (w *Walker) continueRun(raw []byte, h transform.Header, from int64, now tim
 			if err != nil {
 				return 0, err
 			}
-			if w.run.Holds(part, from, w.runAt) {
+			if w.sameProducer(w.run.h, d, h, w.runAt) && w.run.Holds(part, from, w.runAt) {
 				w.psm.Commit(d.PSM, now)
 				w.srcNext = h.NextOffset()
 				w.runAt += int(h.LastOffsetDelta) + 1
