@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +26,8 @@ const (
 	FieldTimestamp     = "timestamp"      // value or type (create time, log append time)
 	FieldProducerID    = "producer_id"    // not the mapping of the source PID
 	FieldProducerEpoch = "producer_epoch" // epochs differ
-	FieldBatch         = "batch"          // a batch starts at one side's record and not at the other's
-	FieldSequence      = "sequence"       // base sequences of the carrying batches differ
+	FieldBatch         = "batch"          // a destination batch starts inside a source batch, or holds a source batch that does not continue it
+	FieldSequence      = "sequence"       // the records' sequences differ (base sequence of the carrying batch plus the record's place in it)
 	FieldCompression   = "compression"    // codecs of the carrying batches differ
 	FieldTransactional = "transactional"  // the destination batch kept the transactional bit
 	FieldMissing       = "missing"        // a source record (or the whole partition) is not in the destination
@@ -48,13 +49,30 @@ const maxShown = 64
 // it needs of the batch that carried it.
 type rec struct {
 	*kgo.Record
-	baseSeq int32 // base sequence of the carrying batch
-	first   bool  // first record this side returned from its batch
+	baseSeq int32 // base sequence of the carrying batch; -1: none
+	place   int32 // index of the record among those this side returned from its batch
 	// appendTime: a source record of a batch stamped LogAppendTime,
 	// whose mirror (a CreateTime topic) shows mirrorTime, the create
 	// time its producer gave it (README: LogAppendTime sources).
 	appendTime bool
 	mirrorTime time.Time
+}
+
+// first: the first record this side returned from its batch.
+func (r *rec) first() bool { return r.place == 0 }
+
+// seq is the record's sequence: its batch's base sequence plus its place in
+// the batch, wrapping from the largest int32 to 0 as producers number
+// records; -1 for a batch without a base sequence. It counts places among the
+// records read, not offset deltas, because a batch that the source's
+// cleaner left with gaps is mirrored as a dense batch under the same base
+// sequence (transform.Reencode): counting deltas would make every record
+// after a gap a difference.
+func (r *rec) seq() int32 {
+	if r.baseSeq < 0 {
+		return -1
+	}
+	return int32((int64(r.baseSeq) + int64(r.place)) % (math.MaxInt32 + 1))
 }
 
 // feed yields a side's records in offset order, a chunk at a time, and
@@ -163,6 +181,10 @@ type comparator struct {
 	// txn: the destination was written in transactional delivery; the
 	// producer fields are the session's (Config.Transactional).
 	txn bool
+	// prev is the source record compared (and found equal) last; nil
+	// before the first. A source batch that begins inside a destination
+	// batch must follow it directly to be part of the same run.
+	prev *kgo.Record
 }
 
 // outcome is what one partition's comparison found. diff carries no topic
@@ -222,6 +244,7 @@ func (c *comparator) run(ctx context.Context) (outcome, error) {
 			return out, nil //nolint:nilerr // a difference is the comparison's result, not a failure to compare
 		}
 		out.records++
+		c.prev = s.Record
 		c.src.advance()
 		c.dst.advance()
 	}
@@ -231,46 +254,95 @@ func (c *comparator) run(ctx context.Context) (outcome, error) {
 // compare checks the current pair of records.
 func (c *comparator) compare(ctx context.Context, s, d *rec) (*Difference, error) {
 	if field, want, got := contentDiff(s, d); field != "" {
-		return c.classify(ctx, s, d, &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got})
-	}
-	diff := func(field, want, got string) *Difference {
-		return &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got}
+		return c.classify(ctx, s, d, pairDiff(s, d, field, want, got))
 	}
 	if c.txn {
-		// A transactional session may join a run of consecutive source
-		// batches into one destination batch (coalesce_bytes): a source
-		// batch may then begin inside a destination batch, but a
-		// destination batch still begins where a source batch does.
-		if d.first && !s.first {
-			return diff(FieldBatch, batchPlace(s.first), batchPlace(d.first)), nil
-		}
-		if sc, dc := s.Attrs.CompressionType(), d.Attrs.CompressionType(); sc != dc {
-			return diff(FieldCompression, codecName(sc), codecName(dc)), nil
-		}
-		if !d.Attrs.IsTransactional() {
-			return diff(FieldTransactional, "transactional bit set (the session's transaction)", "transactional bit cleared"), nil
-		}
-		return nil, nil
+		return sessionDiff(s, d), nil
 	}
-	if want, ok := c.pids.check(s.ProducerID, d.ProducerID); !ok {
-		return diff(FieldProducerID, pidString(want), pidString(d.ProducerID)), nil
-	}
-	if s.ProducerEpoch != d.ProducerEpoch {
-		return diff(FieldProducerEpoch, strconv.Itoa(int(s.ProducerEpoch)), strconv.Itoa(int(d.ProducerEpoch))), nil
-	}
-	if s.first != d.first {
-		return diff(FieldBatch, batchPlace(s.first), batchPlace(d.first)), nil
-	}
-	if s.baseSeq != d.baseSeq {
-		return diff(FieldSequence, "base sequence "+strconv.Itoa(int(s.baseSeq)), "base sequence "+strconv.Itoa(int(d.baseSeq))), nil
+	return c.preserveDiff(s, d), nil
+}
+
+// pairDiff is a difference in field between source record s and
+// destination record d.
+func pairDiff(s, d *rec, field, want, got string) *Difference {
+	return &Difference{Field: field, SourceOffset: s.Offset, DestOffset: d.Offset, Want: want, Got: got}
+}
+
+// sessionDiff compares the batch fields of a pair of equal records of a
+// transactional-delivery mirror, whose producer fields are the session's.
+func sessionDiff(s, d *rec) *Difference {
+	// A transactional session may join a run of consecutive source
+	// batches into one destination batch (coalesce_bytes): a source batch
+	// may then begin inside a destination batch, but a destination batch
+	// still begins where a source batch does.
+	if d.first() && !s.first() {
+		return pairDiff(s, d, FieldBatch, batchPlace(s.first()), batchPlace(d.first()))
 	}
 	if sc, dc := s.Attrs.CompressionType(), d.Attrs.CompressionType(); sc != dc {
-		return diff(FieldCompression, codecName(sc), codecName(dc)), nil
+		return pairDiff(s, d, FieldCompression, codecName(sc), codecName(dc))
+	}
+	if !d.Attrs.IsTransactional() {
+		return pairDiff(s, d, FieldTransactional, "transactional bit set (the session's transaction)", "transactional bit cleared")
+	}
+	return nil
+}
+
+// preserveDiff compares the producer and batch fields of a pair of equal
+// records of a preserve-delivery mirror.
+func (c *comparator) preserveDiff(s, d *rec) *Difference {
+	if want, ok := c.pids.check(s.ProducerID, d.ProducerID); !ok {
+		return pairDiff(s, d, FieldProducerID, pidString(want), pidString(d.ProducerID))
+	}
+	if s.ProducerEpoch != d.ProducerEpoch {
+		return pairDiff(s, d, FieldProducerEpoch, strconv.Itoa(int(s.ProducerEpoch)), strconv.Itoa(int(d.ProducerEpoch)))
+	}
+	if d.first() && !s.first() {
+		return pairDiff(s, d, FieldBatch, batchPlace(false), batchPlace(true))
+	}
+	if s.first() && !d.first() {
+		if why := c.joinFault(s, d); why != "" {
+			return pairDiff(s, d, FieldBatch, batchPlace(true)+" ("+why+")", batchPlace(false))
+		}
+	}
+	// Comparing each record's sequence, not its batch's base sequence,
+	// also checks that a source batch inside a destination batch
+	// continues the destination batch's sequences.
+	if s.seq() != d.seq() {
+		return pairDiff(s, d, FieldSequence, seqString(s), seqString(d))
+	}
+	if sc, dc := s.Attrs.CompressionType(), d.Attrs.CompressionType(); sc != dc {
+		return pairDiff(s, d, FieldCompression, codecName(sc), codecName(dc))
 	}
 	if d.Attrs.IsTransactional() {
-		return diff(FieldTransactional, "transactional bit cleared", "transactional bit set"), nil
+		return pairDiff(s, d, FieldTransactional, "transactional bit cleared", "transactional bit set")
 	}
-	return nil, nil
+	return nil
+}
+
+// joinFault says why source record s, the first of its batch, cannot be
+// part of the destination batch in which d is not the first record; "" if
+// it can. Preserve delivery joins only a run of one producer's consecutive
+// batches, into the batch that producer would have sent with a longer
+// linger: s must directly follow the source record before it in that batch,
+// with the same producer ID and epoch (the caller then compares s's
+// sequence, which must continue the batch's). mirrord never joins batches
+// without a producer ID (-1), whatever their base sequence says (franz-go
+// numbers them from 0 all the same), nor batches without a base sequence.
+func (c *comparator) joinFault(s, d *rec) string {
+	switch {
+	case s.ProducerID == -1:
+		return "batches without a producer ID are never joined"
+	case s.baseSeq < 0 || d.baseSeq < 0:
+		return "batches without a sequence are never joined"
+	case c.prev == nil:
+		return "no source record precedes it in the destination batch"
+	case s.Offset != c.prev.Offset+1:
+		return fmt.Sprintf("the destination batch holds source offset %d before it: only contiguous batches are joined", c.prev.Offset)
+	case s.ProducerID != c.prev.ProducerID || s.ProducerEpoch != c.prev.ProducerEpoch:
+		return fmt.Sprintf("the destination batch holds a record of source producer %d, epoch %d before it: only one producer's batches are joined",
+			c.prev.ProducerID, c.prev.ProducerEpoch)
+	}
+	return ""
 }
 
 // classify decides whether a content mismatch at s/d is a missing, extra or
@@ -415,6 +487,14 @@ func pidString(pid int64) string {
 		return fmt.Sprintf("%d (region 0x%08x, pid %d)", pid, uint32(r), low)
 	}
 	return strconv.FormatInt(pid, 10)
+}
+
+// seqString shows a record's sequence and how it follows from its batch.
+func seqString(r *rec) string {
+	if r.baseSeq < 0 {
+		return fmt.Sprintf("no sequence (base sequence %d)", r.baseSeq)
+	}
+	return fmt.Sprintf("sequence %d (base sequence %d, %d records before it in its batch)", r.seq(), r.baseSeq, r.place)
 }
 
 func batchPlace(first bool) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -28,6 +29,9 @@ type tbatch struct {
 	codec uint8
 	txn   bool
 	recs  []trec
+	// deltas, if set, are the records' offset deltas (a batch the
+	// source's cleaner left with gaps); nil: 0..n-1.
+	deltas []int64
 }
 
 type trec struct {
@@ -86,15 +90,19 @@ func mirrorBatches(src []tbatch) []tbatch {
 }
 
 // flatten turns batches into records; dense numbers offsets from 0 as a
-// destination broker does, otherwise each batch starts at its base.
+// destination broker does, otherwise each record is at its batch's base
+// plus its offset delta.
 func flatten(bs []tbatch, dense bool) []rec {
 	var out []rec
 	var next int64
 	for _, b := range bs {
-		if !dense {
-			next = b.base
-		}
 		for i, r := range b.recs {
+			if !dense {
+				next = b.base + int64(i)
+				if b.deltas != nil {
+					next = b.base + b.deltas[i]
+				}
+			}
 			attrs := kgo.RecordAttrsOpts{Codec: kgo.CompressionCodecType(b.codec), Transactional: b.txn}
 			if r.logAppend {
 				attrs.TimestampType = 1
@@ -111,7 +119,7 @@ func flatten(bs []tbatch, dense bool) []rec {
 					Offset:        next,
 				},
 				baseSeq: b.seq,
-				first:   i == 0,
+				place:   int32(i),
 			})
 			next++
 		}
@@ -603,5 +611,133 @@ func TestComparatorTransactionalJoined(t *testing.T) {
 		}(), &wantDiff{FieldKey, 4, 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkTxnCompare(t, src, tc.dst, tc.want) })
+	}
+}
+
+// checkPreserveCompare compares src with a preserve-delivery mirror's dst
+// and checks the first difference against want (nil: none).
+func checkPreserveCompare(t *testing.T, src, dst []tbatch, want *wantDiff) {
+	t.Helper()
+	c := comparator{
+		src:  cursor{next: sliceFeed(flatten(src, false))},
+		dst:  cursor{next: sliceFeed(flatten(dst, true))},
+		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
+	}
+	out, err := c.run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDiff(t, out.diff, want)
+}
+
+// joinRuns is what preserve delivery's coalescing makes of src: each group
+// of batch indexes one destination batch under the mapped producer ID, the
+// epoch and the base sequence of the group's first batch.
+func joinRuns(src []tbatch, groups ...[]int) []tbatch {
+	var out []tbatch
+	for _, g := range groups {
+		b := mirrorBatches(src[g[0] : g[0]+1])[0]
+		for _, j := range g[1:] {
+			b.recs = append(b.recs, src[j].recs...)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// idempotentRun is three consecutive batches of one idempotent producer:
+// contiguous offsets, each base sequence the previous one's plus its
+// record count.
+func idempotentRun() []tbatch {
+	return []tbatch{
+		{base: 0, pid: 7, epoch: 1, seq: 10, codec: 3, recs: trecs("a", 3, 0)},
+		{base: 3, pid: 7, epoch: 1, seq: 13, codec: 3, recs: trecs("b", 2, 10)},
+		{base: 5, pid: 7, epoch: 1, seq: 15, codec: 3, recs: trecs("c", 2, 20)},
+	}
+}
+
+// Guards the comparison of a preserve-delivery mirror that joined runs of
+// one producer's consecutive batches (coalescing): the joined batch, under
+// the first batch's base sequence, is the mirror; a source batch inside a
+// destination batch that is not that producer's next batch (a sequence
+// that does not continue, offsets that do not, another producer, no
+// producer ID) is a difference, and a destination batch must still begin
+// where a source batch does.
+func TestComparatorPreserveJoined(t *testing.T) {
+	all := []int{0, 1, 2}
+	for _, tc := range []struct {
+		name string
+		src  func([]tbatch) []tbatch // edits idempotentRun; nil: as it is
+		dst  func([]tbatch) []tbatch // the mirror of the (edited) source
+		want *wantDiff
+	}{
+		{name: "all three joined", dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }},
+		{name: "the last two joined", dst: func(s []tbatch) []tbatch { return joinRuns(s, []int{0}, []int{1, 2}) }},
+		{name: "the last batch's sequence does not continue", src: func(s []tbatch) []tbatch {
+			s[2].seq = 16
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldSequence, 5, 5}},
+		{name: "the middle batch's sequence does not continue", src: func(s []tbatch) []tbatch {
+			s[1].seq, s[2].seq = 14, 16
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldSequence, 3, 3}},
+		{name: "a destination batch begins inside a source batch", dst: func(s []tbatch) []tbatch {
+			d := joinRuns(s, all)
+			rest := d[0].clone()
+			rest.seq, rest.recs = 11, d[0].recs[1:]
+			d[0].recs = d[0].recs[:1]
+			return append(d, rest)
+		}, want: &wantDiff{FieldBatch, 1, 1}},
+		{name: "batches without a producer ID joined", src: func(s []tbatch) []tbatch {
+			for i := range s {
+				s[i].pid, s[i].epoch, s[i].seq = -1, -1, -1
+			}
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldBatch, 3, 3}},
+		{name: "batches without a producer ID but with sequences joined", src: func(s []tbatch) []tbatch {
+			for i := range s {
+				s[i].pid, s[i].epoch = -1, -1 // franz-go numbers such batches all the same
+			}
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldBatch, 3, 3}},
+		{name: "batches with offsets between them joined", src: func(s []tbatch) []tbatch {
+			s[2].base = 6 // offset 5: a marker or an aborted batch
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldBatch, 6, 5}},
+		{name: "another producer's batch joined", src: func(s []tbatch) []tbatch {
+			s[1].pid = 8
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldProducerID, 3, 3}},
+		{name: "a forwarded producer ID that collides with the mapping joined", src: func(s []tbatch) []tbatch {
+			// An upstream mirror's producer ID, kept as it is, equal
+			// to the mapping of producer 7: each batch alone carries
+			// the right producer ID, but they are two producers.
+			s[1].pid = transform.MapPID(7, testRegion)
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldBatch, 3, 3}},
+		{name: "another epoch's batch joined", src: func(s []tbatch) []tbatch {
+			s[1].epoch = 2
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldProducerEpoch, 3, 3}},
+		{name: "sequences wrap inside the joined batch", src: func(s []tbatch) []tbatch {
+			s[0].seq, s[1].seq, s[2].seq = math.MaxInt32-1, 1, 3
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }},
+		{name: "a batch with gaps mirrored alone", src: func(s []tbatch) []tbatch {
+			s[0].recs, s[0].deltas = s[0].recs[:2], []int64{0, 2} // the cleaner removed offset 1
+			return s
+		}, dst: mirrorBatches},
+		{name: "a batch with gaps joined", src: func(s []tbatch) []tbatch {
+			s[0].recs, s[0].deltas = s[0].recs[:2], []int64{0, 2}
+			return s
+		}, dst: func(s []tbatch) []tbatch { return joinRuns(s, all) }, want: &wantDiff{FieldSequence, 3, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := idempotentRun()
+			if tc.src != nil {
+				src = tc.src(src)
+			}
+			checkPreserveCompare(t, src, tc.dst(src), tc.want)
+		})
 	}
 }

@@ -225,6 +225,7 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 	var (
 		spans       []span
 		lastBase    int64 = -1 // base offset of the batch of the last record sent
+		lastPlace   int32      // that record's place in its batch
 		stalls      int
 		created     map[int64]int64 // create times of the LogAppendTime batch at createdBase
 		createdBase int64
@@ -258,7 +259,10 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 			if j == len(spans) || r.Offset < spans[j].base {
 				return fmt.Errorf("%s: record at offset %d lies outside every batch's offset range: %w", s, r.Offset, ErrCorrupt)
 			}
-			rc := rec{Record: r, baseSeq: spans[j].baseSeq, first: spans[j].base != lastBase}
+			rc := rec{Record: r, baseSeq: spans[j].baseSeq}
+			if spans[j].base == lastBase {
+				rc.place = lastPlace + 1
+			}
 			if spans[j].raw != nil && s.source {
 				// A source record of a LogAppendTime batch: a mirror,
 				// a CreateTime topic, shows the create time its
@@ -277,7 +281,7 @@ func (s *side) read(ctx context.Context, out chan<- []rec) error {
 				rc.mirrorTime, rc.appendTime = time.UnixMilli(ts), true
 			}
 			chunk = append(chunk, rc)
-			lastBase = spans[j].base
+			lastBase, lastPlace = spans[j].base, rc.place
 		}
 		if next <= offset {
 			if stalls++; stalls >= maxStalls {

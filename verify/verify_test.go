@@ -632,6 +632,73 @@ func TestRunCompactedSource(t *testing.T) {
 	}
 }
 
+// A preserve-delivery mirror that joined one idempotent producer's
+// consecutive batches into one batch (coalescing) is the mirror, read and
+// compared through real fetches; the same join of batches without a
+// producer ID is a batch boundary difference at the second batch.
+func TestRunPreserveJoined(t *testing.T) {
+	srcC, dstC := kafkatest.Pair(t)
+	f := &fixture{srcC: srcC, dstC: dstC, src: kafkatest.Client(t, srcC), dst: kafkatest.Client(t, dstC), partitions: 1, batches: map[int32][]*mbatch{}}
+	createTopic(t, f.src, srcTopic, 1, nil)
+	common := []kgo.Opt{kgo.DefaultProduceTopic(srcTopic), kgo.ProducerBatchCompression(kgo.Lz4Compression())}
+	idem := kafkatest.Client(t, srcC, common...)
+	plain := kafkatest.Client(t, srcC, append(common, kgo.DisableIdempotentWrite())...)
+	ctx := testCtx(t)
+	for i, cl := range []*kgo.Client{idem, idem, idem, plain, plain} {
+		// One ProduceSync per batch: the batches of each producer are
+		// consecutive, with contiguous offsets.
+		var rs []*kgo.Record
+		for k := range 2 + i%2 {
+			rs = append(rs, testRecord("joined", i, 0, k, tsBase.Add(time.Duration(i*10+k)*time.Millisecond)))
+		}
+		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.batches[0] = fetchSource(t, f.src, srcTopic, 0)
+	kept := f.kept()[0]
+	firstPlain := slices.IndexFunc(kept, func(b *mbatch) bool { return b.hdr.ProducerID < 0 })
+	if firstPlain < 2 || len(kept)-firstPlain < 2 {
+		t.Fatalf("want two or more batches of each producer, idempotent first: %v", kept)
+	}
+	idemRun, plainRun := kept[:firstPlain], kept[firstPlain:]
+
+	f.mirror(t, "joined", 1, map[int32][]*mbatch{0: append([]*mbatch{joinBatches(t, idemRun)}, cloneBatches(plainRun)...)})
+	rep, err := Run(ctx, f.config("joined"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First != nil || rep.Records != countRecords(kept) {
+		t.Fatalf("difference %v, %d records; want none, %d", rep.First, rep.Records, countRecords(kept))
+	}
+
+	dst := append(cloneBatches(idemRun), joinBatches(t, plainRun))
+	f.mirror(t, "joined-plain", 1, map[int32][]*mbatch{0: dst})
+	rep, err = Run(ctx, f.config("joined-plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rep.First
+	wantSrc, wantDst := plainRun[1].src[0], destOffset(dst, firstPlain, plainRun[0].count())
+	if d == nil || d.Field != FieldBatch || d.SourceOffset != wantSrc || d.DestOffset != wantDst {
+		t.Fatalf("difference %v; want %s at source offset %d, destination offset %d", d, FieldBatch, wantSrc, wantDst)
+	}
+}
+
+// joinBatches is the one batch preserve delivery's coalescing appends for
+// a run of a producer's batches: all their records under the first
+// batch's producer ID, epoch and base sequence.
+func joinBatches(t testing.TB, run []*mbatch) *mbatch {
+	t.Helper()
+	var recs []trecord
+	for _, b := range run {
+		recs = append(recs, b.records(t)...)
+	}
+	joined := run[0].clone()
+	joined.edit(recs)
+	return joined
+}
+
 // Verify follows a leader error by refreshing metadata and fetching again;
 // an error it cannot cure is returned, naming the partition and offset.
 func TestRunFetchErrors(t *testing.T) {
