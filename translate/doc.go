@@ -85,6 +85,22 @@
 // no batches of a compacted topic (link/coalesce.go), so only a topic that
 // became compacted after the link mirrored it can hold such a run.
 //
+// # Coalescing in preserve delivery
+//
+// A preserve session joins only one producer's consecutive batches (same
+// producer ID and epoch, consecutive sequences, contiguous offsets) into
+// the batch that producer would have sent with a longer linger: its mapped
+// producer ID, epoch and the run's first base sequence. The same three
+// ways place a source batch inside such a batch, by its producer's
+// identity as well as its records: the batch must carry the source
+// batch's mapped producer ID and epoch, and the source batch's base
+// sequence must be the batch's plus the records before it in the run
+// (producerPart; twin.Walker.ProducerRuns for the checkpoint walk; the
+// timestamp search proposes where the run begins by that sequence and
+// checks the run whole against the source, verifyRun). A run appended
+// under a collision salt that producer_state_expiry tombstoned since is not
+// placed by its identity (the mapping is not the salt's any more).
+//
 // A position below the source's log start translates as the log start (a
 // consumer there would be reset to it); one whose translation lies below
 // the destination's log start is ErrBelowDestinationStart.

@@ -420,11 +420,12 @@ func (x *job) viaWindow(ctx context.Context, p int64) error {
 				return errWindowStale
 			}
 			dh, _ := transform.ParseHeader(ds[0])
-			if x.Stamped && dh.BaseOffset <= sp.DstBase && (dh.BaseOffset < sp.DstBase || dh.NextOffset() > sp.DstEnd) {
+			if dh.BaseOffset <= sp.DstBase && (dh.BaseOffset < sp.DstBase || dh.NextOffset() > sp.DstEnd) {
 				// A part of a run the link appended as one batch
 				// (coalescing): the span says where c's records
 				// begin inside it.
-				ok := sp.From == c.h.BaseOffset && c.h.Dense() && sp.DstEnd-sp.DstBase == int64(c.h.LastOffsetDelta)+1 && sp.DstEnd <= dh.NextOffset()
+				ok := sp.From == c.h.BaseOffset && c.h.Dense() && sp.DstEnd-sp.DstBase == int64(c.h.LastOffsetDelta)+1 && sp.DstEnd <= dh.NextOffset() &&
+					x.producerPart(c, dh, sp.DstBase-dh.BaseOffset)
 				if ok {
 					if ok, err = twin.Within(x.reenc, c.raw, c.h, sp.From, ds[0], int(sp.DstBase-dh.BaseOffset)); err != nil {
 						return err
@@ -510,12 +511,31 @@ func (x *job) found(c srcBatch, from int64, d []byte, base, p int64) error {
 
 // partOf reports whether the destination batch dh holds source batch c
 // (mirrored from from) as a part of a run, from destination offset base
-// on, as a Stamped link coalesces (twin.Run): base inside the batch, or the
-// batch holding more records than c has offsets. The caller checked the
-// records.
+// on, as a link coalesces (twin.Run): base inside the batch, or the batch
+// holding more records than c has offsets. The caller checked the records
+// (and, in preserve delivery, the producer's identity: producerPart).
 func (x *job) partOf(c srcBatch, from int64, dh transform.Header, base int64) bool {
-	return x.Stamped && c.h.Dense() && from <= c.h.BaseOffset &&
+	return c.h.Dense() && from <= c.h.BaseOffset &&
 		(base != dh.BaseOffset || int64(dh.NumRecords) > int64(c.h.LastOffsetDelta)+1)
+}
+
+// producerPart reports whether, by its producer's identity, source batch c
+// may be the part of destination batch dh that begins at its record at:
+// always for a Stamped link (its batches carry its sessions' identity,
+// and content tells the parts); in preserve delivery, which joins only a
+// producer's consecutive batches (link/coalesce.go), dh must carry c's
+// mapped producer ID and epoch, and c's base sequence must be dh's plus
+// at, the records of the run before c.
+func (x *job) producerPart(c srcBatch, dh transform.Header, at int64) bool {
+	if x.Stamped {
+		return true
+	}
+	if c.h.ProducerID == -1 || c.h.BaseSequence < 0 || dh.BaseSequence < 0 || dh.ProducerEpoch != c.h.ProducerEpoch ||
+		int64(dh.BaseSequence)+at != int64(c.h.BaseSequence) {
+		return false
+	}
+	d := x.psm.Decide(transform.InfoOf(c.h, x.src.Cluster, x.src.Region))
+	return d.Mapped == dh.ProducerID
 }
 
 // mirror reports whether destination batch d is the batch the link
@@ -533,8 +553,11 @@ func (x *job) partOf(c srcBatch, from int64, dh transform.Header, base int64) bo
 // (link/coalesce.go), so such a c is a batch the link appended alone.
 func (x *job) mirror(c srcBatch, from int64, d []byte) (bool, error) {
 	same, _, err := twin.Same(x.psm, x.src, x.reenc, c.raw, c.h, from, d)
-	if err == nil && same != twin.NotSame && same != twin.Twin && same != twin.Whole && x.Stamped {
+	if err == nil && same != twin.NotSame && same != twin.Twin && same != twin.Whole {
 		if dh, _ := transform.ParseHeader(d); int64(dh.NumRecords) > int64(c.h.LastOffsetDelta)+1 && c.h.Dense() && dh.Compression() == c.h.Compression() {
+			if !x.producerPart(c, dh, 0) {
+				return false, nil
+			}
 			return twin.Within(x.reenc, c.raw, c.h, c.h.BaseOffset, d, 0)
 		}
 	}
@@ -602,8 +625,12 @@ func (x *job) viaWalk(ctx context.Context, lo, hi cut, p int64) error {
 	psm := saltedPSM(x.a.Salts)
 	psm.Restore(lo.producers)
 	w := twin.NewWalker(psm, x.src, x.reenc, lo.s, lo.d)
+	// A session coalesces runs of source batches (issue 23): any batches
+	// in transactional delivery, a producer's in preserve delivery.
 	if x.Stamped {
-		w.Runs() // a session coalesces runs of source batches (issue 23)
+		w.Runs()
+	} else {
+		w.ProducerRuns()
 	}
 	var (
 		srcQ             []srcBatch
@@ -1331,18 +1358,19 @@ func (r *runSpan) from(c srcBatch) int64 {
 // baseOf is where c's records begin in the run's batch.
 func (r *runSpan) baseOf(c srcBatch) int64 { return r.dst + c.h.BaseOffset - r.s }
 
-// runAround reports, for a Stamped link, whether destination batch d
-// (header dh) is a run the link appended as one batch (coalescing, issue
-// 23) that holds the predecessor (unless already claimed) or one of the
-// candidates as a part: nil when it is not. A part found by content
-// (twin.Run.Find) only proposes where the run begins at the source; the
-// run is then checked whole against the source from there (verifyRun):
-// every record of d is, in order, a record of the source's committed,
-// dense, contiguous batches from that offset on, which end where d ends.
-// Only a batch with more records than the part has offsets is looked into:
-// one of as many is a batch's mirror alone, which the other ways tell.
+// runAround reports whether destination batch d (header dh) is a run the
+// link appended as one batch (coalescing, issue 23) that holds the
+// predecessor (unless already claimed) or one of the candidates as a part:
+// nil when it is not. A part found by content (twin.Run.Find; in preserve
+// delivery, by its producer's sequence: producerPart) only proposes where
+// the run begins at the source; the run is then checked whole against the
+// source from there (verifyRun): every record of d is, in order, a record
+// of the source's committed, dense, contiguous batches from that offset
+// on, which end where d ends. Only a batch with more records than the part
+// has offsets is looked into: one of as many is a batch's mirror alone,
+// which the other ways tell.
 func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands []srcBatch, d []byte, dh transform.Header) (*runSpan, error) {
-	if !x.Stamped || dh.Control() || dh.NumRecords < 2 {
+	if dh.Control() || dh.NumRecords < 2 || !x.Stamped && dh.ProducerID == -1 {
 		return nil, nil
 	}
 	probes := cands
@@ -1364,6 +1392,20 @@ func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands
 		if err != nil {
 			return nil, err
 		}
+		if !x.Stamped {
+			// One producer's run: the sequence says where b lies in it.
+			at := int64(b.h.BaseSequence) - int64(dh.BaseSequence)
+			if at < 0 || !x.producerPart(b, dh, at) || !run.Holds(part, b.h.BaseOffset, int(at)) {
+				continue
+			}
+			s := b.h.BaseOffset - at
+			if ok, err := x.verifyRun(ctx, run, s); err != nil {
+				return nil, err
+			} else if ok {
+				return &runSpan{s: s, e: s + int64(run.Len()), dst: dh.BaseOffset}, nil
+			}
+			continue
+		}
 		for at := run.Find(part, b.h.BaseOffset, 0); at >= 0; at = run.Find(part, b.h.BaseOffset, at+1) {
 			s := b.h.BaseOffset - int64(at)
 			if ok, err := x.verifyRun(ctx, run, s); err != nil {
@@ -1377,10 +1419,11 @@ func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands
 }
 
 // verifyRun reports whether run holds the source's committed batches from
-// offset s on as a Stamped link coalesces them: each dense, contiguous
-// with the one before (no aborted data, marker or gap between), a part of
-// run at its offset's place (twin.Run.Holds: the run's codec, no
-// LogAppendTime, the same records), the first one's first timestamp the
+// offset s on as a link coalesces them: each dense, contiguous with the
+// one before (no aborted data, marker or gap between), a part of run at
+// its offset's place (twin.Run.Holds: the run's codec, no LogAppendTime,
+// the same records; in preserve delivery also the run's producer at the
+// part's sequence: producerPart), the first one's first timestamp the
 // run's, and the last one ending where the run ends.
 func (x *job) verifyRun(ctx context.Context, run *twin.Run, s int64) (bool, error) {
 	at := 0
@@ -1394,6 +1437,9 @@ func (x *job) verifyRun(ctx context.Context, run *twin.Run, s int64) (bool, erro
 		}
 		for _, b := range r.batches {
 			if b.h.BaseOffset != s+int64(at) || !b.h.Dense() || at == 0 && b.h.FirstTimestamp != run.Header().FirstTimestamp {
+				return false, nil
+			}
+			if !x.producerPart(b, run.Header(), int64(at)) {
 				return false, nil
 			}
 			part, err := x.part(b)
@@ -1542,7 +1588,7 @@ func (x *job) lastOfRun(ctx context.Context, c srcBatch, d []byte, base int64, h
 					done = true
 					break
 				}
-				if x.Stamped && int64(eh.NumRecords) > int64(last.h.LastOffsetDelta)+1 {
+				if int64(eh.NumRecords) > int64(last.h.LastOffsetDelta)+1 {
 					// L may be a part of a run (coalescing). Taken by
 					// content alone: a run taken for L's too early
 					// shortens the copies counted, which refuses
