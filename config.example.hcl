@@ -60,8 +60,7 @@ agent {
   # Raise it when the host has memory to spare and CPU is short. At least
   # "32MiB".
   # Default: the sum of the links' max_buffered_bytes plus "48MiB", where a
-  # link in transactional delivery with coalesce_bytes above 0 counts twice
-  # its max_buffered_bytes (each joined batch in flight is a copy of
+  # link with coalesce_bytes above 0 counts twice its max_buffered_bytes (each joined batch in flight is a copy of
   # buffered batches).
   # memory_limit = "256MiB"
 
@@ -292,16 +291,20 @@ link "dc1_to_cloud" {
   # Default: "64MiB".
   max_buffered_bytes = "128MiB"
 
-  # Transactional delivery: when a partition has a backlog of small batches
-  # (several fetched and waiting), a run of its consecutive batches (same
-  # codec, no gap between their offsets) is appended as one destination
-  # batch of at most this many bytes, which costs the destination broker
-  # one batch's validation instead of one per source batch. Uncompressed
-  # records are re-framed without decompression; compressed ones are
-  # decompressed and compressed again with their codec. A batch that comes
-  # alone is appended as it is. Keep it below the destination topics'
-  # max.message.bytes (1048588 by default). "0" appends every batch alone.
-  # Preserve delivery does not join batches yet. Default: "1000000".
+  # When a partition has a backlog of small batches (several fetched and
+  # waiting), a run of its consecutive batches (same codec, no gap between
+  # their offsets) is appended as one destination batch of at most this
+  # many bytes, which costs the destination broker one batch's validation
+  # instead of one per source batch. In preserve delivery a run is one
+  # producer's batches with consecutive sequences (same producer ID and
+  # epoch), joined into the batch that producer would have sent with a
+  # longer linger: its mapped producer ID, epoch and first base sequence;
+  # batches without a producer ID are never joined. Uncompressed records
+  # are re-framed without decompression; compressed ones are decompressed
+  # and compressed again with their codec. A batch that comes alone is
+  # appended as it is, and a compacted source topic's batches always are.
+  # Keep it below the destination topics' max.message.bytes (1048588 by
+  # default). "0" appends every batch alone. Default: "1000000".
   coalesce_bytes = "1000000"
 
   # When the source no longer holds a partition's next offset (retention

@@ -168,13 +168,13 @@ func (c *Config) AutoMemoryLimit() int64 {
 }
 
 // MemoryOf is what the automatic memory limit counts for link l: its
-// max_buffered_bytes, twice in transactional delivery with coalesce_bytes
-// above 0, where every joined batch in flight is a copy of the fetched
+// max_buffered_bytes, twice with coalesce_bytes above 0 (in either
+// delivery), where every joined batch in flight is a copy of the fetched
 // batches it was joined from, which stay buffered until it is answered (at
 // 1,000 partitions the live heap peaked at 120 MB with a 64 MiB buffer,
 // and a limit of 112 MiB had the collector take 40% of the CPU).
 func (l *Link) MemoryOf() int64 {
-	if l.Delivery == DeliveryTransactional && l.CoalesceBytes > 0 {
+	if l.CoalesceBytes > 0 {
 		return 2 * l.MaxBufferedBytes
 	}
 	return l.MaxBufferedBytes

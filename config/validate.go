@@ -64,7 +64,7 @@ func validate(cfg *Config, where func(string) (origin, bool), ps *problems) {
 	c.positive("agent.shutdown_timeout", a.ShutdownTimeout)
 	if a.MemoryLimit != 0 && a.MemoryLimit < 32<<20 {
 		c.report("agent.memory_limit", fmt.Sprintf("%d bytes is less than the minimum of 32MiB", a.MemoryLimit),
-			"remove it to use the sum of the links' max_buffered_bytes (twice for a transactional link that joins batches) plus 48MiB, or set GOMEMLIMIT=off in the environment for no limit")
+			"remove it to use the sum of the links' max_buffered_bytes (twice for a link that joins batches) plus 48MiB, or set GOMEMLIMIT=off in the environment for no limit")
 	}
 	validateAdmin(c, a)
 

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/seed83556561/mirrord/transform"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // Coalescing (issue 23). A broker's cost of an append is per batch: it
@@ -14,7 +15,8 @@ import (
 // a backlog (several fetched batches waiting), the plan joins a run of
 // them into one destination batch (transform.Merge), which holds their
 // records in order with their create times, under the session's producer
-// and sequences like any batch it appends.
+// and sequences like any batch it appends. Preserve delivery joins one
+// producer's runs (below).
 //
 // What may form a run is decided here, by pure functions of the queue:
 //
@@ -43,13 +45,73 @@ import (
 // (package translate) would answer untranslatable there. A batch of a
 // compacted topic goes alone, and stays translatable as before.
 func (p *txnPlan) limitOf(pt *txnPart) int64 {
-	if pt.compacted {
+	return joinLimit(p.coalesce, pt.compacted, pt.maxBytes)
+}
+
+// joinLimit is limitOf's rule, for either delivery: coalesce, or maxBytes
+// where that is lower and known; 0 for a compacted source topic.
+func joinLimit(coalesce int64, compacted bool, maxBytes int64) int64 {
+	if compacted {
 		return 0
 	}
-	if pt.maxBytes > 0 {
-		return min(p.coalesce, pt.maxBytes)
+	if maxBytes > 0 {
+		return min(coalesce, maxBytes)
 	}
-	return p.coalesce
+	return coalesce
+}
+
+// Preserve delivery (the Pipeline) joins too, but only one producer's
+// batches: a run is consecutive batches of one producer ID and epoch with
+// consecutive sequences, which become the batch that producer would have
+// sent with a longer linger: its mapped producer ID, epoch and the first
+// batch's base sequence, with all the run's records. The producer's
+// identity and sequence semantics are kept: the destination broker checks
+// the joined batch's sequence range as it would have checked the batches
+// one by one, a retry of it is refused as a duplicate, and reconciliation
+// and translation place each source batch inside it by its sequence and
+// its records (twin.Walker.ProducerRuns). Batches without a producer ID,
+// and anything across a sequence gap, an epoch change, a control marker,
+// aborted data or a cleaner gap (offsets not contiguous), are not joined.
+// The limit is joinLimit's, for the same reasons.
+
+// producerRun is how many items from the head of queue (the head decided
+// d, to be forwarded) one append joins in preserve delivery: 1 when the
+// head goes alone.
+func producerRun(queue []item, d twin.Decision, limit int64) int {
+	if limit <= 0 || len(queue) < 2 || d.Reencoded || !producerJoinable(queue[0]) ||
+		(d.PSM.Kind != transform.KindAppend && d.PSM.Kind != transform.KindSequenceGap) {
+		return 1
+	}
+	h := queue[0].hdr
+	size := int64(len(queue[0].raw)) + 20*int64(h.NumRecords)
+	seq := int64(h.BaseSequence) + int64(h.NumRecords)
+	n := 1
+	for ; n < len(queue); n++ {
+		prev, b := queue[n-1], queue[n]
+		bh := b.hdr
+		if !producerJoinable(b) || prev.end != prev.hdr.NextOffset() || bh.BaseOffset != prev.end ||
+			bh.ProducerID != h.ProducerID || bh.ProducerEpoch != h.ProducerEpoch || int64(bh.BaseSequence) != seq ||
+			bh.Attributes&^transform.AttrTransactional != h.Attributes&^transform.AttrTransactional {
+			break
+		}
+		size += int64(len(b.raw)) + 20*int64(bh.NumRecords)
+		seq += int64(bh.NumRecords)
+		if size > limit || seq > math.MaxInt32 {
+			break
+		}
+	}
+	return n
+}
+
+// producerJoinable reports whether a queued batch may be part of a
+// producer's run: a data batch with a producer ID (its source's, or one
+// an upstream mirror mapped) and records, taken whole and dense, without
+// LogAppendTime, of a known codec.
+func producerJoinable(it item) bool {
+	h := it.hdr
+	return it.raw != nil && it.from <= h.BaseOffset && h.ProducerID != -1 && h.BaseSequence >= 0 &&
+		!h.Control() && h.NumRecords > 0 && h.Dense() && h.Attributes&transform.AttrTimestampLogAppend == 0 &&
+		h.Compression() <= 4
 }
 
 // runLength is how many batches from the head of queue (a batch being

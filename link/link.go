@@ -80,9 +80,10 @@ type Settings struct {
 	ProducerStateExpiry time.Duration
 
 	MaxBufferedBytes int64
-	// CoalesceBytes: in transactional delivery, a run of a partition's
-	// consecutive batches waiting to be appended is appended as one batch
-	// while it holds at most this many bytes (coalesce.go); 0: never.
+	// CoalesceBytes: a run of a partition's consecutive batches waiting
+	// to be appended (in preserve delivery, of one producer) is appended
+	// as one batch while it holds at most this many bytes (coalesce.go);
+	// 0: never.
 	CoalesceBytes      int64
 	OnOffsetOutOfRange fetcher.OutOfRange
 

@@ -46,9 +46,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"How far behind the link is in time, its most lagging partition's: 0 when caught up, else the age of the oldest record fetched and not yet mirrored (before it is fetched, of the last record mirrored, an upper bound), by the source records' timestamps."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
-		joinSeconds:  counter("coalesce_seconds_total", "Transactional delivery: time spent joining runs of small batches into one (coalesce_bytes), by codec: re-framing the records of uncompressed batches, decompressing and compressing again compressed ones. It runs on one goroutine per append, so it is CPU time.", "codec"),
+		joinSeconds:  counter("coalesce_seconds_total", "Time spent joining runs of small batches into one (coalesce_bytes), by codec: re-framing the records of uncompressed batches, decompressing and compressing again compressed ones. It runs on one goroutine per append (transactional delivery) or on the link's pipeline goroutine (preserve delivery), so it is CPU time.", "codec"),
 		joinSources: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "mirrord", Name: "coalesced_source_batches",
-			Help:    "Transactional delivery: source batches per destination batch that joined a run (coalesce_bytes); batches appended alone are not observed.",
+			Help:    "Source batches per destination batch that joined a run (coalesce_bytes; in preserve delivery one producer's consecutive batches); batches appended alone are not observed.",
 			Buckets: []float64{2, 4, 8, 16, 32, 64, 128, 256, 512}}, []string{"link"}),
 		groups: failover.NewMetrics(reg),
 	}
@@ -126,14 +126,26 @@ func (lm *linkMetrics) dropPartitionLag(topic string, partition int32) {
 // joined batch was appended (merged), the n source batches it holds
 // (appendRun, on an append worker).
 func (lm *linkMetrics) joined(d time.Duration, c int8, n int, merged bool) {
+	lm.joinTime(d, c)
+	if merged {
+		lm.joinedRun(n)
+	}
+}
+
+// joinedRun records a joined batch of n source batches that was appended
+// (preserve delivery: the pipeline's, which Session.report hands over).
+func (lm *linkMetrics) joinedRun(n int) {
+	lm.m.joinSources.WithLabelValues(lm.name).Observe(float64(n))
+}
+
+// joinTime records one join of batches of codec c that took d (preserve
+// delivery: the pipeline's goroutine joins).
+func (lm *linkMetrics) joinTime(d time.Duration, c int8) {
 	name := "unknown"
 	if c >= 0 && int(c) < len(codecLabels) {
 		name = codecLabels[c]
 	}
 	lm.m.joinSeconds.WithLabelValues(lm.name, name).Add(d.Seconds())
-	if merged {
-		lm.m.joinSources.WithLabelValues(lm.name).Observe(float64(n))
-	}
 }
 
 // codecLabels name the batch codecs by their attribute value.

@@ -80,7 +80,10 @@ type partition struct {
 	head  int
 
 	// The head batch while it is with the appender or being settled.
+	// run is how many queued items from the head it holds: above 1 when
+	// it joins a run of one producer's batches (coalesce.go).
 	dec         twin.Decision
+	run         int
 	tag         uint64
 	refetchedAt int64 // source offset of the last batch refetched after CORRUPT_MESSAGE; -1 none
 
@@ -110,7 +113,10 @@ type partition struct {
 
 	rc      *recon // phaseReconciling only
 	initial bool   // one of the partitions PREPARING found
-	gone    bool   // the source confirmed it gone: removed once nothing is in flight
+	// limit bounds a joined batch (coalesce.go: limitOf); 0: nothing of
+	// the partition is joined.
+	limit int64
+	gone  bool // the source confirmed it gone: removed once nothing is in flight
 }
 
 func newPartition(pr Pair, psm *transform.PSM) *partition {

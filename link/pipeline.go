@@ -55,6 +55,15 @@ type PipelineConfig struct {
 	// the destination tail chunks held (each up to tailChunkBytes).
 	// Default 8.
 	MaxReconciling int
+	// CoalesceBytes is coalesce_bytes: a run of one producer's batches
+	// of a partition with a backlog is appended as one batch of at most
+	// this many bytes (coalesce.go); 0: never.
+	CoalesceBytes int64
+	// Join joins a run's batches (transform.Reencoder.Join into a new
+	// buffer). It is called on the pipeline's goroutine; a session's
+	// times it for mirrord_coalesce_seconds_total. nil: the pipeline's
+	// own Reencoder.
+	Join func(bs [][]byte, m transform.MergeHeader) ([]byte, error)
 }
 
 // Defaults of PipelineConfig.
@@ -98,6 +107,10 @@ type Pipeline struct {
 
 	gen, tags uint64 // the last fetcher generation and append tag given
 	counts    Counts // the counters since the pipeline was built (counters.go)
+	// joins are the source batches of each joined batch appended since
+	// TakeJoins last took them (the session takes them after each step,
+	// which acknowledges at most one append).
+	joins []int
 	// discoveryFailures counts failed topic discoveries (and placements),
 	// which the driver reports as errors of kind discovery.
 	discoveryFailures int64
@@ -290,6 +303,14 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 				hole:   p.ckDst >= 0 && p.dstNext > p.ckDst,
 			}
 			p.rc.w.HoleAtGaps() // the tail reader hands it every batch
+			if !pc.Compacted {
+				// A session may have joined a producer's batches
+				// (coalesce.go); never those of a compacted topic,
+				// whose batches the walk leaves to twin.Same as
+				// before (kfake's cleaner shortens a batch's offset
+				// range, which would look like a run's first part).
+				p.rc.w.ProducerRuns()
+			}
 			if p.rc.hole {
 				p.rc.w.Hole()
 			}
@@ -309,6 +330,7 @@ func (pl *Pipeline) add(parts []Placement, initial bool) {
 // partition (same topic ID, I5), otherwise start_from at the source.
 func (pl *Pipeline) join(pc Placement) *partition {
 	p := newPartition(pc.Pair, pl.psmOf(pc))
+	p.limit = joinLimit(pl.cfg.CoalesceBytes, pc.Compacted, pc.MaxMessageBytes)
 	ck := pc.Checkpoint
 	switch {
 	case ck != nil && ck.IsOf(pc.Src):
@@ -464,7 +486,10 @@ func (pl *Pipeline) next(p *partition) {
 				pl.log(hclog.Warn, "mapped producer ID held by another origin and neither can move (both forwarded by upstream mirrors); appended under the shared PID",
 					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "pid", d.PSM.Mapped, "holder", d.PSM.Holder.String())
 			}
-			pl.submit(p, d)
+			if n := producerRun(p.queue[p.head:], d, p.limit); n > 1 && pl.submitRun(p, d, n) {
+				return
+			}
+			pl.submit(p, d, 1)
 		}
 	}
 }
@@ -479,13 +504,48 @@ func (pl *Pipeline) finishHead(p *partition) {
 
 // submit is the one place that hands a batch to the appender, and so the one
 // place that keeps a partition to one batch in flight (I2).
-func (pl *Pipeline) submit(p *partition, d twin.Decision) {
+func (pl *Pipeline) submit(p *partition, d twin.Decision, run int) {
 	if p.phase != phaseIdle {
 		panic(fmt.Sprintf("link: submit for %s in phase %s", p.Dst, p.phase))
 	}
 	pl.tags++
 	p.tag, p.dec, p.phase = pl.tags, d, phaseAppending
+	p.run = run
 	pl.emit(DoSubmit{Request: appender.Request{Partition: p.Dst, Batch: d.Out, Tag: p.tag}})
+}
+
+// submitRun submits the first n queued batches of p, of one producer and
+// its head decided d, as one batch (coalesce.go: producerRun): the batch
+// that producer would have sent with a longer linger, under the run's
+// producer-state decision. It reports false, and submits nothing, when
+// the run cannot be joined after all (its records do not decode, it comes
+// out above the partition's limit, or the producer state decides the run
+// otherwise than its head): the head then goes alone.
+func (pl *Pipeline) submitRun(p *partition, d twin.Decision, n int) bool {
+	items := p.queue[p.head : p.head+n]
+	h := items[0].hdr
+	last := items[n-1].hdr
+	joined := h
+	joined.LastOffsetDelta = int32(last.NextOffset() - h.BaseOffset - 1)
+	joined.NumRecords = joined.LastOffsetDelta + 1
+	rd := p.psm.Decide(transform.InfoOf(joined, pl.src.Cluster, pl.src.Region))
+	if rd.Kind != d.PSM.Kind || rd.Mapped != d.PSM.Mapped {
+		return false
+	}
+	bs := make([][]byte, n)
+	for i := range items {
+		bs[i] = items[i].raw
+	}
+	join := pl.cfg.Join
+	if join == nil {
+		join = func(bs [][]byte, m transform.MergeHeader) ([]byte, error) { return pl.reenc.Join(nil, bs, m) }
+	}
+	out, err := join(bs, transform.MergeHeader{ProducerID: rd.Mapped, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
+	if err != nil || int64(len(out)) > p.limit {
+		return false
+	}
+	pl.submit(p, twin.Decision{Verdict: twin.Forward, PSM: rd, Out: out}, n)
+	return true
 }
 
 // ---- append results ----
@@ -605,11 +665,22 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	}
 	p.psm.Commit(d.PSM, pl.now)
 	p.dstNext = base + int64(oh.LastOffsetDelta) + 1
-	it := &p.queue[p.head]
-	p.win.add(translate.Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: base, DstEnd: p.dstNext})
+	first := p.queue[p.head].hdr.BaseOffset
+	for i := range p.run {
+		// A run's batches lie at the destination as at the source,
+		// one offset per record from the run's base on (coalesce.go).
+		it := &p.queue[p.head+i]
+		at := base + (it.hdr.BaseOffset - first)
+		p.win.add(translate.Span{From: max(it.from, it.hdr.BaseOffset), Base: it.hdr.BaseOffset, End: it.end, DstBase: at, DstEnd: min(at+int64(it.hdr.LastOffsetDelta)+1, p.dstNext)})
+	}
 	pl.counts.Add(RecordsMirrored, int64(oh.NumRecords)) // what was appended: a trimmed batch holds fewer than its source
 	pl.counts.Add(BytesMirrored, int64(len(d.Out)))
-	pl.counts.Inc(BatchesMirrored)
+	pl.counts.Add(BatchesMirrored, int64(p.run)) // source batches, as in transactional delivery
+	if p.run > 1 {
+		pl.counts.Inc(BatchesCoalesced)
+		pl.counts.Add(SourceBatchesCoalesced, int64(p.run))
+		pl.joins = append(pl.joins, p.run)
+	}
 	if d.Reencoded {
 		pl.counts.Inc(BatchesReencoded)
 	}
@@ -625,7 +696,10 @@ func (pl *Pipeline) acked(p *partition, base int64) {
 	}
 	p.dec = twin.Decision{}
 	p.phase = phaseIdle
-	pl.finishHead(p)
+	for range p.run {
+		pl.finishHead(p)
+	}
+	p.run = 0
 	pl.next(p)
 }
 
@@ -647,7 +721,7 @@ func (pl *Pipeline) settled(e InSettled) {
 	default:
 		pl.log(hclog.Info, "append settled: the batch had not landed; sending it again", "destination", p.Dst.String())
 		p.phase = phaseIdle
-		pl.submit(p, p.dec)
+		pl.submit(p, p.dec, p.run)
 	}
 }
 
@@ -803,7 +877,9 @@ func (pl *Pipeline) reconcileStep(p *partition) {
 		case twin.StepMatch:
 			pl.release(p.pop())
 			rc.dst = rc.dst[1:]
-		case twin.StepSkip, twin.StepDeleted:
+		case twin.StepSkip, twin.StepDeleted, twin.StepPart:
+			// StepPart: the destination batch holds more of a
+			// producer's run after this source batch.
 			pl.release(p.pop())
 		default:
 			rc.dst = rc.dst[1:]
@@ -839,6 +915,9 @@ func (pl *Pipeline) restartWalk(p *partition) error {
 	p.psm = pl.psmOf(rc.place)
 	p.srcNext, p.dstNext = p.ckSrc, dh.NextOffset()
 	rc.w = twin.NewWalker(p.psm, pl.src, pl.reenc, p.srcNext, p.dstNext)
+	if !rc.place.Compacted {
+		rc.w.ProducerRuns()
+	}
 	if rc.restarts < maxHoleRestarts {
 		rc.w.Hole()
 		rc.w.HoleAtGaps()
@@ -1311,6 +1390,14 @@ func (pl *Pipeline) Partitions(now time.Time) []PartitionStatus {
 		out = append(out, ps)
 	}
 	return out
+}
+
+// TakeJoins returns the source batches of each joined batch appended since
+// it was last called, for the histogram mirrord_coalesced_source_batches.
+func (pl *Pipeline) TakeJoins() []int {
+	js := pl.joins
+	pl.joins = nil
+	return js
 }
 
 // Len is the number of partitions in the session.

@@ -184,7 +184,7 @@ func (s *script) track(acts []Action) {
 
 // ---- setup and time ----
 
-// config settle_delay= produce_timeout= exhaust_grace= max_reconciling= expiry=
+// config settle_delay= produce_timeout= exhaust_grace= max_reconciling= expiry= coalesce=
 func (s *script) config(td *datadriven.TestData) string {
 	if s.pl != nil {
 		s.fatalf("config after the pipeline started")
@@ -203,6 +203,8 @@ func (s *script) config(td *datadriven.TestData) string {
 			s.cfg.ProducerStateExpiry = s.dur(a)
 		case "on_offset_out_of_range":
 			s.cfg.OnOutOfRange = fetcher.OutOfRange(s.str(a))
+		case "coalesce":
+			s.cfg.CoalesceBytes = s.int(a)
 		default:
 			s.fatalf("config: unknown key %q", a.Key)
 		}
@@ -408,7 +410,7 @@ func (s *script) committed(td *datadriven.TestData) string {
 	return s.step(in)
 }
 
-// tailread PART [d=DSTBASE@SRC[~salt=N][~broker]] [f=DSTBASE:N] [empty] [err=MSG]
+// tailread PART [d=DSTBASE@SRC[~salt=N][~broker]] [d=DSTBASE@SRC+SRC...[~seq=S]] [f=DSTBASE:N] [empty] [err=MSG]
 func (s *script) tailRead(td *datadriven.TestData) string {
 	pr, args := s.partArg(td.CmdArgs)
 	in := InTailRead{Dst: pr.Dst.Key()}
@@ -804,6 +806,9 @@ func (s *script) sourceBatch(spec string) []byte {
 // LogAppendTime batch: timestamp type, max timestamp and CRC).
 func (s *script) twinOf(spec string) []byte {
 	at, rest, _ := strings.Cut(spec, "@")
+	if names := strings.Split(rest, "+"); len(names) > 1 {
+		return s.joinedTwin(at, names)
+	}
 	parts := strings.Split(rest, "~")
 	src := slices.Clone(s.sourceBatch(parts[0]))
 	h, _ := transform.ParseHeader(src)
@@ -837,6 +842,35 @@ func (s *script) twinOf(spec string) []byte {
 		binary.BigEndian.PutUint64(out[transform.PosMaxTimestamp:], uint64(1_700_000_000_000+int64(h.NumRecords)-1))
 		crc := crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli))
 		binary.BigEndian.PutUint32(out[17:], crc)
+	}
+	binary.BigEndian.PutUint64(out, uint64(s.parseInt(at)))
+	return out
+}
+
+// joinedTwin is the batch a preserve session appended for a run of one
+// producer's source batches (link/coalesce.go), at destination offset at:
+// their records joined under the first one's mapped producer ID, epoch and
+// base sequence (NAME+NAME~seq=S: base sequence S instead).
+func (s *script) joinedTwin(at string, names []string) []byte {
+	last, opt, _ := strings.Cut(names[len(names)-1], "~")
+	names[len(names)-1] = last
+	var bs [][]byte
+	for _, n := range names {
+		bs = append(bs, s.sourceBatch(n))
+	}
+	h, _ := transform.ParseHeader(bs[0])
+	seq := h.BaseSequence
+	if opt != "" {
+		k, v, _ := strings.Cut(opt, "=")
+		if k != "seq" {
+			s.fatalf("joined twin: unknown option %q", k)
+		}
+		seq = int32(s.parseInt(v))
+	}
+	out, err := transform.NewReencoder().Join(nil, bs, transform.MergeHeader{
+		ProducerID: transform.MapPID(h.ProducerID, s.src.Region), ProducerEpoch: h.ProducerEpoch, BaseSequence: seq})
+	if err != nil {
+		s.fatalf("joined twin of %v: %v", names, err)
 	}
 	binary.BigEndian.PutUint64(out, uint64(s.parseInt(at)))
 	return out

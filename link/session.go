@@ -216,6 +216,8 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		SettleDelay:         l.cfg.Link.SettleDelay,
 		ExhaustGrace:        l.cfg.Tuning.ExhaustGrace,
 		MaxReconciling:      l.cfg.Tuning.MaxReconciling,
+		CoalesceBytes:       l.cfg.Link.CoalesceBytes,
+		Join:                s.joiner(),
 	})
 	s.goRun(func() error { return s.fetch.Run(s.ctx) })
 	s.goRun(func() error { return s.app.Run(s.ctx) })
@@ -445,7 +447,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	salts := barrier.Salts(view)
 	var compacted map[string]bool
 	var maxBytes map[string]int64
-	if s.l.cfg.Link.Delivery == statestore.DeliveryTransactional && s.l.cfg.Link.CoalesceBytes > 0 {
+	if s.l.cfg.Link.CoalesceBytes > 0 {
 		compacted, maxBytes = s.joinSettings(ctx, srcTopics, dstTopics)
 	}
 	out := make([]Placement, 0, len(pairs))
@@ -476,8 +478,26 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	return out, later, nil
 }
 
+// joiner is the preserve pipeline's Join: transform.Reencoder.Join into a
+// new buffer (the append's until it is answered), with the time it took
+// counted in mirrord_coalesce_seconds_total. It runs on the pipeline's
+// goroutine only, so one Reencoder serves it.
+func (s *session) joiner() func(bs [][]byte, m transform.MergeHeader) ([]byte, error) {
+	re := transform.NewReencoder()
+	return func(bs [][]byte, m transform.MergeHeader) ([]byte, error) {
+		start := time.Now()
+		out, err := re.Join(nil, bs, m)
+		if len(bs) > 0 {
+			if h, herr := transform.ParseHeader(bs[0]); herr == nil {
+				s.l.met.joinTime(time.Since(start), h.Compression())
+			}
+		}
+		return out, err
+	}
+}
+
 // joinSettings reads what coalescing needs to know of the topics (a
-// transactional session joining a backlog's small batches, coalesce.go):
+// session joining a backlog's small batches, coalesce.go):
 // which source topics are compacted (cleanup.policy holds compact), whose
 // batches are never joined, and each destination topic's max.message.bytes
 // (as the destination applies it, its broker's default included), which a

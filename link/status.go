@@ -129,6 +129,9 @@ func (l *Link) setStatus(fn func(*Status)) {
 func (s *session) report() {
 	m := s.l.met
 	s.reportCounts(s.pipe.Count)
+	for _, n := range s.pipe.TakeJoins() {
+		m.joinedRun(n)
+	}
 	for ; s.reportedDiscovery < s.pipe.DiscoveryFailures(); s.reportedDiscovery++ {
 		m.error("discovery")
 	}

@@ -560,6 +560,11 @@ func testTranslateProperty(t *testing.T, e *env, txn bool) {
 	f.load(transactional, 0, "txn", 140, "mixed")
 	f.load(plain, 1, "plain", 60, "mixed")
 	f.load(transactional, 4, "txn2", 70, "mixed")
+	// Small batches: a backlog of them is joined (coalesce_bytes), in
+	// preserve delivery a producer's run at a time, so that translation
+	// places positions inside joined batches.
+	mirrortest.Load(t, src, f.p, idempotent, 2, f.topic("small"), 90, f.topics("mixed"), smallBatches)
+	mirrortest.Load(t, src, f.p, transactional, 3, f.topic("small-txn"), 60, f.topics("mixed"), smallBatches)
 	f.load(plain, 0, "private", 5, "private")
 
 	// Compacted: rounds that overwrite keys, then compaction (kfake's at
@@ -616,6 +621,9 @@ func testTranslateProperty(t *testing.T, e *env, txn bool) {
 	l.waitState(t, Mirroring, 30*time.Second)
 	if got := reencoded + testutil.ToFloat64(l.met.counters[BatchesReencoded]); got == 0 {
 		t.Fatal("the link re-encoded no batch: the compacted and cut topics do not exercise the re-encode path")
+	}
+	if !txn && testutil.ToFloat64(l.met.counters[BatchesCoalesced]) == 0 {
+		t.Fatal("the link joined no batches: the small batches do not exercise translation inside joined batches")
 	}
 
 	rng := rand.New(rand.NewPCG(12, uint64(time.Now().UnixNano())))

@@ -38,7 +38,7 @@ const stopGrace = 10 * time.Second
 
 // applyMemoryLimit sets the Go runtime's soft memory limit to
 // agent.memory_limit or, unset, to the links' max_buffered_bytes (twice for
-// a transactional link that joins batches) plus 48 MiB,
+// a link that joins batches) plus 48 MiB,
 // unless GOMEMLIMIT is in the environment (the runtime applied it already;
 // GOMEMLIMIT=off means no limit). It returns the limit it set and where it
 // came from, or 0.
@@ -46,7 +46,7 @@ func applyMemoryLimit(cfg *config.Config, getenv func(string) string) (int64, st
 	if getenv("GOMEMLIMIT") != "" {
 		return 0, "GOMEMLIMIT"
 	}
-	from := "the links' max_buffered_bytes (twice for a transactional link with coalesce_bytes) + 48MiB"
+	from := "the links' max_buffered_bytes (twice for a link with coalesce_bytes) + 48MiB"
 	if cfg.Agent.MemoryLimit > 0 {
 		from = "agent.memory_limit"
 	}

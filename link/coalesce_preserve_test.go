@@ -1,0 +1,140 @@
+package link
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
+	"github.com/seed83556561/mirrord/transform"
+)
+
+// smallBatches makes a load's producer send batches of a few records (kgo's
+// least batch size): a backlog of them is what coalescing joins.
+var smallBatches = kgo.ProducerBatchMaxBytes(512)
+
+// Preserve delivery's coalescing end to end (issue 23): a backlog of small
+// batches of idempotent producers of every codec, a transactional producer
+// (aborts between its runs) and a plain one is there before the session.
+// Runs of one producer's batches are joined: each joined batch carries the
+// producer's mapped ID, epoch and first base sequence, and holds whole
+// source batches of that producer with consecutive sequences. Then, twice,
+// the session is killed, a backlog builds while none runs, and the next
+// session is killed while it joins it: each next session reconciles a
+// tail of joined batches past the last checkpoint, which must be
+// recognised as the link's own, none appended again, none foreign. verify and the ledger check every
+// committed record once, in order, nothing aborted.
+func TestPreserveCoalescing(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		f := e.mirrored(t, "pjoin", srcTopic("t", 2))
+		load := func(kind mirrortest.Kind, codec int, name string, n int) {
+			mirrortest.Load(t, f.src, f.p, kind, codec, f.topic(name), n, f.topics("t"), smallBatches)
+		}
+		for codec := range codecs {
+			load(idempotent, codec, fmt.Sprintf("idem-%d", codec), 60)
+		}
+		load(transactional, 3, "txn", 70)
+		load(plain, 0, "plain", 30)
+
+		a := f.start("A")
+		a.waitState(t, Mirroring, 60*time.Second)
+		f.waitMirrored(90 * time.Second)
+		c := a.Status().Counters
+		joined, sources := c.Get(BatchesCoalesced), c.Get(SourceBatchesCoalesced)
+		t.Logf("first session: %d source batches appended as %d joined batches, of %d batches mirrored", sources, joined, c.Get(BatchesMirrored))
+		if joined == 0 || sources < 2*joined {
+			t.Fatalf("coalescing: %d joined batches of %d source batches; want the backlog's runs joined", joined, sources)
+		}
+		checkJoinedHeaders(t, f)
+
+		prev := a
+		reconciled := int64(0)
+		for round := range 2 {
+			prev.stop(t, true) // a crash: no final checkpoint
+			load(idempotent, round+1, fmt.Sprintf("during-%d", round), 300)
+			load(transactional, 4-round, fmt.Sprintf("during-txn-%d", round), 100)
+			killed := f.start(fmt.Sprintf("K%d", round))
+			killed.waitState(t, Mirroring, 60*time.Second)
+			time.Sleep(200 * time.Millisecond)
+			killed.stop(t, true) // while it appends the backlog, past its last checkpoint
+			next := f.start(fmt.Sprintf("B%d", round))
+			next.waitState(t, Mirroring, 60*time.Second)
+			rep := f.waitMirrored(90 * time.Second)
+			kc, nc := killed.Status().Counters, next.Status().Counters
+			t.Logf("round %d: the killed session reconciled %d destination batches and joined %d batches of %d source batches; the next reconciled %d; verify: %d records",
+				round, kc.Get(ReconciledBatches), kc.Get(BatchesCoalesced), kc.Get(SourceBatchesCoalesced), nc.Get(ReconciledBatches), rep.Records)
+			if kc.Get(ForeignBatches)+nc.Get(ForeignBatches) != 0 {
+				t.Errorf("round %d: %d and %d destination batches taken for foreign", round, kc.Get(ForeignBatches), nc.Get(ForeignBatches))
+			}
+			reconciled += kc.Get(ReconciledBatches) + nc.Get(ReconciledBatches)
+			prev = next
+		}
+		if reconciled == 0 {
+			t.Error("nothing reconciled after the kills: the test does not cover joined batches past a checkpoint")
+		}
+		n := f.exactlyOnce()
+		checkJoinedHeaders(t, f)
+		t.Logf("after 2 kills in the middle of joined appends: %d committed records mirrored exactly once", n)
+	})
+}
+
+// checkJoinedHeaders checks the destination's batches against the source's:
+// a destination batch begins where a source batch of the same producer ID
+// (mapped) begins, with its epoch and base sequence; one that holds more
+// records than that source batch (a joined one) holds whole source batches
+// of that producer, with consecutive sequences. It fails the test if no
+// destination batch is a joined one.
+func checkJoinedHeaders(t *testing.T, f *fixture) {
+	t.Helper()
+	joins := 0
+	region, _ := transform.RegionOf(f.src.ID)
+	for part := range int32(2) {
+		src := mirrortest.RawHeaders(t, f.src, f.topic("t"), part)
+		dst := mirrortest.RawHeaders(t, f.dst, f.topic("t"), part)
+		var data []transform.Header // committed data batches: the ones mirrored
+		for _, h := range src {
+			if !h.Control() && h.NumRecords > 0 {
+				data = append(data, h)
+			}
+		}
+		// Aborted batches are not mirrored: a destination batch is
+		// matched with the source batches by record content elsewhere
+		// (verify); here by identity, skipping source batches of
+		// other producers' ranges.
+		i := 0
+		for _, d := range dst {
+			if d.ProducerID == -1 {
+				continue // a plain producer's batch: never joined
+			}
+			for i < len(data) && !(data[i].ProducerEpoch == d.ProducerEpoch && data[i].BaseSequence == d.BaseSequence &&
+				transform.MapPID(data[i].ProducerID, region) == d.ProducerID) {
+				i++
+			}
+			if i == len(data) {
+				t.Fatalf("%s[%d]: destination batch at %d (pid %d, epoch %d, sequence %d) begins where no source batch does",
+					f.topic("t"), part, d.BaseOffset, d.ProducerID, d.ProducerEpoch, d.BaseSequence)
+			}
+			records, k := int64(0), i
+			for ; k < len(data) && records < int64(d.NumRecords); k++ {
+				s := data[k]
+				if s.ProducerID != data[i].ProducerID || s.ProducerEpoch != d.ProducerEpoch || int64(s.BaseSequence) != int64(d.BaseSequence)+records {
+					t.Fatalf("%s[%d]: destination batch at %d holds %d records; source batch at %d (pid %d, sequence %d) does not continue it at record %d",
+						f.topic("t"), part, d.BaseOffset, d.NumRecords, s.BaseOffset, s.ProducerID, s.BaseSequence, records)
+				}
+				records += int64(s.NumRecords)
+			}
+			if records != int64(d.NumRecords) {
+				t.Fatalf("%s[%d]: destination batch at %d holds %d records, the source batches from %d %d", f.topic("t"), part, d.BaseOffset, d.NumRecords, data[i].BaseOffset, records)
+			}
+			if k-i > 1 {
+				joins++
+			}
+			i = k
+		}
+	}
+	if joins == 0 {
+		t.Error("no destination batch joins source batches")
+	}
+}
