@@ -23,15 +23,17 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 	t.Logf("from %s", from)
 
-	// A transactional link that joins batches holds a joined copy of
+	// A link that joins batches (either delivery) holds a joined copy of
 	// buffered batches in flight: its buffer counts twice.
-	txn := &config.Config{Links: []*config.Link{
+	joining := &config.Config{Links: []*config.Link{
 		{MaxBufferedBytes: 64 << 20, Delivery: config.DeliveryTransactional, CoalesceBytes: 1000000},
 		{MaxBufferedBytes: 16 << 20, Delivery: config.DeliveryTransactional},
 		{MaxBufferedBytes: 8 << 20, CoalesceBytes: 1000000},
+		{MaxBufferedBytes: 4 << 20},
 	}}
-	if limit, _ := applyMemoryLimit(txn, noEnv); limit != int64(2*64+16+8+48)<<20 {
-		t.Errorf("automatic limit with a joining transactional link %d, want %d", limit, int64(2*64+16+8+48)<<20)
+	want := int64(2*64+16+2*8+4+48) << 20
+	if limit, _ := applyMemoryLimit(joining, noEnv); limit != want {
+		t.Errorf("automatic limit with joining links %d, want %d", limit, want)
 	}
 
 	cfg.Agent.MemoryLimit = 300 << 20
