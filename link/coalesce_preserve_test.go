@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
 	"github.com/seed83556561/mirrord/internal/testkit/mirrortest"
 	"github.com/seed83556561/mirrord/transform"
 )
@@ -165,4 +166,49 @@ func checkJoinedHeaders(t *testing.T, f *fixture) {
 	if joins == 0 {
 		t.Error("no destination batch joins source batches")
 	}
+}
+
+// Preserve delivery's joining at each hop of a chain A→B→C (issue 23): A's
+// producers send small batches of every codec; the A→B link joins what
+// forms a backlog, under the producers' mapped IDs, and appends the rest as
+// it comes, so that B's topic holds runs of one (mapped) producer's
+// batches; the B→C link starts on B's whole topic as a backlog and joins
+// those again, under the same forwarded IDs. C holds every committed record
+// of A's producers once, in order (the chain's one ledger); verify finds
+// each hop exact, and at C each joined batch holds whole batches of B with
+// consecutive sequences.
+func TestChainCoalescing(t *testing.T) {
+	scenario(t, func(t *testing.T, e *env) {
+		a := e.cluster(t, "A", kafkatest.SourceClusterID)
+		b := e.cluster(t, "B", clusterIDWithRegion(t, kafkatest.SourceClusterID))
+		c := e.cluster(t, "C", kafkatest.DestClusterID)
+		first := e.mirroredBetween(t, a, b, "a-to-b", srcTopic("t", 2))
+		load := func(kind mirrortest.Kind, codec int, name string, n int) {
+			mirrortest.Load(t, a, first.p, kind, codec, first.topic(name), n, first.topics("t"), smallBatches)
+		}
+		for codec := range codecs {
+			load(idempotent, codec, fmt.Sprintf("before-%d", codec), 40)
+		}
+		ab := first.start("a-to-b")
+		ab.waitState(t, Mirroring, 60*time.Second)
+		for codec := range codecs {
+			load(idempotent, codec, fmt.Sprintf("during-%d", codec), 60)
+		}
+		load(transactional, 2, "txn", 50)
+		first.waitMirrored(90 * time.Second)
+		ab.stop(t, false)
+
+		second := e.mirroredBetween(t, b, c, "b-to-c", lateTopic("t"))
+		second.p = first.p // the chain's one ledger: A's producers' records
+		bc := second.start("b-to-c")
+		second.waitMirrored(90*time.Second, "t")
+		n := second.exactlyOnce("t")
+		abc, bcc := ab.Status().Counters, bc.Status().Counters
+		t.Logf("A→B joined %d batches of %d source batches; B→C %d of %d; C holds %d committed records once, in order",
+			abc.Get(BatchesCoalesced), abc.Get(SourceBatchesCoalesced), bcc.Get(BatchesCoalesced), bcc.Get(SourceBatchesCoalesced), n)
+		if abc.Get(BatchesCoalesced) == 0 || bcc.Get(BatchesCoalesced) == 0 {
+			t.Errorf("joined batches: %d at B, %d at C; want both hops to join", abc.Get(BatchesCoalesced), bcc.Get(BatchesCoalesced))
+		}
+		checkJoinedHeaders(t, second)
+	})
 }
