@@ -173,15 +173,24 @@ func crashPastCheckpointEvery(t *testing.T, f *fixture, name, base string, inter
 		}
 	}
 	a.stop(t, true)
+	return checkpointBelowEnd(t, f, base)
+}
+
+// checkpointBelowEnd returns the destination offset of the link's last
+// checkpoint of partition 0 of topic base, the one topic the link mirrors,
+// and fails the test when it covers the whole destination partition:
+// nothing would be left to reconcile.
+func checkpointBelowEnd(t *testing.T, f *fixture, base string) int64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	view, err := replayState(ctx, f.dst, f.stateTopic())
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := endOffset(t, f.dst, topic, 0)
+	end := endOffset(t, f.dst, f.topic(base), 0)
 	for k, ck := range view.Checkpoints {
-		if k.LinkName == f.cfg.Link.Name {
+		if k.LinkName == f.cfg.Link.Name && k.Partition == 0 {
 			if ck.DestNextOffset >= end {
 				t.Fatalf("the last checkpoint (destination offset %d) covers the whole destination (%d): nothing left to reconcile; the test did not set up its tail", ck.DestNextOffset, end)
 			}

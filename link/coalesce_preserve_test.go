@@ -1,7 +1,6 @@
 package link
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -64,7 +63,7 @@ func TestPreserveCoalescing(t *testing.T) {
 			killed.waitState(t, Mirroring, 60*time.Second)
 			waitCaughtUp(t, killed, end-1, 60*time.Second) // the last offsets may be a marker
 			killed.stop(t, true)
-			ck := lastCheckpointBelow(t, f)
+			ck := checkpointBelowEnd(t, f, "t")
 			next := f.start(fmt.Sprintf("B%d", round))
 			next.waitState(t, Mirroring, 60*time.Second)
 			rep := f.waitMirrored(90 * time.Second)
@@ -83,30 +82,6 @@ func TestPreserveCoalescing(t *testing.T) {
 		checkJoinedHeaders(t, f)
 		t.Logf("after 2 kills with joined batches past the checkpoint: %d committed records mirrored exactly once", n)
 	})
-}
-
-// lastCheckpointBelow returns the destination offset of the link's last
-// checkpoint of partition 0 of topic t, and fails the test when it covers
-// the whole destination partition: nothing would be left to reconcile.
-func lastCheckpointBelow(t *testing.T, f *fixture) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	view, err := replayState(ctx, f.dst, f.stateTopic())
-	if err != nil {
-		t.Fatal(err)
-	}
-	end := endOffset(t, f.dst, f.topic("t"), 0)
-	for k, ck := range view.Checkpoints {
-		if k.LinkName == f.cfg.Link.Name && k.Partition == 0 { // the link mirrors one topic
-			if ck.DestNextOffset >= end {
-				t.Fatalf("the last checkpoint (destination offset %d) covers the whole destination (%d): nothing left to reconcile; the test did not set up its tail", ck.DestNextOffset, end)
-			}
-			return ck.DestNextOffset
-		}
-	}
-	t.Fatal("no checkpoint of the link")
-	return 0
 }
 
 // checkJoinedHeaders checks the destination's batches against the source's:

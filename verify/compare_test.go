@@ -382,17 +382,7 @@ func TestComparatorBeyondWindow(t *testing.T) {
 		{base: 0, pid: -1, recs: trecs("big", window+10, 0)},
 		{base: window + 10, pid: -1, recs: trecs("next", 3, 0)},
 	}
-	dst := mirrorBatches(src)[1:]
-	c := comparator{
-		src:  cursor{next: sliceFeed(flatten(src, false))},
-		dst:  cursor{next: sliceFeed(flatten(dst, true))},
-		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
-	}
-	out, err := c.run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkDiff(t, out.diff, &wantDiff{FieldKey, 0, 0})
+	checkPreserveCompare(t, src, mirrorBatches(src)[1:], &wantDiff{FieldKey, 0, 0})
 }
 
 // An error from a feed ends the comparison with that error, not a verdict.
@@ -555,11 +545,19 @@ func TestComparatorTransactional(t *testing.T) {
 // checks the first difference against want (nil: none).
 func checkTxnCompare(t *testing.T, src, dst []tbatch, want *wantDiff) {
 	t.Helper()
+	checkCompare(t, src, dst, true, want)
+}
+
+// checkCompare compares src with dst, a transactional mirror's (txn) or a
+// preserve-delivery mirror's, and checks the first difference against want
+// (nil: none).
+func checkCompare(t *testing.T, src, dst []tbatch, txn bool, want *wantDiff) {
+	t.Helper()
 	c := comparator{
 		src:  cursor{next: sliceFeed(flatten(src, false))},
 		dst:  cursor{next: sliceFeed(flatten(dst, true))},
 		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
-		txn:  true,
+		txn:  txn,
 	}
 	out, err := c.run(context.Background())
 	if err != nil {
@@ -618,16 +616,7 @@ func TestComparatorTransactionalJoined(t *testing.T) {
 // and checks the first difference against want (nil: none).
 func checkPreserveCompare(t *testing.T, src, dst []tbatch, want *wantDiff) {
 	t.Helper()
-	c := comparator{
-		src:  cursor{next: sliceFeed(flatten(src, false))},
-		dst:  cursor{next: sliceFeed(flatten(dst, true))},
-		pids: newPIDCheck(testRegion, kafkatest.SourceClusterID, tp.Partition{}, nil),
-	}
-	out, err := c.run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkDiff(t, out.diff, want)
+	checkCompare(t, src, dst, false, want)
 }
 
 // joinRuns is what preserve delivery's coalescing makes of src: each group
