@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seed83556561/mirrord/internal/testkit/kafkatest"
@@ -50,6 +52,18 @@ func TestPreserveCoalescing(t *testing.T) {
 		t.Logf("first session: %d source batches appended as %d joined batches, of %d batches mirrored", sources, joined, c.Get(BatchesMirrored))
 		if joined == 0 || sources < 2*joined {
 			t.Fatalf("coalescing: %d joined batches of %d source batches; want the backlog's runs joined", joined, sources)
+		}
+		// The metrics: the joins' time, and a histogram sample per
+		// joined batch, of its source batches.
+		if sumJoinSeconds(a) == 0 {
+			t.Error("mirrord_coalesce_seconds_total is 0 after joins")
+		}
+		var d dto.Metric
+		if err := a.met.m.joinSources.WithLabelValues(a.met.name).(prometheus.Histogram).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		if h := d.GetHistogram(); int64(h.GetSampleCount()) != joined || int64(h.GetSampleSum()) != sources {
+			t.Errorf("mirrord_coalesced_source_batches: %d samples of sum %v; want %d of sum %d", h.GetSampleCount(), h.GetSampleSum(), joined, sources)
 		}
 		checkJoinedHeaders(t, f)
 
