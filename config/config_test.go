@@ -463,7 +463,7 @@ func TestParseProblems(t *testing.T) {
 	}, {
 		name: "memory limit below the minimum",
 		src:  "agent {\n  memory_limit = \"16MiB\"\n}\n" + withLink(),
-		want: []string{`t.hcl:2:18: agent.memory_limit: 16777216 bytes is less than the minimum of 32MiB (remove it to use the sum of the links' max_buffered_bytes (twice for a transactional link that joins batches) plus 48MiB, or set GOMEMLIMIT=off in the environment for no limit)`},
+		want: []string{`t.hcl:2:18: agent.memory_limit: 16777216 bytes is less than the minimum of 32MiB (remove it to use the sum of the links' max_buffered_bytes (twice for a link that joins batches) plus 48MiB, or set GOMEMLIMIT=off in the environment for no limit)`},
 	}, {
 		name:    "env override of a new link key",
 		src:     withLink(),
