@@ -1382,6 +1382,13 @@ func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands
 		if !b.h.Dense() || int64(dh.NumRecords) <= int64(b.h.LastOffsetDelta)+1 {
 			continue
 		}
+		// One producer's run (preserve delivery): the sequence says
+		// where b lies in it, and the identity whether it may, before
+		// anything is decoded.
+		at := int64(b.h.BaseSequence) - int64(dh.BaseSequence)
+		if !x.Stamped && (at < 0 || !x.producerPart(b, dh, at)) {
+			continue
+		}
 		if run == nil {
 			var err error
 			if run, err = twin.NewRun(x.reenc, d); err != nil {
@@ -1393,9 +1400,7 @@ func (x *job) runAround(ctx context.Context, pred *srcBatch, claimed bool, cands
 			return nil, err
 		}
 		if !x.Stamped {
-			// One producer's run: the sequence says where b lies in it.
-			at := int64(b.h.BaseSequence) - int64(dh.BaseSequence)
-			if at < 0 || !x.producerPart(b, dh, at) || !run.Holds(part, b.h.BaseOffset, int(at)) {
+			if !run.Holds(part, b.h.BaseOffset, int(at)) {
 				continue
 			}
 			s := b.h.BaseOffset - at
