@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"How far behind the link is in time, its most lagging partition's: 0 when caught up, else the age of the oldest record fetched and not yet mirrored (before it is fetched, of the last record mirrored, an upper bound), by the source records' timestamps."),
 		partitions:   gauge("link_partitions", "Destination partitions the link mirrors into."),
 		partitionLag: gauge("partition_lag_records", "Source high watermark minus the next offset to mirror, per partition; only for links with at most 256 partitions.", "topic", "partition"),
-		joinSeconds:  counter("coalesce_seconds_total", "Time spent joining runs of small batches into one (coalesce_bytes), by codec: re-framing the records of uncompressed batches, decompressing and compressing again compressed ones. It runs on one goroutine per append (transactional delivery) or on the link's pipeline goroutine (preserve delivery), so it is CPU time.", "codec"),
+		joinSeconds:  counter("coalesce_seconds_total", "Time spent joining runs of small batches into one (coalesce_bytes), by codec: re-framing the records of uncompressed batches, decompressing and compressing again compressed ones. It runs on one goroutine per append (transactional delivery) or on one of at most GOMAXPROCS join workers of the session (preserve delivery), so it is CPU time.", "codec"),
 		joinSources: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "mirrord", Name: "coalesced_source_batches",
 			Help:    "Source batches per destination batch that joined a run (coalesce_bytes; in preserve delivery one producer's consecutive batches); batches appended alone are not observed.",
 			Buckets: []float64{2, 4, 8, 16, 32, 64, 128, 256, 512}}, []string{"link"}),
@@ -139,7 +139,7 @@ func (lm *linkMetrics) joinedRun(n int) {
 }
 
 // joinTime records one join of batches of codec c that took d (preserve
-// delivery: the pipeline's goroutine joins).
+// delivery: a session's join worker, session.join).
 func (lm *linkMetrics) joinTime(d time.Duration, c int8) {
 	name := "unknown"
 	if c >= 0 && int(c) < len(codecLabels) {

@@ -15,8 +15,8 @@ import (
 // phase instead of a set of flags (DESIGN §12).
 //
 //	reconciling ──▶ admitting ──▶ idle ⇄ appending ⇄ settling
-//	                                 ⇅
-//	                              salting
+//	                                 ⇅  ↘        ↗
+//	                              salting joining
 //	any ──▶ removed (the source confirmed the partition gone)
 type phase uint8
 
@@ -33,6 +33,10 @@ const (
 	phaseIdle
 	// phaseSalting: its head batch waits for a collision salt to commit.
 	phaseSalting
+	// phaseJoining: a run of its batches from the head is being joined
+	// into one (coalesce.go), off the pipeline's goroutine; nothing of it
+	// is with the appender yet.
+	phaseJoining
 	// phaseAppending: its head batch is with the appender.
 	phaseAppending
 	// phaseSettling: its head batch's append outcome is unknown and is
@@ -42,7 +46,7 @@ const (
 	phaseRemoved
 )
 
-var phaseNames = [...]string{"reconciling", "admitting", "idle", "salting", "appending", "settling", "removed"}
+var phaseNames = [...]string{"reconciling", "admitting", "idle", "salting", "joining", "appending", "settling", "removed"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -81,9 +85,12 @@ type partition struct {
 
 	// The head batch while it is with the appender or being settled.
 	// run is how many queued items from the head it holds: above 1 when
-	// it joins a run of one producer's batches (coalesce.go).
+	// it joins a run of one producer's batches (coalesce.go). While the
+	// run is joined (phaseJoining), dec is the head's decision alone and
+	// joinDec the run's.
 	dec         twin.Decision
 	run         int
+	joinDec     transform.Decision
 	tag         uint64
 	refetchedAt int64 // source offset of the last batch refetched after CORRUPT_MESSAGE; -1 none
 

@@ -57,13 +57,9 @@ type PipelineConfig struct {
 	MaxReconciling int
 	// CoalesceBytes is coalesce_bytes: a run of one producer's batches
 	// of a partition with a backlog is appended as one batch of at most
-	// this many bytes (coalesce.go); 0: never.
+	// this many bytes (coalesce.go); 0: never. The join itself is the
+	// driver's (DoJoin), off the pipeline's goroutine.
 	CoalesceBytes int64
-	// Join joins a run's batches (transform.Reencoder.Join into a new
-	// buffer). It is called on the pipeline's goroutine; a session's
-	// times it for mirrord_coalesce_seconds_total. nil: the pipeline's
-	// own Reencoder.
-	Join func(bs [][]byte, m transform.MergeHeader) ([]byte, error)
 }
 
 // Defaults of PipelineConfig.
@@ -205,6 +201,8 @@ func (pl *Pipeline) Step(now time.Time, ev Input) []Action {
 		pl.appended(e.Result)
 	case InSettled:
 		pl.settled(e)
+	case InJoined:
+		pl.joined(e)
 	case InCommitted:
 		pl.committed(e)
 	case InDiscovered:
@@ -486,7 +484,7 @@ func (pl *Pipeline) next(p *partition) {
 				pl.log(hclog.Warn, "mapped producer ID held by another origin and neither can move (both forwarded by upstream mirrors); appended under the shared PID",
 					"destination", p.Dst.String(), "source_offset", it.hdr.BaseOffset, "pid", d.PSM.Mapped, "holder", d.PSM.Holder.String())
 			}
-			if n := producerRun(p.queue[p.head:], d, p.limit); n > 1 && pl.submitRun(p, d, n) {
+			if n := producerRun(p.queue[p.head:], d, p.limit); n > 1 && pl.joinRun(p, d, n) {
 				return
 			}
 			pl.submit(p, d, 1)
@@ -514,21 +512,21 @@ func (pl *Pipeline) submit(p *partition, d twin.Decision, run int) {
 	pl.emit(DoSubmit{Request: appender.Request{Partition: p.Dst, Batch: d.Out, Tag: p.tag}})
 }
 
-// submitRun submits the first n queued batches of p, of one producer and
-// its head decided d, as one batch (coalesce.go: producerRun): the batch
-// that producer would have sent with a longer linger, under the run's
-// producer-state decision. It reports false, and submits nothing, when
-// the run cannot be joined after all (its records do not decode, it comes
-// out above the partition's limit, or the producer state decides the run
-// otherwise than its head): the head then goes alone.
-func (pl *Pipeline) submitRun(p *partition, d twin.Decision, n int) bool {
+// joinRun asks for the first n queued batches of p, of one producer and its
+// head decided d, joined into one batch (coalesce.go: producerRun): the
+// batch that producer would have sent with a longer linger, under the
+// run's producer-state decision. The driver joins them off the pipeline's
+// goroutine (DoJoin), and the partition waits in phaseJoining for the
+// answer (joined). It reports false, and asks for nothing, when the
+// producer state decides the run otherwise than its head: the head then
+// goes alone.
+func (pl *Pipeline) joinRun(p *partition, d twin.Decision, n int) bool {
 	items := p.queue[p.head : p.head+n]
 	h := items[0].hdr
-	last := items[n-1].hdr
-	joined := h
-	joined.LastOffsetDelta = int32(last.NextOffset() - h.BaseOffset - 1)
-	joined.NumRecords = joined.LastOffsetDelta + 1
-	rd := p.psm.Decide(transform.InfoOf(joined, pl.src.Cluster, pl.src.Region))
+	run := h
+	run.LastOffsetDelta = int32(items[n-1].hdr.NextOffset() - h.BaseOffset - 1)
+	run.NumRecords = run.LastOffsetDelta + 1
+	rd := p.psm.Decide(transform.InfoOf(run, pl.src.Cluster, pl.src.Region))
 	if rd.Kind != d.PSM.Kind || rd.Mapped != d.PSM.Mapped {
 		return false
 	}
@@ -536,16 +534,29 @@ func (pl *Pipeline) submitRun(p *partition, d twin.Decision, n int) bool {
 	for i := range items {
 		bs[i] = items[i].raw
 	}
-	join := pl.cfg.Join
-	if join == nil {
-		join = func(bs [][]byte, m transform.MergeHeader) ([]byte, error) { return pl.reenc.Join(nil, bs, m) }
-	}
-	out, err := join(bs, transform.MergeHeader{ProducerID: rd.Mapped, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
-	if err != nil || int64(len(out)) > p.limit {
-		return false
-	}
-	pl.submit(p, twin.Decision{Verdict: twin.Forward, PSM: rd, Out: out}, n)
+	pl.tags++
+	p.tag, p.dec, p.joinDec, p.run, p.phase = pl.tags, d, rd, n, phaseJoining
+	pl.emit(DoJoin{Dst: p.Dst, Tag: p.tag, Batches: bs,
+		Header: transform.MergeHeader{ProducerID: rd.Mapped, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence}})
 	return true
+}
+
+// joined submits the batch a DoJoin made. A run that could not be joined
+// after all (its records do not decode) or came out above the partition's
+// limit (a compressed run that compressed worse together) is not sent:
+// its head goes alone, as decided before the join, and the next batches
+// are decided again after it.
+func (pl *Pipeline) joined(e InJoined) {
+	p := pl.byDst[e.Dst]
+	if p == nil || p.phase != phaseJoining || e.Tag != p.tag {
+		return // of a join the pipeline gave up on (a stop, the partition gone)
+	}
+	p.phase = phaseIdle
+	if e.Err != nil || int64(len(e.Out)) > p.limit {
+		pl.submit(p, p.dec, 1)
+		return
+	}
+	pl.submit(p, twin.Decision{Verdict: twin.Forward, PSM: p.joinDec, Out: e.Out}, p.run)
 }
 
 // ---- append results ----
@@ -1337,7 +1348,9 @@ func (pl *Pipeline) stop(state State) {
 	pl.salts = nil
 	for _, p := range pl.parts {
 		switch p.phase {
-		case phaseSalting:
+		case phaseSalting, phaseJoining:
+			// phaseJoining: the join's answer is ignored; nothing
+			// of the run was sent.
 			p.phase = phaseIdle
 		case phaseReconciling:
 			p.rc.active = false

@@ -11,6 +11,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/kafka/leaders"
 	"github.com/seed83556561/mirrord/internal/kafka/tp"
 	"github.com/seed83556561/mirrord/statestore"
+	"github.com/seed83556561/mirrord/transform"
 )
 
 // The pipeline's inputs (In*) and actions (Do*). The driver turns what the
@@ -129,6 +130,15 @@ type InPlaced struct {
 	Later bool
 }
 
+// InJoined is the batch a DoJoin asked for, or why it could not be made
+// (transform.Reencoder.Join).
+type InJoined struct {
+	Dst tp.Key
+	Tag uint64
+	Out []byte
+	Err error
+}
+
 // InCheckpointDue says checkpoint_interval elapsed.
 type InCheckpointDue struct{}
 
@@ -159,6 +169,7 @@ func (InSettled) input()       {}
 func (InCommitted) input()     {}
 func (InDiscovered) input()    {}
 func (InPlaced) input()        {}
+func (InJoined) input()        {}
 func (InCheckpointDue) input() {}
 func (InDiscoveryDue) input()  {}
 func (InTick) input()          {}
@@ -182,6 +193,17 @@ type DoAssign struct {
 
 // DoUnassign stops fetching a source partition.
 type DoUnassign struct{ Src tp.Partition }
+
+// DoJoin asks for Batches, a run of one producer's batches of Dst's source
+// (coalesce.go), joined into one batch with Header
+// (transform.Reencoder.Join into a new buffer), answered with an InJoined
+// of the same Tag. The batches are the pipeline's and must only be read.
+type DoJoin struct {
+	Dst     tp.Partition
+	Tag     uint64
+	Batches [][]byte
+	Header  transform.MergeHeader
+}
 
 // DoRelease gives a fetch result's pin back to the fetcher.
 type DoRelease struct{ Pin fetcher.Pin }
@@ -262,6 +284,7 @@ type DoLog struct {
 func (DoAssign) action()          {}
 func (DoUnassign) action()        {}
 func (DoRelease) action()         {}
+func (DoJoin) action()            {}
 func (DoSubmit) action()          {}
 func (DoSettle) action()          {}
 func (DoReadTail) action()        {}

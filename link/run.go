@@ -188,6 +188,8 @@ func (s *session) step(ev Input) stepped {
 			}
 		case DoSettle:
 			s.work(func(ctx context.Context) Input { return s.settle(ctx, a) })
+		case DoJoin:
+			s.work(func(ctx context.Context) Input { return s.join(ctx, a) })
 		case DoReadTail:
 			s.work(func(ctx context.Context) Input { return s.readTail(ctx, a) })
 		case DoLookupSourceEnd:

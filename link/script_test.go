@@ -64,6 +64,7 @@ var handlers = map[string]handler{
 	"fetch":         (*script).fetch,
 	"appended":      (*script).appended,
 	"settled":       (*script).settled,
+	"joined":        (*script).joined,
 	"committed":     (*script).committed,
 	"tailread":      (*script).tailRead,
 	"sourceend":     (*script).sourceEnd,
@@ -96,6 +97,7 @@ type script struct {
 	saltsN int64
 	tags   map[tp.Key]uint64 // the last submit tag per destination partition
 	sent   map[uint64][]byte // the batch submitted under each tag
+	joins  map[uint64]DoJoin // the joins asked for, by tag
 	commit uint64            // the last commit ID
 	ids    map[[16]byte]string
 }
@@ -109,6 +111,7 @@ func newScript(t *testing.T) *script {
 		freed: map[fetcher.Pin]int{},
 		tags:  map[tp.Key]uint64{},
 		sent:  map[uint64][]byte{},
+		joins: map[uint64]DoJoin{},
 		ids:   map[[16]byte]string{},
 	}
 	s.now = s.base
@@ -172,6 +175,9 @@ func (s *script) track(acts []Action) {
 		case DoSubmit:
 			s.tags[a.Request.Partition.Key()] = a.Request.Tag
 			s.sent[a.Request.Tag] = a.Request.Batch
+		case DoJoin:
+			s.tags[a.Dst.Key()] = a.Tag
+			s.joins[a.Tag] = a
 		case DoSettle:
 			if !slices.Equal(a.Want, s.sent[a.Tag]) {
 				s.fatalf("settle of tag %d looks for another batch than the one submitted under it", a.Tag)
@@ -385,6 +391,34 @@ func (s *script) settled(td *datadriven.TestData) string {
 			in.Err = errors.New(s.str(a))
 		default:
 			s.fatalf("settled: unknown key %q", a.Key)
+		}
+	}
+	return s.step(in)
+}
+
+// joined PART [tag=N] [err=MSG]: the answer to a DoJoin, by default the
+// batches joined as the driver joins them (transform.Reencoder.Join).
+func (s *script) joined(td *datadriven.TestData) string {
+	pr, args := s.partArg(td.CmdArgs)
+	in := InJoined{Dst: pr.Dst.Key(), Tag: s.tags[pr.Dst.Key()]}
+	for _, a := range args {
+		switch a.Key {
+		case "tag":
+			in.Tag = uint64(s.int(a))
+		case "err":
+			in.Err = errors.New(s.str(a))
+		default:
+			s.fatalf("joined: unknown key %q", a.Key)
+		}
+	}
+	if in.Err == nil {
+		j, ok := s.joins[in.Tag]
+		if !ok {
+			s.fatalf("joined: no join asked for under tag %d", in.Tag)
+		}
+		var err error
+		if in.Out, err = transform.NewReencoder().Join(nil, j.Batches, j.Header); err != nil {
+			in.Err = err
 		}
 	}
 	return s.step(in)
@@ -907,6 +941,14 @@ func (s *script) format(a Action) string {
 	case DoSubmit:
 		r := a.Request
 		return fmt.Sprintf("submit %s%s tag=%d %s", s.tpName(r.Partition), s.idSuffix(r.Partition, "dst:"), r.Tag, s.batchString(r.Batch))
+	case DoJoin:
+		records := 0
+		for _, b := range a.Batches {
+			h, _ := transform.ParseHeader(b)
+			records += int(h.NumRecords)
+		}
+		return fmt.Sprintf("join %s%s tag=%d batches=%d n=%d seq=%d epoch=%d pid=%s", s.tpName(a.Dst), s.idSuffix(a.Dst, "dst:"), a.Tag,
+			len(a.Batches), records, a.Header.BaseSequence, a.Header.ProducerEpoch, s.pidName(a.Header.ProducerID))
 	case DoSettle:
 		out := fmt.Sprintf("settle %s%s from=%d tag=%d delay=%s early=%s", s.tpName(a.Dst), s.idSuffix(a.Dst, "dst:"), a.From, a.Tag, a.Delay, a.EarlyAfter)
 		if a.SentTo != nil {

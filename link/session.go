@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,9 @@ type session struct {
 	// reconciling partition.
 	inputs  *mailbox.Box[Input]
 	commits chan DoCommit // to the committer; the pipeline keeps one in flight
+	// joiners are the Reencoders of the joins in preserve delivery
+	// (DoJoin, join): a bounded pool that also bounds how many run.
+	joiners chan *transform.Reencoder
 	// queries are other goroutines' reads of the pipeline (online.ask),
 	// run by the event loop; logs translates offsets over clients of the
 	// session's own.
@@ -118,6 +122,7 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		inputs:  mailbox.New[Input](),
 		commits: make(chan DoCommit, 1),
 		queries: make(chan query),
+		joiners: newJoiners(),
 	}
 	// The session's goroutines outlive ctx: when the agent stops, appends
 	// in flight drain and a final checkpoint commits before close cancels
@@ -217,7 +222,6 @@ func (l *Link) begin(ctx context.Context, standby standbyMode, last *handover) (
 		ExhaustGrace:        l.cfg.Tuning.ExhaustGrace,
 		MaxReconciling:      l.cfg.Tuning.MaxReconciling,
 		CoalesceBytes:       l.cfg.Link.CoalesceBytes,
-		Join:                s.joiner(),
 	})
 	s.goRun(func() error { return s.fetch.Run(s.ctx) })
 	s.goRun(func() error { return s.app.Run(s.ctx) })
@@ -478,22 +482,37 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 	return out, later, nil
 }
 
-// joiner is the preserve pipeline's Join: transform.Reencoder.Join into a
-// new buffer (the append's until it is answered), with the time it took
-// counted in mirrord_coalesce_seconds_total. It runs on the pipeline's
-// goroutine only, so one Reencoder serves it.
-func (s *session) joiner() func(bs [][]byte, m transform.MergeHeader) ([]byte, error) {
-	re := transform.NewReencoder()
-	return func(bs [][]byte, m transform.MergeHeader) ([]byte, error) {
-		start := time.Now()
-		out, err := re.Join(nil, bs, m)
-		if len(bs) > 0 {
-			if h, herr := transform.ParseHeader(bs[0]); herr == nil {
-				s.l.met.joinTime(time.Since(start), h.Compression())
-			}
-		}
-		return out, err
+// join carries out a DoJoin off the event loop (on the session's work
+// group): the run's batches joined into a new buffer, the append's until
+// it is answered, with the time it took counted in
+// mirrord_coalesce_seconds_total. At most GOMAXPROCS joins run at once,
+// each with a Reencoder of the session's (joiners); the others wait for
+// one.
+func (s *session) join(ctx context.Context, a DoJoin) Input {
+	var re *transform.Reencoder
+	select {
+	case re = <-s.joiners:
+	case <-ctx.Done():
+		return nil
 	}
+	defer func() { s.joiners <- re }()
+	start := time.Now()
+	out, err := re.Join(nil, a.Batches, a.Header)
+	if h, herr := transform.ParseHeader(a.Batches[0]); herr == nil {
+		s.l.met.joinTime(time.Since(start), h.Compression())
+	}
+	return InJoined{Dst: a.Dst.Key(), Tag: a.Tag, Out: out, Err: err}
+}
+
+// newJoiners is the session's pool of Reencoders for joins: GOMAXPROCS of
+// them, which bounds how many joins run at once.
+func newJoiners() chan *transform.Reencoder {
+	n := runtime.GOMAXPROCS(0)
+	ch := make(chan *transform.Reencoder, n)
+	for range n {
+		ch <- transform.NewReencoder()
+	}
+	return ch
 }
 
 // joinSettings reads what coalescing needs to know of the topics (a
