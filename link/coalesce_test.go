@@ -9,6 +9,7 @@ import (
 	"github.com/seed83556561/mirrord/internal/testkit/batchtest"
 	"github.com/seed83556561/mirrord/transform"
 	"github.com/seed83556561/mirrord/translate"
+	"github.com/seed83556561/mirrord/twin"
 )
 
 // fetchedSpecs is a fetch result of partition 0 with the given batches
@@ -182,6 +183,50 @@ func TestTxnPlanJoinLimitOf(t *testing.T) {
 		ap := actionsOf[txnDoAppend](p.step(txnT0, txnInFetched{r: fetchedSpecs(18, 2, 0, 10, 12, 14, 16)}))
 		if len(ap) != 1 || len(ap[0].run)+1 != tc.want || ap[0].limit != tc.limit {
 			t.Errorf("%s: first append %+v, want a run of %d, its joined batch at most %d bytes", tc.name, ap, tc.want, tc.limit)
+		}
+	}
+}
+
+// Guards that only small batches are joined, in either delivery: a batch
+// of joinBelow bytes or more goes alone, and ends a run before it (1 MiB
+// source batches of zstd or gzip, a few hundred KB each, were joined and
+// compressed again for nothing).
+func TestJoinOnlySmallBatches(t *testing.T) {
+	batch := func(base int64, values int, seq int32) (raw []byte, h transform.Header) {
+		recs := make([]batchtest.Record, 2)
+		for i := range recs {
+			recs[i] = batchtest.Record{Key: []byte{'k', byte(i)}, Value: make([]byte, values), OffsetDelta: -1}
+		}
+		raw = batchtest.Build(batchtest.Spec{BaseOffset: base, PID: 7, Epoch: 0, BaseSequence: seq, FirstTimestamp: 1_700_000_000_000, Records: recs})
+		h, _ = transform.ParseHeader(raw)
+		return raw, h
+	}
+	small1, h1 := batch(100, 100, 0)
+	small2, h2 := batch(102, 100, 2)
+	big, h3 := batch(104, joinBelow/2, 4)
+	small3, h4 := batch(106, 100, 6)
+	if len(big) < joinBelow || len(small1) >= joinBelow {
+		t.Fatalf("batch sizes %d and %d around joinBelow %d", len(small1), len(big), joinBelow)
+	}
+	items := []item{
+		{raw: small1, hdr: h1, from: 100, end: 102},
+		{raw: small2, hdr: h2, from: 100, end: 104},
+		{raw: big, hdr: h3, from: 100, end: 106},
+		{raw: small3, hdr: h4, from: 100, end: 108},
+	}
+	d := twin.Decision{Verdict: twin.Forward, PSM: transform.Decision{Kind: transform.KindAppend}}
+	for i, want := range []int{2, 1, 1, 1} {
+		if got := producerRun(items[i:], d, 10<<20); got != want {
+			t.Errorf("preserve: a run from batch %d of %d batches, want %d", i, got, want)
+		}
+	}
+	var qs []txnQueued
+	for _, it := range items {
+		qs = append(qs, txnQueued{raw: it.raw, hdr: it.hdr, end: it.end})
+	}
+	for i, want := range []int{2, 1, 1, 1} {
+		if got := runLength(qs[i:], 10<<20); got != want {
+			t.Errorf("transactional: a run from batch %d of %d batches, want %d", i, got, want)
 		}
 	}
 }
