@@ -292,10 +292,11 @@ link "dc1_to_cloud" {
   max_buffered_bytes = "128MiB"
 
   # When a partition has a backlog of small batches (several fetched and
-  # waiting), a run of its consecutive batches (same codec, no gap between
-  # their offsets) is appended as one destination batch of at most this
-  # many bytes, which costs the destination broker one batch's validation
-  # instead of one per source batch. In preserve delivery a run is one
+  # waiting, each under 64 KiB), a run of its consecutive batches (same
+  # codec, no gap between their offsets) is appended as one destination
+  # batch of at most this many bytes, which costs the destination broker
+  # one batch's validation instead of one per source batch. Larger batches
+  # are appended as they are. In preserve delivery a run is one
   # producer's batches with consecutive sequences (same producer ID and
   # epoch), joined into the batch that producer would have sent with a
   # longer linger: its mapped producer ID, epoch and first base sequence;
