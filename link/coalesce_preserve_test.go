@@ -159,10 +159,10 @@ func checkJoinedHeaders(t *testing.T, f *fixture) {
 
 // Preserve delivery's joining at each hop of a chain A→B→C (issue 23): A's
 // producers send small batches of every codec; the A→B link joins what
-// forms a backlog, under the producers' mapped IDs, and appends the rest as
-// it comes, so that B's topic holds runs of one (mapped) producer's
-// batches; the B→C link starts on B's whole topic as a backlog and joins
-// those again, under the same forwarded IDs. C holds every committed record
+// forms a backlog into runs of at most 2 KB, under the producers' mapped
+// IDs, so that B's topic holds runs of one (mapped) producer's batches;
+// the B→C link starts on B's whole topic as a backlog and joins those
+// again, under the same forwarded IDs. C holds every committed record
 // of A's producers once, in order (the chain's one ledger); verify finds
 // each hop exact, and at C each joined batch holds whole batches of B with
 // consecutive sequences.
@@ -172,6 +172,12 @@ func TestChainCoalescing(t *testing.T) {
 		b := e.cluster(t, "B", clusterIDWithRegion(t, kafkatest.SourceClusterID))
 		c := e.cluster(t, "C", kafkatest.DestClusterID)
 		first := e.mirroredBetween(t, a, b, "a-to-b", srcTopic("t", 2))
+		// A→B joins runs of two or three of A's small batches, so that
+		// B's topic holds runs of one producer's batches for B→C to
+		// join again. With the default limit A→B joined whole backlogs
+		// and appended the rest as it came, and whether B held any run
+		// at all was a matter of timing (on Kafka 4.4.0 in CI, none).
+		first.cfg.Link.CoalesceBytes = 2048
 		load := func(kind mirrortest.Kind, codec int, name string, n int) {
 			mirrortest.Load(t, a, first.p, kind, codec, first.topic(name), n, first.topics("t"), smallBatches)
 		}
