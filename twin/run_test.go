@@ -249,6 +249,30 @@ func TestWalkerProducerRuns(t *testing.T) {
 	if steps, _ := walk(false, mixed, dst); fmt.Sprint(steps) != fmt.Sprint([]Step{StepPart, StepPart, StepMatch}) {
 		t.Errorf("by content alone: steps %v, want [part part match]", steps)
 	}
+	// The source's log start moved into the run's first batch after the
+	// link joined it whole (DeleteRecords): fetched from inside it, the
+	// batch is still the run's first part, taken whole (TestReconcile-
+	// AfterDeleteRecords duplicated records in CI when the crashed
+	// session had joined that batch).
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 101, 0)
+	w.ProducerRuns()
+	var inside []Step
+	for i, raw := range one {
+		h, _ := transform.ParseHeader(raw)
+		from := h.BaseOffset
+		if i == 0 {
+			from++
+		}
+		st, err := w.Compare(raw, h, from, joined(one, 10), clock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inside = append(inside, st)
+	}
+	if want := []Step{StepPart, StepPart, StepMatch}; fmt.Sprint(inside) != fmt.Sprint(want) {
+		t.Errorf("log start inside the run's first batch: steps %v, want %v", inside, want)
+	}
+
 	// A sequence gap inside the run (the source producer's batch 12 is
 	// missing, the next says 14): not placed.
 	gap := build([]int64{5, 5, 5}, []int32{10, 13, 14}, 2, 1, 3)

@@ -313,6 +313,19 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 			return 0, err
 		}
 		ok := alone.Verdict == Forward && w.sameProducer(dh, alone, h, 0) && run.Holds(part, from, 0)
+		if !ok && from > h.BaseOffset {
+			// The source's log start moved into the batch after the
+			// link joined it whole (DeleteRecords, retention): a run's
+			// first part taken whole, as Same's Whole is for a batch
+			// alone.
+			whole, err := Decide(w.psm, w.src, w.reenc, nil, raw, h, h.BaseOffset, true)
+			if err != nil {
+				return 0, err
+			}
+			if whole.Verdict == Forward && w.sameProducer(dh, whole, h, 0) && run.Holds(part, h.BaseOffset, 0) {
+				ok, alone = true, whole
+			}
+		}
 		switch {
 		case ok && h.Dense():
 			w.confirmed()
