@@ -30,7 +30,7 @@ import (
 //   - of one codec, without control batches or LogAppendTime (Merge's own
 //     rules);
 //   - while their estimated joined size stays within the link's
-//     coalesce_bytes (runBytes).
+//     coalesce_bytes (joinedBytes).
 //
 // A batch that comes alone is appended as it is, as before.
 
@@ -83,7 +83,7 @@ func producerRun(queue []item, d twin.Decision, limit int64) int {
 		return 1
 	}
 	h := queue[0].hdr
-	size := int64(len(queue[0].raw)) + 20*int64(h.NumRecords)
+	size := joinedBytes(queue[0].raw, h)
 	seq := int64(h.BaseSequence) + int64(h.NumRecords)
 	n := 1
 	for ; n < len(queue); n++ {
@@ -94,7 +94,7 @@ func producerRun(queue []item, d twin.Decision, limit int64) int {
 			bh.Attributes&^transform.AttrTransactional != h.Attributes&^transform.AttrTransactional {
 			break
 		}
-		size += int64(len(b.raw)) + 20*int64(bh.NumRecords)
+		size += joinedBytes(b.raw, bh)
 		seq += int64(bh.NumRecords)
 		if size > limit || seq > math.MaxInt32 {
 			break
@@ -121,7 +121,7 @@ func runLength(queue []txnQueued, limit int64) int {
 	if limit <= 0 || len(queue) < 2 || !joinable(queue[0]) {
 		return 1
 	}
-	size, records := runBytes(queue[0]), int64(queue[0].hdr.NumRecords)
+	size, records := joinedBytes(queue[0].raw, queue[0].hdr), int64(queue[0].hdr.NumRecords)
 	n := 1
 	for ; n < len(queue); n++ {
 		prev, b := queue[n-1], queue[n]
@@ -129,7 +129,7 @@ func runLength(queue []txnQueued, limit int64) int {
 			b.hdr.Compression() != queue[0].hdr.Compression() {
 			break
 		}
-		size += runBytes(b)
+		size += joinedBytes(b.raw, b.hdr)
 		records += int64(b.hdr.NumRecords)
 		if size > limit || records > math.MaxInt32 {
 			break
@@ -155,14 +155,14 @@ func joinable(q txnQueued) bool {
 		h.Compression() <= 4
 }
 
-// runBytes estimates what a batch adds to a joined batch: its bytes, and
-// for each record the most its framing can grow by when it is re-framed in
-// a larger batch (offset and timestamp deltas, and the record's length,
+// joinedBytes estimates what a batch (raw, header h) adds to a joined
+// batch, in either delivery: its bytes, and for each record the most its
+// framing can grow by when it is re-framed in a larger batch (offset and timestamp deltas, and the record's length,
 // in varints of up to 5, 10 and 5 bytes). A compressed run is compressed
 // again as one and usually comes out smaller; where it does not, the
 // append finds it over the limit and sends the batches one by one.
-func runBytes(q txnQueued) int64 {
-	return int64(len(q.raw)) + 20*int64(q.hdr.NumRecords)
+func joinedBytes(raw []byte, h transform.Header) int64 {
+	return int64(len(raw)) + 20*int64(h.NumRecords)
 }
 
 // runAnswered checks the answer of a run's append against the run: a base
