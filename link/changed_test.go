@@ -182,23 +182,32 @@ func crashPastCheckpointEvery(t *testing.T, f *fixture, name, base string, inter
 // nothing would be left to reconcile.
 func checkpointBelowEnd(t *testing.T, f *fixture, base string) int64 {
 	t.Helper()
+	ck, end := lastCheckpoint(t, f, base)
+	if ck >= end {
+		t.Fatalf("the last checkpoint (destination offset %d) covers the whole destination (%d): nothing left to reconcile; the test did not set up its tail", ck, end)
+	}
+	return ck
+}
+
+// lastCheckpoint returns the destination offset of the link's last
+// checkpoint of partition 0 of topic base and that destination
+// partition's end offset.
+func lastCheckpoint(t *testing.T, f *fixture, base string) (ck, end int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	view, err := replayState(ctx, f.dst, f.stateTopic())
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := endOffset(t, f.dst, f.topic(base), 0)
-	for k, ck := range view.Checkpoints {
+	end = endOffset(t, f.dst, f.topic(base), 0)
+	for k, c := range view.Checkpoints {
 		if k.LinkName == f.cfg.Link.Name && k.Partition == 0 {
-			if ck.DestNextOffset >= end {
-				t.Fatalf("the last checkpoint (destination offset %d) covers the whole destination (%d): nothing left to reconcile; the test did not set up its tail", ck.DestNextOffset, end)
-			}
-			return ck.DestNextOffset
+			return c.DestNextOffset, end
 		}
 	}
 	t.Fatal("no checkpoint of the link")
-	return 0
+	return 0, 0
 }
 
 // onceEach checks that the destination topic holds every record the source
