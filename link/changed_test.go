@@ -569,6 +569,63 @@ func testReconcileAfterDeleteRecords(t *testing.T, e *env) {
 	}
 }
 
+// Case 6b: the source's log start moved (DeleteRecords; retention, which
+// deletes whole segments, moves it to a batch boundary) to the third of
+// four batches that the crashed session had joined into one destination
+// batch (preserve delivery's coalescing of a backlog, issue 23), past its
+// checkpoint. The next session recognises the joined batch's records
+// before the log start as mirrors of the deleted records and the rest as
+// the mirrors of the batches the source still holds: nothing is appended
+// again. Before, the walk took the whole joined batch for mirrors of
+// deleted records, resumed at the log start and appended the third and
+// fourth batches again.
+func TestReconcileAfterDeleteRecordsInRun(t *testing.T) {
+	scenario(t, testReconcileAfterDeleteRecordsInRun)
+}
+
+func testReconcileAfterDeleteRecordsInRun(t *testing.T, e *env) {
+	f := e.mirrored(t, "rdelrun", srcTopic("t", 1))
+	f.cfg.Link.OnOffsetOutOfRange = fetcher.OutOfRangeEarliest
+	topic := f.topic("t")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	defer cl.Close()
+	batches := func(from, to int) {
+		for b := from; b < to; b++ {
+			var recs []*kgo.Record
+			for i := range 10 {
+				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	batches(0, 4) // a backlog of one producer's batches: the session joins them
+	ck := crashPastCheckpoint(t, f, "A", "t", func() {})
+	dst := mirrortest.RawHeaders(t, f.dst, topic, 0)
+	if len(dst) != 1 || dst[0].NumRecords != 40 {
+		t.Fatalf("the crashed session appended %d batches (%+v); want the backlog joined into one batch of 40 records", len(dst), dst)
+	}
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 20}) // the third batch
+	if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
+		t.Fatal(err)
+	}
+	batches(4, 5)
+	t.Logf("crashed with a joined batch past the checkpoint at %d; the source's log starts at 20", ck)
+	b := f.start("B")
+	waitCaughtUp(t, b, endOffset(t, f.src, topic, 0), 90*time.Second)
+	onceEach(t, f, "t")
+	if got := endOffset(t, f.dst, topic, 0); got != 50 {
+		t.Errorf("destination ends at %d, want 50: every batch once", got)
+	}
+	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(SourceRecordsSkipped) != 0 || c.Get(ReconciledBatches) == 0 {
+		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, no record counted lost", c)
+	}
+}
+
 // Case 4: records deleted at the destination while the agent is down
 // (DeleteRecords to an offset past the checkpoint, inside the tail the
 // crashed session appended). The next session finds where the batches the

@@ -273,6 +273,69 @@ func TestWalkerProducerRuns(t *testing.T) {
 		t.Errorf("log start inside the run's first batch: steps %v, want %v", inside, want)
 	}
 
+	// The source's log start moved to the run's second batch (retention
+	// deletes whole segments; DeleteRecords): the walk is told the
+	// source lost its records from the checkpoint on (Lost), and the
+	// source's first batch is the run's second part. The run's records
+	// before it mirror the records the source lost; the batch is placed
+	// at its place in the run, by its producer's sequence (ProducerRuns)
+	// or, in transactional delivery, by its records (Runs). Taking the
+	// run for lost records alone would append its later parts again.
+	for _, byPID := range []bool{true, false} {
+		w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
+		if byPID {
+			w.ProducerRuns()
+		} else {
+			w.Runs()
+		}
+		w.Lost(102)
+		var later []Step
+		for _, raw := range one[1:] {
+			h, _ := transform.ParseHeader(raw)
+			st, err := w.Compare(raw, h, h.BaseOffset, joined(one, 10), clock())
+			if err != nil {
+				t.Fatal(err)
+			}
+			later = append(later, st)
+		}
+		if want := []Step{StepPart, StepMatch}; fmt.Sprint(later) != fmt.Sprint(want) {
+			t.Errorf("log start at the run's second batch (producer runs %v): steps %v, want %v", byPID, later, want)
+		}
+		if c := w.Counts(); w.SrcNext() != 106 || w.DstNext() != 6 || c.Matched != 1 || c.Foreign != 0 || c.Passed != 0 {
+			t.Errorf("log start at the run's second batch (producer runs %v): walk at %d/%d with %+v; want 106/6, 1 matched", byPID, w.SrcNext(), w.DstNext(), c)
+		}
+		if _, _, open := w.LostOpen(); open {
+			t.Errorf("log start at the run's second batch (producer runs %v): the lost stretch is still open", byPID)
+		}
+	}
+	// The log start inside the run's last part (DeleteRecords): fetched
+	// from inside, the batch is the run's last part, taken whole.
+	for _, byPID := range []bool{true, false} {
+		w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
+		if byPID {
+			w.ProducerRuns()
+		} else {
+			w.Runs()
+		}
+		w.Lost(104)
+		h, _ := transform.ParseHeader(one[2])
+		st, err := w.Compare(one[2], h, 104, joined(one, 10), clock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := w.Counts(); st != StepMatch || w.SrcNext() != 106 || w.DstNext() != 6 || c.Matched != 1 || c.Foreign != 0 {
+			t.Errorf("log start inside the run's last batch (producer runs %v): %v, walk at %d/%d with %+v; want a match, 106/6", byPID, st, w.SrcNext(), w.DstNext(), c)
+		}
+	}
+	// Without Lost the source did not lose the run's first parts: a
+	// later part alone is not the destination batch's.
+	w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 102, 0)
+	w.ProducerRuns()
+	h1, _ := transform.ParseHeader(one[1])
+	if st, err := w.Compare(one[1], h1, h1.BaseOffset, joined(one, 10), clock()); err != nil || st == StepPart || st == StepMatch {
+		t.Errorf("a later part without Lost: %v, %v; want it not placed", st, err)
+	}
+
 	// A sequence gap inside the run (the source producer's batch 12 is
 	// missing, the next says 14): not placed.
 	gap := build([]int64{5, 5, 5}, []int32{10, 13, 14}, 2, 1, 3)

@@ -176,7 +176,9 @@ func (w *Walker) Pass(end int64) { w.srcNext = max(w.srcNext, end) }
 // before. The destination batches met until the next match are taken for
 // their mirrors (StepPassed): the link appends in source order, so a match
 // after them confirms it (Counts.Passed); LostOpen reports those no match
-// confirmed.
+// confirmed. A source batch may then also be a later part of a run the
+// link appended as one destination batch (Runs, ProducerRuns), whose first
+// parts the source lost: the run's records before it are their mirrors.
 func (w *Walker) Lost(end int64) {
 	w.Pass(end)
 	w.lost = true
@@ -326,12 +328,34 @@ func (w *Walker) Compare(raw []byte, h transform.Header, from int64, dst []byte,
 				ok, alone = true, whole
 			}
 		}
+		at := 0
+		if !ok && w.lost && h.Dense() {
+			// The source lost records from the walk's position on
+			// (Lost): its log start moved past a run's first parts
+			// after the link appended the run (retention deletes
+			// whole segments, DeleteRecords). The batch may be a
+			// later part: the records before it mirror records the
+			// source lost.
+			if at, alone, err = w.laterPart(run, part, raw, h, dh); err != nil {
+				return 0, err
+			}
+			ok = at > 0
+		}
 		switch {
+		case ok && h.Dense() && at+int(h.LastOffsetDelta)+1 == run.Len():
+			// The run's last part: the lost records before it, and
+			// it, are all the destination batch holds.
+			w.confirmed()
+			w.psm.Commit(alone.PSM, now)
+			w.srcNext = h.NextOffset()
+			w.dstNext = dh.NextOffset()
+			w.counts.Matched++
+			return StepMatch, nil
 		case ok && h.Dense():
 			w.confirmed()
 			w.psm.Commit(alone.PSM, now)
 			w.srcNext = h.NextOffset()
-			w.run, w.runAt, w.runNext = run, int(h.LastOffsetDelta)+1, h.NextOffset()
+			w.run, w.runAt, w.runNext = run, at+int(h.LastOffsetDelta)+1, h.NextOffset()
 			return StepPart, nil
 		case !ok && (h.Dense() || dh.FirstTimestamp != h.FirstTimestamp):
 			// Not where the batch's records would be in a run's
@@ -420,6 +444,34 @@ func (w *Walker) confirmed() {
 		w.counts.Passed += w.lostDst
 		w.lost, w.lostDst, w.lostRecords = false, 0, 0
 	}
+}
+
+// laterPart returns the index of the run's record at which source batch
+// raw begins as a part other than the first, and its decision taken
+// whole, or 0 when it is none: by its producer's sequence (ProducerRuns),
+// or by its records (Runs), where they must lie in one place only (copies
+// with the same records and create times, a plain producer's retries,
+// cannot be told apart).
+func (w *Walker) laterPart(run *Run, part *Part, raw []byte, h, dh transform.Header) (int, Decision, error) {
+	// A part is taken whole: fetched from inside (the log start moved
+	// into it), it is what the link appended from its base offset.
+	d, err := Decide(w.psm, w.src, w.reenc, nil, raw, h, h.BaseOffset, true)
+	if err != nil || d.Verdict != Forward {
+		return 0, Decision{}, err
+	}
+	at := -1
+	if w.byPID {
+		if a := int64(h.BaseSequence) - int64(dh.BaseSequence); h.BaseSequence >= 0 && dh.BaseSequence >= 0 && a > 0 && a < int64(run.Len()) &&
+			w.sameProducer(dh, d, h, int(a)) && run.Holds(part, h.BaseOffset, int(a)) {
+			at = int(a)
+		}
+	} else if at = run.Find(part, h.BaseOffset, 1); at > 0 && run.Find(part, h.BaseOffset, at+1) >= 0 {
+		at = -1
+	}
+	if at <= 0 {
+		return 0, Decision{}, nil
+	}
+	return at, d, nil
 }
 
 // continueRun compares source batch raw with the records of the run the
