@@ -460,3 +460,51 @@ func TestTranslateCoalescedCut(t *testing.T) {
 		}
 	}
 }
+
+// Guards translation after the source's log start moved into a run the
+// link had coalesced (DeleteRecords, retention): the source returns the
+// batch that holds its log start whole, so the run's batches from there
+// are still what the link appended, and every position from the log start
+// on translates to its mirror by every way, the timestamp search too
+// (which checks a run from where it begins at the source: below the log
+// start it reads from the log start, where the batch it finds must begin
+// at the run's place). A position below the log start is the log start's.
+func TestTranslateCoalescedLogStart(t *testing.T) {
+	// The first run holds source batches 0-2 (offsets 0-2, 3 and 4-7).
+	for _, start := range []int64{1, 3, 5} {
+		t.Run(fmt.Sprint(start), func(t *testing.T) {
+			x := buildCoalesced(t, 3)
+			ctx := context.Background()
+			offs := kadm.Offsets{}
+			offs.Add(kadm.Offset{Topic: coalesceTopic, Partition: 0, At: start, LeaderEpoch: -1})
+			resp, err := x.srcAdm.DeleteRecords(ctx, offs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := resp.Error(); err != nil {
+				t.Fatal(err)
+			}
+			n := len(x.spans)
+			ways := []struct {
+				name string
+				a    Anchor
+			}{
+				{"window", x.anchor(x.spans, -1)},
+				{"short-window", x.anchor(x.spans[n-3:], 0)},
+				{"timestamp", x.anchor(nil, -1)},
+			}
+			for _, w := range ways {
+				vias := map[string]int{}
+				for p := int64(0); p <= x.srcEnd; p++ {
+					got, err := x.logs.Translate(ctx, w.a, p)
+					if want := x.want(max(p, start)); err != nil || got.DestinationOffset != want {
+						t.Errorf("%s: translate %d: %+v, %v; want %d", w.name, p, got, err, want)
+						continue
+					}
+					vias[got.Via]++
+				}
+				t.Logf("%s: %v", w.name, vias)
+			}
+		})
+	}
+}

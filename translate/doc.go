@@ -80,8 +80,11 @@
 // a candidate for a run only when the source's committed batches from the
 // offset its records give hold, contiguous and dense, exactly its records
 // to its end (verifyRun), and counts copies of the candidate record by
-// record (sameOrdinal). A run whose batches the source's cleaner cut since
-// is not placed: positions in it are ErrUntranslatable. The session joins
+// record (sameOrdinal). A run whose first batches the source deleted since
+// (retention, DeleteRecords) is checked from the batch that holds the
+// source's log start, which the source returns whole. A run whose batches
+// the source's cleaner cut since is not placed: positions in it are
+// ErrUntranslatable. The session joins
 // no batches of a compacted topic (link/coalesce.go), so only a topic that
 // became compacted after the link mirrored it can hold such a run.
 //
