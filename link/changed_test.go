@@ -534,39 +534,13 @@ func TestReconcileAfterDeleteRecords(t *testing.T) { scenario(t, testReconcileAf
 func testReconcileAfterDeleteRecords(t *testing.T, e *env) {
 	f := e.mirrored(t, "rdel", srcTopic("t", 1))
 	f.cfg.Link.OnOffsetOutOfRange = fetcher.OutOfRangeEarliest
-	topic := f.topic("t")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	batches := func(from, to int) {
-		cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
-		defer cl.Close()
-		for b := from; b < to; b++ {
-			var recs []*kgo.Record
-			for i := range 10 {
-				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
-			}
-			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ck := crashPastCheckpoint(t, f, "A", "t", func() { batches(0, 4) })
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 15}) // inside the second batch
-	if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
-		t.Fatal(err)
-	}
-	batches(4, 5)
+	ck := crashPastCheckpoint(t, f, "A", "t", func() { tenRecordBatches(ctx, t, f, "t", kgo.ZstdCompression(), 0, 4) })
+	deleteSourceRecords(ctx, t, f, "t", 15) // inside the second batch
+	tenRecordBatches(ctx, t, f, "t", kgo.ZstdCompression(), 4, 5)
 	t.Logf("crashed with the destination past the checkpoint at %d; the source's log starts at 15", ck)
-	b := f.start("B")
-	waitCaughtUp(t, b, endOffset(t, f.src, topic, 0), 90*time.Second)
-	onceEach(t, f, "t")
-	if got := endOffset(t, f.dst, topic, 0); got != 50 {
-		t.Errorf("destination ends at %d, want 50: every batch once", got)
-	}
-	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(SourceRecordsSkipped) != 0 || c.Get(ReconciledBatches) == 0 {
-		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, no record counted lost", c)
-	}
+	reconciledOnce(t, f, "t", 50)
 }
 
 // Case 6b: the source's log start moved (DeleteRecords; retention, which
@@ -589,37 +563,65 @@ func testReconcileAfterDeleteRecordsInRun(t *testing.T, e *env) {
 	topic := f.topic("t")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
-	defer cl.Close()
-	batches := func(from, to int) {
-		for b := from; b < to; b++ {
-			var recs []*kgo.Record
-			for i := range 10 {
-				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
-			}
-			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	batches(0, 4) // a backlog of one producer's batches: the session joins them
+	tenRecordBatches(ctx, t, f, "t", kgo.ZstdCompression(), 0, 4) // a backlog of one producer's batches: the session joins them
 	ck := crashPastCheckpoint(t, f, "A", "t", func() {})
 	dst := mirrortest.RawHeaders(t, f.dst, topic, 0)
 	if len(dst) != 1 || dst[0].NumRecords != 40 {
 		t.Fatalf("the crashed session appended %d batches (%+v); want the backlog joined into one batch of 40 records", len(dst), dst)
 	}
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 20}) // the third batch
-	if _, err := f.src.Admin.DeleteRecords(ctx, offs); err != nil {
-		t.Fatal(err)
-	}
-	batches(4, 5)
+	deleteSourceRecords(ctx, t, f, "t", 20) // the third batch
+	tenRecordBatches(ctx, t, f, "t", kgo.ZstdCompression(), 4, 5)
 	t.Logf("crashed with a joined batch past the checkpoint at %d; the source's log starts at 20", ck)
+	reconciledOnce(t, f, "t", 50)
+}
+
+// tenRecordBatches produces batches from up to to of topic base's
+// partition 0, ten records each ("b<batch>-<i>"), one request each, with
+// one producer of codec (a new one per call).
+func tenRecordBatches(ctx context.Context, t *testing.T, f *fixture, base string, codec kgo.CompressionCodec, from, to int) {
+	t.Helper()
+	topic := f.topic(base)
+	cl := f.src.NewClient(t, kgo.ProducerBatchCompression(codec))
+	defer cl.Close()
+	for b := from; b < to; b++ {
+		var recs []*kgo.Record
+		for i := range 10 {
+			recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// deleteSourceRecords moves the log start of topic base's partition 0 at
+// the source to offset at (DeleteRecords).
+func deleteSourceRecords(ctx context.Context, t *testing.T, f *fixture, base string, at int64) {
+	t.Helper()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: f.topic(base), Partition: 0, At: at})
+	resp, err := f.src.Admin.DeleteRecords(ctx, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("DeleteRecords of %s[0] to %d: %v", f.topic(base), at, err)
+	}
+}
+
+// reconciledOnce starts the link's next session, B, on topic base after a
+// crash and a DeleteRecords at the source, waits until it caught up, and
+// checks that the destination holds every record the source still holds
+// once and ends at end, and that B reconciled the tail as the link's own:
+// nothing foreign, no record counted lost.
+func reconciledOnce(t *testing.T, f *fixture, base string, end int64) {
+	t.Helper()
+	topic := f.topic(base)
 	b := f.start("B")
 	waitCaughtUp(t, b, endOffset(t, f.src, topic, 0), 90*time.Second)
-	onceEach(t, f, "t")
-	if got := endOffset(t, f.dst, topic, 0); got != 50 {
-		t.Errorf("destination ends at %d, want 50: every batch once", got)
+	onceEach(t, f, base)
+	if got := endOffset(t, f.dst, topic, 0); got != end {
+		t.Errorf("destination ends at %d, want %d: every batch once", got, end)
 	}
 	if c := b.Status().Counters; c.Get(ForeignBatches) != 0 || c.Get(SourceRecordsSkipped) != 0 || c.Get(ReconciledBatches) == 0 {
 		t.Errorf("counters %v: want the tail reconciled as the link's own, nothing foreign, no record counted lost", c)
@@ -643,19 +645,7 @@ func testReconcileAfterDestinationDeleteRecords(t *testing.T, e *env) {
 	topic := f.topic("t")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	batches := func(from, to int) {
-		cl := f.src.NewClient(t, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
-		defer cl.Close()
-		for b := from; b < to; b++ {
-			var recs []*kgo.Record
-			for i := range 10 {
-				recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "b%d-%d", b, i), Value: fmt.Appendf(nil, "value %d of batch %d", i, b)})
-			}
-			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	batches := func(from, to int) { tenRecordBatches(ctx, t, f, "t", kgo.Lz4Compression(), from, to) }
 	ck := crashPastCheckpoint(t, f, "A", "t", func() { batches(0, 6) })
 	// Inside the tail, inside a batch: the destination keeps a cut batch
 	// (a log start inside it) and the batches after it.

@@ -205,13 +205,19 @@ func TestWalkerProducerRuns(t *testing.T) {
 		putBase(run, 0)
 		return run
 	}
-	walk := func(byPID bool, src [][]byte, dst []byte) ([]Step, *Walker) {
+	// newWalker starts a walk at source offset 100 that looks for runs,
+	// by producer (ProducerRuns) or by content alone (Runs).
+	newWalker := func(byPID bool) *Walker {
 		w := NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
 		if byPID {
 			w.ProducerRuns()
 		} else {
 			w.Runs()
 		}
+		return w
+	}
+	walk := func(byPID bool, src [][]byte, dst []byte) ([]Step, *Walker) {
+		w := newWalker(byPID)
 		var steps []Step
 		for _, raw := range src {
 			h, _ := transform.ParseHeader(raw)
@@ -282,12 +288,7 @@ func TestWalkerProducerRuns(t *testing.T) {
 	// or, in transactional delivery, by its records (Runs). Taking the
 	// run for lost records alone would append its later parts again.
 	for _, byPID := range []bool{true, false} {
-		w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
-		if byPID {
-			w.ProducerRuns()
-		} else {
-			w.Runs()
-		}
+		w = newWalker(byPID)
 		w.Lost(102)
 		var later []Step
 		for _, raw := range one[1:] {
@@ -311,12 +312,7 @@ func TestWalkerProducerRuns(t *testing.T) {
 	// The log start inside the run's last part (DeleteRecords): fetched
 	// from inside, the batch is the run's last part, taken whole.
 	for _, byPID := range []bool{true, false} {
-		w = NewWalker(transform.NewPSM(transform.PSMConfig{}), walkSource, transform.NewReencoder(), 100, 0)
-		if byPID {
-			w.ProducerRuns()
-		} else {
-			w.Runs()
-		}
+		w = newWalker(byPID)
 		w.Lost(104)
 		h, _ := transform.ParseHeader(one[2])
 		st, err := w.Compare(one[2], h, 104, joined(one, 10), clock())
