@@ -303,7 +303,8 @@ link "dc1_to_cloud" {
   # batches without a producer ID are never joined. Uncompressed records
   # are re-framed without decompression; compressed ones are decompressed
   # and compressed again with their codec. A batch that comes alone is
-  # appended as it is, and a compacted source topic's batches always are.
+  # appended as it is, and so are always the batches of a topic that is
+  # compacted at the source or at the destination.
   # Keep it below the destination topics' max.message.bytes (1048588 by
   # default). "0" appends every batch alone. Default: "1000000".
   coalesce_bytes = "1000000"

@@ -37,19 +37,22 @@ import (
 // limitOf is the coalescing limit of a partition: coalesce_bytes, or its
 // destination topic's max.message.bytes where that is lower (a joined
 // batch above it would be refused as too large, and the session that
-// joined it fail, and the next join it again); none for a compacted
-// source topic. The cleaner removes records from source batches after the
-// session joined them, and a joined batch then holds records the source no
-// longer has beside those it has: which source offset each of its records
-// came from can no longer be told from both logs, so offset translation
-// (package translate) would answer untranslatable there. A batch of a
-// compacted topic goes alone, and stays translatable as before.
+// joined it fail, and the next join it again); none for a topic compacted
+// at the source or at the destination. The source's cleaner removes
+// records from source batches after the session joined them, and a joined
+// batch then holds records the source no longer has beside those it has:
+// which source offset each of its records came from can no longer be told
+// from both logs, so offset translation (package translate) would answer
+// untranslatable there. A batch of a compacted topic goes alone, and stays
+// translatable as before. A destination's cleaner would cut the joined
+// batch itself, which reconciliation then cannot place (it would take it
+// for foreign).
 func (p *txnPlan) limitOf(pt *txnPart) int64 {
 	return joinLimit(p.coalesce, pt.compacted, pt.maxBytes)
 }
 
 // joinLimit is limitOf's rule, for either delivery: coalesce, or maxBytes
-// where that is lower and known; 0 for a compacted source topic.
+// where that is lower and known; 0 for a topic compacted at either side.
 func joinLimit(coalesce int64, compacted bool, maxBytes int64) int64 {
 	if compacted {
 		return 0

@@ -46,10 +46,10 @@ type Placement struct {
 	DstStart, DstEnd int64
 	// Salts are the partition's collision salts from the state topic.
 	Salts []Salt
-	// Compacted: the source topic is compacted (or its settings could
-	// not be read), so a session joins none of its batches
-	// (coalesce.go), and reconciliation looks for no runs in its
-	// destination; MaxMessageBytes is the destination topic's
+	// Compacted: the source topic or the destination topic is compacted
+	// (or the source's settings could not be read), so a session joins
+	// none of its batches (coalesce.go), and reconciliation looks for no
+	// runs in its destination; MaxMessageBytes is the destination topic's
 	// max.message.bytes, which a joined batch must not exceed (0: not
 	// looked up). Both are looked up only where coalescing is on.
 	Compacted       bool

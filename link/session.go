@@ -449,10 +449,10 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 		return nil, nil, fmt.Errorf("list destination end offsets: %w", err)
 	}
 	salts := barrier.Salts(view)
-	var compacted map[string]bool
+	var compacted, dstCompacted map[string]bool
 	var maxBytes map[string]int64
 	if s.l.cfg.Link.CoalesceBytes > 0 {
-		compacted, maxBytes = s.joinSettings(ctx, srcTopics, dstTopics)
+		compacted, dstCompacted, maxBytes = s.joinSettings(ctx, srcTopics, dstTopics)
 	}
 	out := make([]Placement, 0, len(pairs))
 	for _, pr := range pairs {
@@ -460,7 +460,7 @@ func (s *session) place(ctx context.Context, view *statestore.View, pairs []Pair
 			later = append(later, pr)
 			continue
 		}
-		pc := Placement{Pair: pr, Compacted: compacted[pr.Src.Topic], MaxMessageBytes: maxBytes[pr.Dst.Topic]}
+		pc := Placement{Pair: pr, Compacted: compacted[pr.Src.Topic] || dstCompacted[pr.Dst.Topic], MaxMessageBytes: maxBytes[pr.Dst.Topic]}
 		if maxBytes != nil && maxBytes[pr.Dst.Topic] <= 0 {
 			pc.Compacted = true // its limit is unknown: nothing is joined
 		}
@@ -516,14 +516,17 @@ func newJoiners() chan *transform.Reencoder {
 }
 
 // joinSettings reads what coalescing needs to know of the topics (a
-// session joining a backlog's small batches, coalesce.go):
-// which source topics are compacted (cleanup.policy holds compact), whose
-// batches are never joined, and each destination topic's max.message.bytes
-// (as the destination applies it, its broker's default included), which a
-// joined batch must not exceed. A topic whose settings cannot be read gets
-// nothing joined, and the reason is logged.
-func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []string) (compacted map[string]bool, maxBytes map[string]int64) {
-	compacted, maxBytes = make(map[string]bool, len(srcTopics)), make(map[string]int64, len(dstTopics))
+// session joining a backlog's small batches, coalesce.go): which source
+// topics and which destination topics are compacted (cleanup.policy holds
+// compact), whose batches are never joined, and each destination topic's
+// max.message.bytes (as the destination applies it, its broker's default
+// included), which a joined batch must not exceed. A compacted
+// destination's cleaner would cut joined batches, which reconciliation
+// cannot place (it would take them for foreign). A topic whose settings
+// cannot be read gets nothing joined, and the reason is logged.
+func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []string) (compacted, dstCompacted map[string]bool, maxBytes map[string]int64) {
+	compacted, dstCompacted = make(map[string]bool, len(srcTopics)), make(map[string]bool, len(dstTopics))
+	maxBytes = make(map[string]int64, len(dstTopics))
 	read := func(cl *kgo.Client, side string, topics []string, take func(topic string, c kadm.Config)) {
 		// Each topic's answer on its own: one topic refused leaves
 		// the others joined (describe.TopicConfigs).
@@ -558,8 +561,11 @@ func (s *session) joinSettings(ctx context.Context, srcTopics, dstTopics []strin
 				maxBytes[t] = v
 			}
 		}
+		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+			dstCompacted[t] = true
+		}
 	})
-	return compacted, maxBytes
+	return compacted, dstCompacted, maxBytes
 }
 
 // placeAttempts bounds how often placement lists offsets while partitions
